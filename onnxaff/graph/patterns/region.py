@@ -1,0 +1,272 @@
+"""Candidate regions for decomposed activations, and a numpy evaluator to test what they compute.
+
+A decomposed activation is a small elementwise subgraph with one entry tensor x, one exit tensor y,
+scalar constants and nothing else. Structure only proposes candidates around an anchor op
+(Erf, Sigmoid, Clip, ...); a candidate is accepted when evaluating it on probe points reproduces a
+known activation. That makes matching independent of operand order, of where the 0.5 sits, of
+Div-by-√2 versus Mul-by-1/√2, and of constants being initializers or Constant nodes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from onnxaff.graph.view import GraphView
+
+# Elementwise ops a pattern may be made of, with numpy definitions (float64, scalar constants).
+EVALUABLE = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal",
+    "Erf", "Tanh", "Sigmoid", "HardSigmoid", "Softplus", "Relu", "Clip", "Min", "Max",
+    "Identity", "Cast",
+}
+# Ops a decomposed activation can be anchored on: its first non-affine step.
+ANCHORS = {"Erf", "Tanh", "Sigmoid", "HardSigmoid", "Softplus", "Relu", "Clip", "Min", "Max", "Exp", "Abs"}
+
+MAX_REGION_NODES = 16
+_MAX_ENTRY_SEARCH = 12
+_MAX_FORWARD_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    entry: str
+    exit: str
+    nodes: tuple[int, ...]  # node indices, forward order
+
+
+def _attr(node, name, default):
+    for a in node.attribute:
+        if a.name == name:
+            return a.f if a.type == a.FLOAT else a.i if a.type == a.INT else default
+    return default
+
+
+def _eval_node(view: GraphView, node, args: list[np.ndarray | None]) -> np.ndarray:
+    op = node.op_type
+    a = args[0]
+    if op == "Add":
+        return args[0] + args[1]
+    if op == "Sub":
+        return args[0] - args[1]
+    if op == "Mul":
+        return args[0] * args[1]
+    if op == "Div":
+        return args[0] / args[1]
+    if op == "Pow":
+        return np.power(args[0], args[1])
+    if op == "Neg":
+        return -a
+    if op == "Abs":
+        return np.abs(a)
+    if op == "Exp":
+        return np.exp(a)
+    if op == "Log":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(a)
+    if op == "Sqrt":
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(a)
+    if op == "Reciprocal":
+        with np.errstate(divide="ignore"):
+            return 1.0 / a
+    if op == "Erf":
+        return special.erf(a)
+    if op == "Tanh":
+        return np.tanh(a)
+    if op == "Sigmoid":
+        return special.expit(a)
+    if op == "HardSigmoid":
+        alpha, beta = _attr(node, "alpha", 0.2), _attr(node, "beta", 0.5)
+        return np.clip(alpha * a + beta, 0.0, 1.0)
+    if op == "Softplus":
+        return np.logaddexp(0.0, a)
+    if op == "Relu":
+        return np.maximum(a, 0.0)
+    if op == "Clip":
+        lo, hi = clip_bounds(view, node)
+        return np.clip(a, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    if op == "Min":
+        return functools.reduce(np.minimum, args)
+    if op == "Max":
+        return functools.reduce(np.maximum, args)
+    if op in ("Identity", "Cast"):
+        return a
+    raise KeyError(op)
+
+
+def clip_bounds(view: GraphView, node) -> tuple[float | None, float | None]:
+    """Clip's min/max: attributes before opset 11, optional inputs after; None where absent."""
+    lo = hi = None
+    for a in node.attribute:
+        if a.name == "min":
+            lo = a.f
+        elif a.name == "max":
+            hi = a.f
+    if len(node.input) > 1 and node.input[1]:
+        lo = view.scalar(node.input[1])
+        if lo is None:
+            raise ValueError("non-constant clip bound")
+    if len(node.input) > 2 and node.input[2]:
+        hi = view.scalar(node.input[2])
+        if hi is None:
+            raise ValueError("non-constant clip bound")
+    return lo, hi
+
+
+def region_nodes(view: GraphView, entry: str, exit: str) -> tuple[int, ...] | None:
+    """Nodes between entry and exit, or None unless they form a closed elementwise island.
+
+    Closed means: every operand is the entry, a scalar constant, or made inside the region, and
+    nothing made inside (except the exit) is used outside or is a graph output.
+    """
+    if entry == exit:
+        return None
+    found: set[int] = set()
+    stack = [exit]
+    seen_tensors = set()
+    while stack:
+        t = stack.pop()
+        if t == entry or t in seen_tensors:
+            continue
+        seen_tensors.add(t)
+        i = view.producer.get(t)
+        if i is None:
+            return None  # a graph input or initializer other than the entry
+        node = view.nodes[i]
+        if node.op_type == "Constant":
+            continue
+        if node.op_type not in EVALUABLE or node.domain not in ("", "ai.onnx"):
+            return None
+        found.add(i)
+        if len(found) > MAX_REGION_NODES:
+            return None
+        for name in node.input:
+            if not name or name == entry:
+                continue
+            if name in view.initializers or (
+                view.producer.get(name) is not None and view.nodes[view.producer[name]].op_type == "Constant"
+            ):
+                if view.scalar(name) is None:
+                    return None
+                continue
+            if view.scalar(name) is not None:  # e.g. Reshape of a scalar constant
+                continue
+            stack.append(name)
+    if not found:
+        return None
+    for i in found:
+        for out in view.nodes[i].output:
+            if out == exit:
+                continue
+            if out in view.graph_outputs:
+                return None
+            if any(c not in found for c in view.consumers.get(out, [])):
+                return None
+    return tuple(sorted(found, key=view.order.__getitem__))
+
+
+def evaluator(view: GraphView, cand: Candidate) -> Callable[[np.ndarray], np.ndarray]:
+    """f(x) computed by the candidate region, elementwise, in float64."""
+
+    def f(x: np.ndarray) -> np.ndarray:
+        env = {cand.entry: np.asarray(x, dtype=np.float64)}
+        for i in cand.nodes:
+            node = view.nodes[i]
+            args = []
+            for name in node.input:
+                if not name:
+                    args.append(None)
+                elif name in env:
+                    args.append(env[name])
+                else:
+                    args.append(np.float64(view.scalar(name)))
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                env[node.output[0]] = np.asarray(_eval_node(view, node, args), dtype=np.float64)
+        return env[cand.exit]
+
+    return f
+
+
+def _entry_candidates(view: GraphView, start: str) -> list[str]:
+    """Tensors upstream of `start` through elementwise ops: where the activation may begin."""
+    found = [start]
+    frontier = [start]
+    visited_nodes = 0
+    while frontier and visited_nodes < _MAX_ENTRY_SEARCH:
+        t = frontier.pop(0)
+        i = view.producer.get(t)
+        if i is None or view.nodes[i].op_type not in EVALUABLE:
+            continue
+        visited_nodes += 1
+        for name in view.nodes[i].input:
+            if name and view.scalar(name) is None and name not in found:
+                found.append(name)
+                frontier.append(name)
+    return found
+
+
+def _scaled_source(view: GraphView, name: str, entries: list[str]) -> str | None:
+    """If `name` is an entry times/plus constants (e.g. the 0.5·x of a GELU), that entry."""
+    for _ in range(3):
+        if name in entries:
+            return name
+        i = view.producer.get(name)
+        if i is None:
+            return None
+        node = view.nodes[i]
+        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity"):
+            return None
+        others = [n for n in node.input if n and view.scalar(n) is None]
+        if len(others) != 1:
+            return None
+        name = others[0]
+    return name if name in entries else None
+
+
+def candidates(view: GraphView, anchor: int) -> list[Candidate]:
+    """Plausible (entry, exit) pairs around an anchor node, longest first.
+
+    Longest first, so a ReLU6 inside a HardSwish is not taken for the whole; a chain never ends on
+    an Identity or Cast, so the site's output is the activation's own tensor.
+    """
+    node = view.nodes[anchor]
+    sources = [name for name in node.input if name and view.scalar(name) is None]
+    if len(sources) != 1 or len(node.output) != 1:
+        return []
+    source = sources[0]
+    entries = _entry_candidates(view, source)
+    pairs: list[tuple[str, str]] = []
+    gate_entry: str | None = None
+    cur = node.output[0]
+    pairs.append((source, cur))
+    for _ in range(_MAX_FORWARD_STEPS):
+        nxt = view.single_consumer(cur)
+        if nxt is None:
+            break
+        n = view.nodes[nxt]
+        if n.op_type not in EVALUABLE or len(n.output) != 1:
+            break
+        others = [name for name in n.input if name and name != cur and view.scalar(name) is None]
+        if others:
+            # The gate: x·g(x), or x/g(x) as in softsign's x/(1+|x|).
+            gates = n.op_type == "Mul" or (n.op_type == "Div" and n.input[1] == cur)
+            if not gates or len(others) != 1 or gate_entry is not None:
+                break
+            gate_entry = _scaled_source(view, others[0], entries)
+            if gate_entry is None:
+                break
+        cur = n.output[0]
+        if n.op_type not in ("Identity", "Cast"):
+            pairs.append((gate_entry or source, cur))
+    out = []
+    for entry, exit in reversed(pairs):
+        nodes = region_nodes(view, entry, exit)
+        if nodes is not None and anchor in nodes:
+            out.append(Candidate(entry, exit, nodes))
+    return out

@@ -1,0 +1,173 @@
+"""The augmented model: per site, nodes that reduce X and Y to [rows, D] inside the graph.
+
+Only the reduced features leave the runtime, never the activation maps, so the analysis costs about
+one extra read of each activation. A raw mode exposes the full tensors for debugging and for the
+naive baseline of the benchmarks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxaff.graph.load import default_opset
+from onnxaff.graph.sites import Site, sanitize
+from onnxaff.graph.view import GraphView
+
+REDUCTIONS = ("mean", "reference", "positions", "flatten")
+_FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE}
+
+
+@dataclass(frozen=True)
+class SiteOutputs:
+    """Names of the augmented model's outputs that carry one site's features."""
+
+    x: str
+    y: str
+    dim: int | None  # D when shapes are static, else None
+
+
+class _Namer:
+    def __init__(self, model: onnx.ModelProto):
+        g = model.graph
+        self.used = {n.name for n in g.node} | {t.name for t in g.initializer}
+        self.used |= {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
+        for n in g.node:
+            self.used.update(n.input)
+            self.used.update(n.output)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            k += 1
+            name = f"{base}.{k}"
+        self.used.add(name)
+        return name
+
+
+class _Builder:
+    """Appends reduction subgraphs to a model, sharing work between sites that read one tensor."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.opset = default_opset(model)
+        self.view = GraphView(model.graph)
+        self.namer = _Namer(model)
+        self.cache: dict[tuple, str] = {}
+        self.new_nodes: list[onnx.NodeProto] = []
+
+    def _node(self, op: str, inputs: list[str], prefix: str, **attrs) -> str:
+        out = self.namer.fresh(f"{prefix}.{op.lower()}")
+        self.new_nodes.append(helper.make_node(op, inputs, [out], name=self.namer.fresh(f"{prefix}/{op}"), **attrs))
+        return out
+
+    def _const(self, values: list[int], prefix: str) -> str:
+        name = self.namer.fresh(f"{prefix}.axes")
+        self.model.graph.initializer.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+        return name
+
+    def _reduce_mean(self, x: str, axes: list[int], prefix: str) -> str:
+        if self.opset >= 18:
+            return self._node("ReduceMean", [x, self._const(axes, prefix)], prefix, keepdims=0)
+        return self._node("ReduceMean", [x], prefix, axes=axes, keepdims=0)
+
+    def _unsqueeze_last(self, x: str, prefix: str) -> str:
+        if self.opset >= 13:
+            return self._node("Unsqueeze", [x, self._const([1], prefix)], prefix)
+        return self._node("Unsqueeze", [x], prefix, axes=[1])
+
+    def features(self, tensor: str, site: Site, mode: str, prefix: str) -> str:
+        key = (tensor, mode, site.rank, site.feature_axis)
+        if key in self.cache:
+            return self.cache[key]
+        x = tensor
+        if self.view.elem_type(tensor) not in _FLOAT_TYPES | {TensorProto.UNDEFINED}:
+            x = self._node("Cast", [x], prefix, to=TensorProto.FLOAT)  # fp16/bf16: reduce in fp32
+        rank, axis = site.rank, site.feature_axis
+        if rank == 1:
+            out = self._unsqueeze_last(x, prefix)
+        elif rank == 2:
+            out = self._node("Identity", [x], prefix)
+        elif mode == "mean":
+            out = self._reduce_mean(x, [a for a in range(1, rank) if a != axis], prefix)
+        elif mode == "reference":
+            # The reference code's convention: rank 4 averages the last two axes, rank 3 the last.
+            out = self._reduce_mean(x, list(range(2, rank)), prefix)
+        elif mode == "positions":
+            if axis != rank - 1:
+                perm = [a for a in range(rank) if a != axis] + [axis]
+                x = self._node("Transpose", [x], prefix, perm=perm)
+            out = self._node("Flatten", [x], prefix, axis=rank - 1)
+        elif mode == "flatten":
+            out = self._node("Flatten", [x], prefix, axis=1)
+        else:
+            raise ValueError(f"unknown reduction {mode!r}; choose one of {', '.join(REDUCTIONS)}")
+        self.cache[key] = out
+        return out
+
+    def raw(self, tensor: str, prefix: str) -> str:
+        if tensor in self.cache:
+            return self.cache[tensor]
+        self.cache[tensor] = out = self._node("Identity", [tensor], prefix)
+        return out
+
+
+def feature_dim(site: Site, mode: str) -> int | None:
+    """D of a site's features from its static shape, or None if a needed dim is symbolic."""
+    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
+    if shape is None or rank is None:
+        return None
+
+    def prod(dims):
+        if not all(isinstance(d, int) for d in dims):
+            return None
+        return int(np.prod(dims)) if dims else 1
+
+    if rank == 1:
+        return 1
+    if rank == 2:
+        return prod([shape[1]])
+    if mode in ("mean", "positions"):
+        return prod([shape[axis]])
+    if mode == "reference":
+        return prod([shape[1]])
+    return prod(shape[1:])
+
+
+def augment_model(
+    model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False
+) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
+    """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first."""
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
+    augmented = onnx.ModelProto()
+    augmented.CopyFrom(model)
+    builder = _Builder(augmented)
+    outputs: dict[int, SiteOutputs] = {}
+    exported: dict[str, str] = {}  # internal tensor -> graph output that exposes it
+    new_outputs = []
+    for site in sites:
+        if not site.ok:
+            continue
+        prefix = f"onnxaff/{site.index}.{sanitize(site.id)}"
+        names = []
+        for side, tensor in (("x", site.input), ("y", site.output)):
+            inner = builder.raw(tensor, f"{prefix}.{side}") if raw else builder.features(
+                tensor, site, reduce, f"{prefix}.{side}"
+            )
+            if inner not in exported:
+                exported[inner] = inner
+                elem = builder.view.elem_type(tensor)
+                elem = elem if (raw or elem in _FLOAT_TYPES) else TensorProto.FLOAT
+                shape = builder.view.shape(tensor) if raw else [None, feature_dim(site, reduce)]
+                shape = [None if d == "?" else d for d in shape] if shape is not None else None
+                new_outputs.append(helper.make_tensor_value_info(inner, elem or TensorProto.FLOAT, shape))
+            names.append(inner)
+        dim = None if raw else feature_dim(site, reduce)
+        outputs[site.index] = SiteOutputs(names[0], names[1], dim)
+    augmented.graph.node.extend(builder.new_nodes)
+    augmented.graph.output.extend(new_outputs)
+    return augmented, outputs

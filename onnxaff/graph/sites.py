@@ -1,0 +1,287 @@
+"""Site discovery: every non-linearity of a model, once, in forward order, with what analysis needs."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import onnx
+
+from onnxaff.graph import patterns
+from onnxaff.graph.patterns.region import clip_bounds
+from onnxaff.graph.view import GraphView
+
+# Single-node activations: op type -> kind. Min, Max and Clip are classified by their constants.
+SINGLE_NODE_KINDS = {
+    "Relu": "relu", "LeakyRelu": "leaky_relu", "PRelu": "prelu", "Elu": "elu", "Selu": "selu",
+    "Celu": "celu", "Sigmoid": "sigmoid", "HardSigmoid": "hard_sigmoid", "HardSwish": "hardswish",
+    "Tanh": "tanh", "Softplus": "softplus", "Softsign": "softsign", "Gelu": "gelu", "Mish": "mish",
+    "ThresholdedRelu": "thresholded_relu", "Softmax": "softmax", "LogSoftmax": "log_softmax",
+    "Swish": "swish", "Clip": "clip", "Min": "clamp_max", "Max": "clamp_min",
+}
+# onnxruntime's contrib fusions, found in models saved after ORT optimisation.
+CONTRIB_KINDS = {"Gelu": "gelu", "FastGelu": "gelu_tanh", "QuickGelu": "quick_gelu"}
+NOT_ELEMENTWISE = {"softmax", "log_softmax"}
+_SUBGRAPH_OPS = {"If", "Loop", "Scan"}
+
+
+@dataclass
+class Site:
+    """One non-linearity: the tensor that enters it and the tensor that leaves it."""
+
+    index: int
+    id: str
+    kind: str
+    input: str
+    output: str
+    op_types: list[str]
+    nodes: list[str]
+    status: str = "ok"
+    reason: str = ""
+    input_shape: list | None = None
+    output_shape: list | None = None
+    rank: int | None = None
+    feature_axis: int | None = None
+    layout: str | None = None
+    elementwise: bool = True
+    params: dict = field(default_factory=dict)
+    node_indices: list[int] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("node_indices")
+        return d
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
+    node = view.nodes[i]
+    if node.domain == "com.microsoft":
+        kind = CONTRIB_KINDS.get(node.op_type)
+        if kind is None or len([n for n in node.input if n]) != 1:
+            return None
+        return kind, {}
+    if node.domain not in ("", "ai.onnx") or node.op_type not in SINGLE_NODE_KINDS:
+        return None
+    op = node.op_type
+    params: dict = {}
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT, onnx.AttributeProto.STRING):
+            value = onnx.helper.get_attribute_value(a)
+            params[a.name] = value.decode() if isinstance(value, bytes) else value
+    if op == "Gelu" and params.get("approximate") == "tanh":
+        return "gelu_tanh", params
+    if op == "Clip":
+        try:
+            lo, hi = clip_bounds(view, node)
+        except ValueError:
+            return "clip", {}
+        params = {"min": lo, "max": hi}
+        if lo == 0.0 and hi == 6.0:
+            return "relu6", params
+        if lo == 0.0 and hi is None:
+            return "relu", params
+        return "clip", params
+    if op in ("Min", "Max"):
+        # A clamp against a scalar; Min/Max of two activations (maxout) is not a site.
+        tensors = [n for n in node.input if n and view.scalar(n) is None]
+        consts = [view.scalar(n) for n in node.input if n and view.scalar(n) is not None]
+        if len(tensors) != 1 or len(consts) != 1:
+            return None
+        if op == "Max" and consts[0] == 0.0:
+            return "relu", {"max_with": 0.0}
+        return SINGLE_NODE_KINDS[op], {"bound": consts[0]}
+    return SINGLE_NODE_KINDS[op], params
+
+
+def _source_input(view: GraphView, i: int) -> str:
+    node = view.nodes[i]
+    tensors = [n for n in node.input if n and view.scalar(n) is None]
+    return tensors[0] if tensors else node.input[0]
+
+
+_CHANNELS_FIRST_OPS = {
+    "Conv", "ConvTranspose", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "GlobalMaxPool", "InstanceNormalization", "LRN", "LpPool", "DepthToSpace", "SpaceToDepth",
+    "ConvInteger", "QLinearConv",
+}
+_LAYOUT_TRANSPARENT = patterns.region.EVALUABLE | {
+    "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "HardSwish", "Softsign", "Gelu", "Mish",
+    "ThresholdedRelu", "Dropout", "Concat", "Sum",
+}
+
+
+def _layout_from_neighbours(view: GraphView, tensor: str) -> str | None:
+    """channels_first / channels_last read off the nearest layout-defining op up or down the graph."""
+    for direction in ("up", "down"):
+        frontier, seen = [tensor], set()
+        for _ in range(24):
+            if not frontier:
+                break
+            t = frontier.pop(0)
+            if t in seen:
+                continue
+            seen.add(t)
+            nodes = [view.producer[t]] if direction == "up" and t in view.producer else []
+            if direction == "down":
+                nodes = view.consumers.get(t, [])
+            for j in nodes:
+                n = view.nodes[j]
+                if n.op_type in _CHANNELS_FIRST_OPS:
+                    return "channels_first"
+                if n.op_type == "Transpose":
+                    perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+                    if direction == "up" and perm == [0, 2, 3, 1]:
+                        return "channels_last"
+                    if direction == "down" and perm == [0, 3, 1, 2]:
+                        return "channels_last"
+                    if direction == "up" and perm == [0, 3, 1, 2]:
+                        return "channels_first"
+                    continue
+                if n.op_type in _LAYOUT_TRANSPARENT:
+                    nxt = n.input if direction == "up" else n.output
+                    frontier.extend(x for x in nxt if x and view.scalar(x) is None)
+    return None
+
+
+def _assign_layout(view: GraphView, site: Site, layout: str) -> None:
+    shape = site.input_shape
+    if shape is None or site.output_shape is None:
+        site.status, site.reason = "skipped", "unknown rank (shape inference could not type this tensor)"
+        return
+    site.rank = len(shape)
+    if site.rank != len(site.output_shape):
+        site.status, site.reason = "skipped", "input and output ranks differ"
+        return
+    if site.rank == 0:
+        site.status, site.reason = "skipped", "scalar tensor: no batch axis"
+        return
+    if site.rank == 1:
+        site.feature_axis, site.layout = None, "per_example_scalar"
+    elif site.rank == 2:
+        site.feature_axis, site.layout = 1, "vector"
+    elif site.rank == 3:
+        site.feature_axis, site.layout = 2, "tokens"
+    else:
+        chosen = layout
+        if chosen == "auto":
+            chosen = (
+                _layout_from_neighbours(view, site.input)
+                or _layout_from_neighbours(view, site.output)
+                or "channels_first"
+            )
+        site.layout = chosen
+        site.feature_axis = site.rank - 1 if chosen == "channels_last" else 1
+
+
+def _unique_ids(sites: list[Site]) -> None:
+    counts: dict[str, int] = {}
+    for s in sites:
+        base = s.id
+        n = counts.get(base, 0)
+        counts[base] = n + 1
+        if n:
+            s.id = f"{base}~{n + 1}"
+    # A renamed id could collide with a real node name that looks the same: resolve once more.
+    seen: set[str] = set()
+    for s in sites:
+        while s.id in seen:
+            s.id += "~"
+        seen.add(s.id)
+
+
+def _base_id(view: GraphView, exit_node: int, output: str) -> str:
+    name = view.nodes[exit_node].name
+    if name:
+        return name
+    return f"{view.nodes[exit_node].op_type}:{output}"
+
+
+def _subgraph_sites(node: onnx.NodeProto, path: str) -> list[tuple[str, str, str, str]]:
+    """(op_type, input, output, where) of activation nodes nested in a control-flow node."""
+    found = []
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            where = f"{path}/{attr.name}"
+            for inner in g.node:
+                if inner.op_type in SINGLE_NODE_KINDS and inner.op_type not in ("Min", "Max", "Clip"):
+                    found.append((inner.op_type, inner.input[0], inner.output[0], where, inner.name))
+                found.extend(_subgraph_sites(inner, f"{where}/{inner.name or inner.op_type}"))
+    return found
+
+
+def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: bool = True) -> list[Site]:
+    """All sites of a model, in forward order.
+
+    layout: 'auto' (read it off Conv/Transpose neighbours), 'channels_first' or 'channels_last';
+    it only matters for rank-4+ tensors. infer_shapes=False when the model already went through
+    `load_model`, which infers shapes by path.
+    """
+    if layout not in ("auto", "channels_first", "channels_last"):
+        raise ValueError(f"unknown layout {layout!r}")
+    if infer_shapes:
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:
+            pass  # sites without shapes are reported as skipped, with the reason
+    view = GraphView(model.graph)
+    entries: list[tuple[int, Site]] = []  # (forward position of the exit node, site)
+    claimed: set[int] = set()
+    for m in patterns.match(view):
+        exit_node = m.candidate.nodes[-1]
+        claimed.update(m.candidate.nodes)
+        site = Site(
+            index=-1, id=_base_id(view, exit_node, m.candidate.exit), kind=m.kind,
+            input=m.candidate.entry, output=m.candidate.exit,
+            op_types=[view.nodes[i].op_type for i in m.candidate.nodes],
+            nodes=[view.node_label(i) for i in m.candidate.nodes], params=m.params,
+            node_indices=list(m.candidate.nodes),
+        )
+        entries.append((view.order[exit_node], site))
+    for i, node in enumerate(view.nodes):
+        if i in claimed:
+            continue
+        if node.op_type in _SUBGRAPH_OPS:
+            for k, (op, x, y, where, name) in enumerate(_subgraph_sites(node, view.node_label(i))):
+                site = Site(
+                    index=-1, id=f"{where}/{name or op}", kind=SINGLE_NODE_KINDS[op], input=x, output=y,
+                    op_types=[op], nodes=[name or op], status="skipped",
+                    reason=f"inside a {node.op_type} subgraph ({where}): its tensors cannot be exported",
+                )
+                entries.append((view.order[i] + (k + 1) / 1000.0, site))
+            continue
+        hit = _single_kind(view, i)
+        if hit is None or not node.output or not node.output[0]:
+            continue
+        kind, params = hit
+        site = Site(
+            index=-1, id=_base_id(view, i, node.output[0]), kind=kind, input=_source_input(view, i),
+            output=node.output[0], op_types=[node.op_type], nodes=[view.node_label(i)], params=params,
+            node_indices=[i],
+        )
+        entries.append((view.order[i], site))
+    entries.sort(key=lambda e: e[0])
+    sites = [s for _, s in entries]
+    for k, site in enumerate(sites):
+        site.index = k
+        site.elementwise = site.kind not in NOT_ELEMENTWISE
+        if site.status == "ok":
+            site.input_shape, site.output_shape = view.shape(site.input), view.shape(site.output)
+            # Activations keep their input's shape: one known side serves for both.
+            site.input_shape = site.input_shape or site.output_shape
+            site.output_shape = site.output_shape or site.input_shape
+            if site.input in view.initializers:
+                site.status, site.reason = "skipped", "input is a constant"
+            else:
+                _assign_layout(view, site, layout)
+    _unique_ids(sites)
+    return sites
+
+
+def sanitize(name: str) -> str:
+    """A tensor-name-safe form of a site id."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "site"

@@ -1,0 +1,161 @@
+"""A read-only index over one ONNX graph: producers, consumers, constants, shapes, forward order."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+# Ops that only reshape or retype a value: a constant stays a constant through them.
+_VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"}
+
+
+class GraphView:
+    """Everything site discovery and rewriting ask of a graph, computed once."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.graph = graph
+        self.nodes = list(graph.node)
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            for name in node.output:
+                if name:
+                    self.producer[name] = i
+            for name in node.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(i)
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
+        self.graph_outputs = {o.name for o in graph.output}
+        self._const_cache: dict[str, np.ndarray | None] = {}
+
+    # -- order -------------------------------------------------------------------------------
+    @cached_property
+    def digraph(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        g.add_nodes_from(range(len(self.nodes)))
+        for i, node in enumerate(self.nodes):
+            for name in node.input:
+                j = self.producer.get(name)
+                if j is not None and j != i:
+                    g.add_edge(j, i)
+        return g
+
+    @cached_property
+    def order(self) -> dict[int, int]:
+        """Node index -> position in the forward pass (topological, ties by position in the file)."""
+        try:
+            ordered = list(nx.lexicographical_topological_sort(self.digraph))
+        except nx.NetworkXUnfeasible:  # a cyclic graph is invalid ONNX; keep file order
+            ordered = list(range(len(self.nodes)))
+        return {n: k for k, n in enumerate(ordered)}
+
+    # -- constants ---------------------------------------------------------------------------
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of a tensor fixed at export time (initializer, Constant node, or a reshape of one)."""
+        if name in self._const_cache:
+            return self._const_cache[name]
+        value = self._compute_constant(name)
+        self._const_cache[name] = value
+        return value
+
+    def _compute_constant(self, name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        if name in self.initializers:
+            tensor = self.initializers[name]
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                return None  # weights left on disk are never scalars worth reading here
+            return numpy_helper.to_array(tensor)
+        i = self.producer.get(name)
+        if i is None:
+            return None
+        node = self.nodes[i]
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            return _constant_node_value(node)
+        if node.op_type in _VALUE_PRESERVING and node.input:
+            inner = self.constant(node.input[0])
+            if inner is not None and inner.size == 1:
+                return inner.reshape(())
+        return None
+
+    def scalar(self, name: str) -> float | None:
+        value = self.constant(name)
+        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
+            return None
+        return float(value.reshape(()))
+
+    # -- shapes ------------------------------------------------------------------------------
+    @cached_property
+    def value_types(self) -> dict[str, onnx.TypeProto]:
+        types = {}
+        for vi in list(self.graph.input) + list(self.graph.value_info) + list(self.graph.output):
+            if vi.type.HasField("tensor_type"):
+                types[vi.name] = vi.type
+        for name, tensor in self.initializers.items():
+            types.setdefault(name, onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+        return types
+
+    def shape(self, name: str) -> list[int | str] | None:
+        """Dims (int, symbolic name, or '?') or None when even the rank is unknown."""
+        tp = self.value_types.get(name)
+        if tp is None or not tp.tensor_type.HasField("shape"):
+            return None
+        dims: list[int | str] = []
+        for d in tp.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append("?")
+        return dims
+
+    def elem_type(self, name: str) -> int:
+        tp = self.value_types.get(name)
+        return tp.tensor_type.elem_type if tp is not None else onnx.TensorProto.UNDEFINED
+
+    def single_consumer(self, name: str) -> int | None:
+        users = self.consumers.get(name, [])
+        if len(users) != 1 or name in self.graph_outputs:
+            return None
+        return users[0]
+
+    def node_label(self, i: int) -> str:
+        node = self.nodes[i]
+        return node.name or f"{node.op_type}#{i}"
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attr in node.attribute:
+        if attr.name == "value":
+            if attr.t.data_location == onnx.TensorProto.EXTERNAL:
+                return None
+            return numpy_helper.to_array(attr.t)
+        if attr.name == "value_float":
+            return np.array(attr.f, dtype=np.float32)
+        if attr.name == "value_floats":
+            return np.array(list(attr.floats), dtype=np.float32)
+        if attr.name == "value_int":
+            return np.array(attr.i, dtype=np.int64)
+        if attr.name == "value_ints":
+            return np.array(list(attr.ints), dtype=np.int64)
+    return None
+
+
+def iter_tensors(graph: onnx.GraphProto):
+    """Every TensorProto a graph holds (initializers, Constant values), subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_tensors(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from iter_tensors(g)

@@ -1,0 +1,39 @@
+"""Shared helpers: models written inline in ONNX text format, run in onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def parse(text: str) -> onnx.ModelProto:
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model)
+    return model
+
+
+def ort_session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
+    sess = ort_session(model)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(None, feeds), strict=True))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
