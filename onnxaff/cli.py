@@ -55,6 +55,122 @@ def sites(model: str, fmt: str, layout: str) -> None:
     click.echo(f"\n{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped)")
 
 
+def _fmt_score(entry: dict | None) -> str:
+    if not entry:
+        return "-"
+    if entry.get("mean") is None:
+        return entry.get("status", "-")
+    mark = "*" if entry.get("partial") else ""
+    return f"{entry['mean']:.4f}±{entry['std']:.4f} ({entry['chunks']}){mark}"
+
+
+def print_summary(sig) -> None:
+    """The per-site table and signature statistics a person reads after a run."""
+    names = list(sig.metrics)
+    rows = []
+    for s in sig.sites:
+        cells = [_fmt_score(s["metrics"].get(n)) for n in names]
+        rows.append([s["index"], s["id"][:40], s["kind"], s.get("dim") or "-", s["status"], *cells])
+    click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±std (chunks)" for n in names]]))
+    click.echo("")
+    stats_rows = []
+    for n, st in sig.summary().items():
+        if st.get("sites"):
+            stats_rows.append([n, st["sites"], f"{st['mean']:.4f}", f"{st['median']:.4f}", f"{st['min']:.4f}",
+                               f"{st['max']:.4f}", f"{st['std']:.4f}", f"{100 * st['share_above_0.95']:.0f}%"])
+    if stats_rows:
+        click.echo(_table(stats_rows, ["signature", "sites", "mean", "median", "min", "max", "std", ">0.95"]))
+    d, rt = sig.data, sig.runtime
+    click.echo(f"\n{sig.model['name']}: {d['samples']} samples from {d['source']}, chunks of "
+               f"{sig.options['chunk_size']}, reduce={sig.options['reduce']}, {rt['providers'][0]}, "
+               f"{rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")
+    if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
+        click.echo("* scored on one partial chunk: the data has fewer rows than --chunk-size")
+    for w in sig.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+def _analysis_options(f):
+    options = [
+        click.option("--metrics", default="affinity,affinity_lw", show_default=True,
+                     help="Comma-separated metric names (see `onnxaff plugins`)."),
+        click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk."),
+        click.option("--batch-size", type=int, default=64, show_default=True),
+        click.option("--limit", type=int, default=None, help="Use at most N examples."),
+        click.option("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]), default="mean",
+                     show_default=True, help="How a site's tensors become [rows, D] features."),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+        click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
+                     show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of synthetic data."),
+        click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
+                     help="Dims after the batch axis for an input with symbolic dims (synthetic data)."),
+        click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
+                     help="A Python file defining extra metrics."),
+        click.option("--quiet", is_flag=True, help="No progress bar or summary."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, layout, seed,
+                  input_shape, plugin, quiet):
+    from onnxaff.analysis import analyze
+    from onnxaff.data import parse_input_shapes
+
+    sig = analyze(
+        model, data, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
+        batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
+        input_shapes=parse_input_shapes(input_shape), plugins=list(plugin), progress=not quiet,
+    )
+    path = sig.write(out)
+    if not quiet:
+        print_summary(sig)
+        click.echo(f"signature written to {path}")
+    return sig
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--data", required=True, help="A .npy/.npz file, or synthetic:gaussian|uniform|grid[:n=..,seed=..].")
+@click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
+@_analysis_options
+def analyze(model, data, out, **options) -> None:
+    """Score every site of MODEL on DATA and write the signature JSON."""
+    out = out or f"{os.path.splitext(os.path.basename(model))[0]}.signature.json"
+    _run_analysis(model, data, out, **options)
+
+
+@cli.command()
+@click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
+@_analysis_options
+def demo(out, **options) -> None:
+    """Analyse the embedded default model on the data shipped with it."""
+    from onnxaff.default import DEFAULT_DATA, DEFAULT_MODEL
+
+    os.makedirs(out, exist_ok=True)
+    _run_analysis(str(DEFAULT_MODEL), str(DEFAULT_DATA), os.path.join(out, "signature.json"), **options)
+    click.echo(f"demo outputs in {os.path.abspath(out)}")
+
+
+@cli.command()
+@click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
+              help="Also load metrics from this Python file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def plugins(plugin, fmt) -> None:
+    """List every registered metric with its metadata and origin."""
+    from onnxaff.metrics import registry
+
+    found = registry(list(plugin))
+    if fmt == "json":
+        click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin} for n, r in sorted(found.items())}, indent=1))
+        return
+    rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]}, {r.cls.range[1]}]", r.origin,
+             r.cls.description] for n, r in sorted(found.items())]
+    click.echo(_table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
     debug = bool(os.environ.get("ONNXAFF_DEBUG"))

@@ -120,7 +120,8 @@ def test_gelu_tanh_all_forms(style, cube, form, half, swap):
 
 @pytest.mark.parametrize("swap", [0, 1])
 @pytest.mark.parametrize(
-    "beta,kind,params", [(None, "silu", {}), (1.0, "silu", {}), (1.702, "quick_gelu", {}), (1.5, "swish", {"beta": 1.5})]
+    "beta,kind,params",
+    [(None, "silu", {}), (1.0, "silu", {}), (1.702, "quick_gelu", {}), (1.5, "swish", {"beta": 1.5})],
 )
 def test_swish_family(swap, beta, kind, params):
     b = Builder("initializer")

@@ -147,7 +147,8 @@ def _layout_from_neighbours(view: GraphView, tensor: str) -> str | None:
     return None
 
 
-def _assign_layout(view: GraphView, site: Site, layout: str) -> None:
+def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
+    """Rank, feature axis and layout from site.input_shape (or a skip reason when unusable)."""
     shape = site.input_shape
     if shape is None or site.output_shape is None:
         site.status, site.reason = "skipped", "unknown rank (shape inference could not type this tensor)"
@@ -277,7 +278,7 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
             if site.input in view.initializers:
                 site.status, site.reason = "skipped", "input is a constant"
             else:
-                _assign_layout(view, site, layout)
+                settle_shape(view, site, layout)
     _unique_ids(sites)
     return sites
 

@@ -10,7 +10,6 @@ Div-by-√2 versus Mul-by-1/√2, and of constants being initializers or Constan
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Callable
 from dataclasses import dataclass
 

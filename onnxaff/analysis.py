@@ -1,0 +1,269 @@
+"""The main job: data through the augmented model, per-site chunks and moments, metrics, signature.
+
+Chunk rule: rows are cut into consecutive chunks of `chunk_size`; every full chunk is scored and a
+site's score is the mean over its chunks (std with ddof=0, and the count). A trailing partial chunk
+is dropped, so every score comes from equally sized samples, except when a site has no full chunk
+at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from onnxaff import __version__
+from onnxaff.collect import ChunkBuffer, Moments
+from onnxaff.data import model_inputs, open_source
+from onnxaff.errors import OnnxaffError
+from onnxaff.graph import augment_model, discover_sites, load_model
+from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
+from onnxaff.graph.rewrite import REDUCTIONS, SiteOutputs
+from onnxaff.graph.sites import Site, settle_shape
+from onnxaff.graph.view import GraphView
+from onnxaff.metrics import Chunk, Metric, registry, resolve
+from onnxaff.progress import Progress
+from onnxaff.runtime import Runner, ort
+from onnxaff.signature import Signature
+
+DEFAULT_METRICS = ("affinity", "affinity_lw")
+PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
+
+
+@dataclass
+class SiteState:
+    """Everything collected for one site during a run."""
+
+    site: Site
+    outputs: SiteOutputs
+    buffer: ChunkBuffer
+    moments: Moments | None = None
+    values: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+    nonfinite_rows: int = 0
+    chunks: int = 0
+    dims: tuple[int, int] | None = None
+
+    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric]) -> None:
+        if self.dims is None:
+            self.dims = (x.shape[1], y.shape[1])
+        if x.shape[0] != y.shape[0]:
+            raise OnnxaffError(f"site {self.site.id}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
+        self.rows += x.shape[0]
+        bad = ~(np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1))
+        if bad.any():
+            self.nonfinite_rows += int(bad.sum())
+        if self.nonfinite_rows:
+            return  # a flagged site gets no number at all
+        if self.moments is None:
+            self.moments = Moments(*self.dims)
+        self.moments.update(x, y)
+        for cx, cy in self.buffer.add(x, y):
+            self.score(cx, cy, metrics)
+
+    def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric]) -> None:
+        self.chunks += 1
+        chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
+        for m in metrics:
+            if m.needs != "chunk" or self._not_applicable(m):
+                continue
+            self._record(m, lambda m=m: m.compute(chunk))
+
+    def _not_applicable(self, m: Metric) -> str | None:
+        if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
+            return f"needs equal feature dimensions (X: {self.dims[0]}, Y: {self.dims[1]})"
+        return None
+
+    def _record(self, m: Metric, call) -> None:
+        try:
+            value = float(call())
+            if not math.isfinite(value):
+                raise ValueError(f"returned {value}")
+        except Exception as exc:
+            self.errors.setdefault(m.name, f"{type(exc).__name__}: {exc}")
+            return
+        self.values.setdefault(m.name, []).append(value)
+
+    def finish(self, metrics: list[Metric]) -> bool:
+        """Score the partial chunk if it is all there is, then the pooled metrics. True if partial used."""
+        partial = False
+        rest = self.buffer.remainder()
+        if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
+            self.score(*rest, metrics)
+            partial = True
+        if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
+            for m in metrics:
+                if m.needs == "moments" and not self._not_applicable(m):
+                    self._record(m, lambda m=m: m.compute(self.moments))
+        return partial
+
+    def entry(self, m: Metric, partial: bool) -> dict:
+        values = self.values.get(m.name, [])
+        out = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
+        if self.nonfinite_rows:
+            out["status"] = "nonfinite"
+        elif (reason := self._not_applicable(m)) is not None:
+            out.update(status="not_applicable", reason=reason)
+        elif m.name in self.errors:
+            out.update(status="error", error=self.errors[m.name])
+        elif not values:
+            out["status"] = "no_data"
+        if values and out["status"] == "ok":
+            out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
+            if partial and m.needs == "chunk":
+                out["partial"] = True
+        return out
+
+
+def _resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
+    """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
+    pending = [s for s in sites if s.status == "skipped" and s.reason.startswith("unknown rank")]
+    if not pending:
+        return
+    probes = [dataclasses.replace(s, status="ok") for s in pending]
+    raw, outs = augment_model(loaded.model, probes, raw=True)
+    names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
+    arrays = Runner(loaded, raw, device="cpu").run(names, feed)
+    view = GraphView(loaded.model.graph)
+    for k, s in enumerate(pending):
+        xa, ya = arrays[2 * k], arrays[2 * k + 1]
+        s.status, s.reason = "ok", ""
+        s.input_shape = ["N", *xa.shape[1:]]
+        s.output_shape = ["N", *ya.shape[1:]]
+        settle_shape(view, s, layout)
+        if s.ok:
+            s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
+
+
+def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:
+    m = loaded.model
+    if loaded.path is not None:
+        digest, path, name = sha256_of(loaded.path), str(loaded.path.resolve()), loaded.path.stem
+    else:
+        digest, path, name = hashlib.sha256(m.SerializeToString()).hexdigest(), None, m.graph.name or "model"
+    return {
+        "name": name, "path": path, "sha256": digest, "producer": m.producer_name,
+        "producer_version": m.producer_version, "opset": loaded.opset, "ir_version": m.ir_version,
+        "inputs": [i.describe() for i in model_inputs(m)], "nodes": len(m.graph.node),
+        "sites": len(sites), "sites_ok": sum(s.ok for s in sites),
+    }
+
+
+def analyze(
+    model: str | os.PathLike | onnx.ModelProto,
+    data: str,
+    *,
+    metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS,
+    chunk_size: int = 512,
+    batch_size: int = 64,
+    limit: int | None = None,
+    reduce: str = "mean",
+    device: str = "auto",
+    layout: str = "auto",
+    seed: int = 0,
+    input_shapes: dict | None = None,
+    plugins: tuple[str, ...] | list[str] = (),
+    progress: bool = True,
+) -> Signature:
+    """Run `data` through `model` and return its non-linearity signature."""
+    started = time.perf_counter()
+    if chunk_size < 2:
+        raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
+    if batch_size < 1:
+        raise OnnxaffError(f"--batch-size must be positive, got {batch_size}")
+    if reduce not in REDUCTIONS:
+        raise OnnxaffError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
+    loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
+    sites = discover_sites(loaded.model, layout=layout, infer_shapes=False)
+    if not sites:
+        raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found)")
+    metric_objs = resolve(list(metrics), plugins)
+    inputs = model_inputs(loaded.model)
+    source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes)
+
+    fixed = {i.fixed_batch for i in inputs} - {None}
+    effective_batch = fixed.pop() if len(fixed) == 1 else batch_size
+    warnings: list[str] = []
+    if effective_batch != batch_size:
+        warnings.append(f"the model's batch size is fixed at {effective_batch}: batches of {effective_batch}")
+
+    first = next(source.batches(effective_batch))
+    _resolve_unknown_ranks(loaded, sites, first, layout)
+    ok_sites = [s for s in sites if s.ok]
+    if not ok_sites:
+        raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
+    augmented, outputs = augment_model(loaded.model, ok_sites, reduce)
+    runner = Runner(loaded, augmented, device=device)
+    states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
+    names = [n for st in states for n in (st.outputs.x, st.outputs.y)]
+
+    bar = Progress(len(source), enabled=progress)
+    used = dropped = 0
+    for batch in source.batches(effective_batch):
+        n = next(iter(batch.values())).shape[0]
+        if fixed and n != effective_batch:
+            dropped += n  # a fixed-batch model cannot take the short last batch
+            continue
+        arrays = runner.run(names, batch)
+        for k, st in enumerate(states):
+            st.add(arrays[2 * k], arrays[2 * k + 1], metric_objs)
+        used += n
+        bar.update(n)
+    bar.close()
+    if dropped:
+        warnings.append(f"{dropped} trailing examples dropped: the model's batch size is fixed at {effective_batch}")
+
+    site_dicts = []
+    for s in sites:
+        d = s.to_dict()
+        st = next((x for x in states if x.site is s), None)
+        if st is None:
+            d["metrics"] = {}
+            site_dicts.append(d)
+            continue
+        partial = st.finish(metric_objs)
+        d.update(dim=st.dims[0] if st.dims else None, dim_y=st.dims[1] if st.dims else None,
+                 rows=st.rows, chunks=st.chunks, partial_chunk=partial)
+        if st.nonfinite_rows:
+            d["status"] = "flagged"
+            d["reason"] = f"NaN/Inf in the features of {st.nonfinite_rows} of {st.rows} rows"
+            warnings.append(f"site {s.index} ({s.id}): {d['reason']}")
+        d["metrics"] = {m.name: st.entry(m, partial) for m in metric_objs}
+        for name, err in st.errors.items():
+            warnings.append(f"site {s.index} ({s.id}): metric {name} failed: {err}")
+        if partial:
+            warnings.append(f"site {s.index} ({s.id}): fewer rows ({st.rows}) than one chunk ({chunk_size})")
+        site_dicts.append(d)
+    skipped = [s for s in sites if not s.ok]
+    if skipped:
+        warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({s.reason for s in skipped})))
+
+    seconds = time.perf_counter() - started
+    reg = registry(plugins)
+    description = source.describe()
+    description.update(samples=used, dropped=dropped)
+    return Signature(
+        model=_model_info(loaded, sites),
+        data=description,
+        options={"metrics": list(metrics), "chunk_size": chunk_size, "batch_size": effective_batch,
+                 "limit": limit, "reduce": reduce, "device": device, "layout": layout, "seed": seed,
+                 "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+                 "plugins": [str(Path(p)) for p in plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
+                 "std": "population std (ddof=0) over chunk scores"},
+        runtime={"providers": runner.providers, "onnxruntime": ort().__version__, "seconds": round(seconds, 3),
+                 "samples_per_second": round(used / seconds, 2) if seconds > 0 else None},
+        metrics={m.name: {**m.info(), "origin": reg[m.name].origin} for m in metric_objs},
+        sites=site_dicts,
+        warnings=warnings,
+        onnxaff_version=__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )

@@ -1,0 +1,46 @@
+"""Data sources: arrays and synthetic inputs (image folders: their own module, to come)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from onnxaff.data.arrays import ArraySource
+from onnxaff.data.source import DataSource, InputSpec, model_inputs
+from onnxaff.data.synthetic import SyntheticSource
+from onnxaff.errors import OnnxaffError
+
+__all__ = ["DataSource", "InputSpec", "model_inputs", "open_source", "parse_input_shapes"]
+
+
+def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
+    """--input-shape NAME=3x48x192 (dims after the batch axis)."""
+    shapes = {}
+    for item in items:
+        name, eq, dims = item.partition("=")
+        try:
+            parsed = tuple(int(d) for d in dims.lower().replace(",", "x").split("x") if d)
+        except ValueError:
+            parsed = ()
+        if not eq or not name or not parsed or min(parsed) <= 0:
+            raise OnnxaffError(f"--input-shape {item!r} is not NAME=D1xD2x... (dims after the batch axis)")
+        shapes[name] = parsed
+    return shapes
+
+
+def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
+                shapes: dict | None = None) -> DataSource:
+    if limit is not None and limit <= 0:
+        raise OnnxaffError(f"--limit must be positive, got {limit}")
+    for name in shapes or {}:
+        if name not in {i.name for i in inputs}:
+            raise OnnxaffError(f"--input-shape names {name!r}, which is not a model input")
+    if spec.startswith("synthetic:"):
+        return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes)
+    path = Path(spec)
+    if path.suffix.lower() in (".npy", ".npz"):
+        return ArraySource(path, inputs, limit=limit)
+    if not path.exists():
+        raise OnnxaffError(f"data not found: {spec}")
+    if path.is_dir():
+        raise OnnxaffError(f"{spec} is a folder: image folders are not supported yet; give a .npy/.npz file")
+    raise OnnxaffError(f"unrecognised data {spec!r}: give a .npy/.npz file or synthetic:gaussian|uniform|grid")

@@ -1,0 +1,91 @@
+"""What every data source offers the batch loop, and the model inputs it must fill."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnxaff.errors import OnnxaffError
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: name, numpy dtype and dims (ints, or str for symbolic / unknown)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    @property
+    def fixed_batch(self) -> int | None:
+        return self.shape[0] if self.shape and isinstance(self.shape[0], int) and self.shape[0] > 0 else None
+
+    def example_shape(self) -> tuple:
+        return tuple(self.shape[1:])
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype.name}[{', '.join(str(d) for d in self.shape)}]"
+
+
+def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
+    """The inputs a caller must feed (graph inputs that are not initializers)."""
+    inits = {t.name for t in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise OnnxaffError(f"input {vi.name!r} is not a tensor (sequence/map inputs are not supported)")
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        dims = []
+        for d in tt.shape.dim:
+            dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?"))
+        specs.append(InputSpec(vi.name, dtype, tuple(dims)))
+    return specs
+
+
+def check_example_shape(spec: InputSpec, shape: tuple, what: str) -> None:
+    """A clear error when data does not fit an input's static dims (symbolic dims accept anything)."""
+    want = spec.example_shape()
+    if spec.shape and len(shape) != len(want):
+        raise OnnxaffError(
+            f"{what} gives examples of shape {list(shape)} but model input {spec.describe()} "
+            f"expects rank {len(spec.shape)} (batch first)"
+        )
+    for got, exp in zip(shape, want, strict=False):
+        if isinstance(exp, int) and exp > 0 and got != exp:
+            raise OnnxaffError(
+                f"{what} gives examples of shape {list(shape)} but model input {spec.describe()} "
+                f"expects {[d for d in want]} after the batch axis"
+            )
+
+
+def cast_for(spec: InputSpec, array: np.ndarray, what: str) -> np.ndarray:
+    """Cast data to the input's dtype when that loses nothing essential; refuse float → int."""
+    if array.dtype == spec.dtype:
+        return array
+    if np.issubdtype(spec.dtype, np.floating) and np.issubdtype(array.dtype, np.number):
+        return array.astype(spec.dtype)
+    if np.issubdtype(spec.dtype, np.integer) and np.issubdtype(array.dtype, np.integer):
+        return array.astype(spec.dtype)
+    if spec.dtype == np.bool_ and array.dtype == np.bool_:
+        return array
+    raise OnnxaffError(f"{what} has dtype {array.dtype} but model input {spec.describe()} needs {spec.dtype}")
+
+
+class DataSource:
+    """Examples for a model's inputs, in a fixed order, yielded as batches."""
+
+    def __len__(self) -> int:  # number of examples
+        raise NotImplementedError
+
+    def batches(self, batch_size: int, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        raise NotImplementedError

@@ -1,0 +1,144 @@
+"""The metric plugin interface and registry.
+
+A metric is a class with a few declared attributes and one `compute` method. Built-ins and
+third-party metrics register the same way, through the `onnxaff.metrics` entry-point group; a
+single file can also be loaded with `--plugin path.py`. Example, a complete plugin:
+
+    from onnxaff.metrics import Chunk, Metric
+    import numpy as np
+
+    class MeanAbsChange(Metric):
+        name = "mean_abs_change"
+        description = "mean |Y − X| over a chunk (elementwise sites)"
+        higher_is_more_linear = False
+        range = (0.0, float("inf"))
+        needs = "chunk"
+        equal_dims = True
+
+        def compute(self, chunk: Chunk) -> float:
+            return float(np.mean(np.abs(chunk.y - chunk.x)))
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from onnxaff.errors import OnnxaffError
+
+ENTRY_POINT_GROUP = "onnxaff.metrics"
+NEEDS = ("chunk", "moments")  # what the analysis loop can hand a metric today
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """n paired rows of one site's features, float64: X [n, dx], Y [n, dy]."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.x.shape[0]
+
+
+class Metric:
+    """Subclass, set the class attributes, implement compute()."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    higher_is_more_linear: ClassVar[bool] = True
+    range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    needs: ClassVar[str] = "chunk"  # what compute() receives: a Chunk, or the site's pooled Moments
+    equal_dims: ClassVar[bool] = False  # True: only defined when X and Y have the same dimension
+
+    def compute(self, sample) -> float:  # pragma: no cover - the interface
+        raise NotImplementedError
+
+    @classmethod
+    def info(cls) -> dict:
+        return {
+            "description": cls.description,
+            "direction": "higher = more linear" if cls.higher_is_more_linear else "lower = more linear",
+            "range": list(cls.range),
+            "needs": cls.needs,
+            "equal_dims": cls.equal_dims,
+        }
+
+
+@dataclass(frozen=True)
+class Registered:
+    cls: type[Metric]
+    origin: str  # "entry point <dist>: module:attr" or "file <path>"
+
+
+def _check(cls, origin: str) -> None:
+    if not (inspect.isclass(cls) and issubclass(cls, Metric)) or not cls.name:
+        raise OnnxaffError(f"{origin} is not an onnxaff Metric subclass with a name")
+    if cls.needs not in NEEDS:
+        raise OnnxaffError(f"metric {cls.name!r} ({origin}) declares unknown needs {cls.needs!r}")
+
+
+def _add(found: dict[str, Registered], cls, origin: str, key: str) -> None:
+    _check(cls, origin)
+    if cls.name in found:
+        if found[cls.name].cls is cls:
+            return  # the same class listed twice (editable installs list entry points twice)
+        raise OnnxaffError(f"two metrics are named {cls.name!r}: {found[cls.name].origin} and {origin}")
+    found[cls.name] = Registered(cls, origin)
+
+
+def load_plugin_file(path: str | Path) -> list[type[Metric]]:
+    path = Path(path)
+    if not path.is_file():
+        raise OnnxaffError(f"plugin file not found: {path}")
+    spec = importlib.util.spec_from_file_location(f"onnxaff_plugin_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise OnnxaffError(f"plugin file {path} failed to import: {type(exc).__name__}: {exc}") from None
+    classes = [
+        c for c in vars(module).values()
+        if inspect.isclass(c) and issubclass(c, Metric) and c is not Metric and c.__module__ == module.__name__
+    ]
+    if not classes:
+        raise OnnxaffError(f"plugin file {path} defines no Metric subclass")
+    return classes
+
+
+def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Registered]:
+    """Every available metric by name: entry points first, then plugin files."""
+    found: dict[str, Registered] = {}
+    seen_eps = set()
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if (ep.name, ep.value) in seen_eps:
+            continue
+        seen_eps.add((ep.name, ep.value))
+        dist = getattr(ep.dist, "name", None) or "?"
+        origin = f"entry point of {dist}: {ep.value}"
+        try:
+            cls = ep.load()
+        except Exception as exc:
+            raise OnnxaffError(f"metric entry point {ep.name!r} ({origin}) failed to load: {exc}") from None
+        _add(found, cls, origin, ep.name)
+    for path in plugin_files:
+        for cls in load_plugin_file(path):
+            _add(found, cls, f"file {path}", cls.name)
+    if not found:
+        raise OnnxaffError("no metrics are registered: install onnxaff (pip install -e .) so its entry points exist")
+    return found
+
+
+def resolve(names: list[str], plugin_files=()) -> list[Metric]:
+    available = registry(plugin_files)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise OnnxaffError(f"unknown metric {unknown[0]!r}; available: {', '.join(sorted(available))}")
+    return [available[n].cls() for n in names]

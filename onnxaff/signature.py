@@ -1,0 +1,124 @@
+"""The signature file: a versioned JSON schema, written atomically, read back with checks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from onnxaff.errors import OnnxaffError
+
+SCHEMA = "onnxaff.signature"
+SCHEMA_VERSION = 1
+NEAR_LINEAR = 0.95
+
+
+def signature_stats(values: list[float]) -> dict:
+    """The statistics of DESIGN §4 over one metric's per-site scores."""
+    v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
+    if v.size == 0:
+        return {"sites": 0}
+    mean = float(v.mean())
+    return {
+        "sites": int(v.size), "min": float(v.min()), "max": float(v.max()), "mean": mean,
+        "median": float(np.median(v)), "std": float(v.std()),
+        "max_over_mean": float(v.max() / mean) if mean != 0 else None,
+        "share_above_0.95": float(np.mean(v > NEAR_LINEAR)),
+    }
+
+
+@dataclass
+class Signature:
+    """A network's non-linearity signature: per site, in forward order, every metric's score."""
+
+    model: dict
+    data: dict
+    options: dict
+    runtime: dict
+    metrics: dict
+    sites: list[dict]
+    warnings: list[str] = field(default_factory=list)
+    onnxaff_version: str = ""
+    created: str = ""
+
+    def scores(self, metric: str = "affinity") -> list[float | None]:
+        """The signature: one value per ok site, in order."""
+        return [s["metrics"][metric]["mean"] for s in self.sites if s["status"] == "ok" and metric in s["metrics"]]
+
+    def summary(self) -> dict:
+        return {name: signature_stats(self.scores(name)) for name in self.metrics}
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "onnxaff_version": self.onnxaff_version,
+            "created": self.created, "model": self.model, "data": self.data, "options": self.options,
+            "runtime": self.runtime, "metrics": self.metrics, "summary": self.summary(),
+            "warnings": self.warnings, "sites": self.sites,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Signature:
+        if d.get("schema") != SCHEMA:
+            raise OnnxaffError("not an onnxaff signature (missing schema field)")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise OnnxaffError(f"signature schema version {d.get('schema_version')} is not {SCHEMA_VERSION}")
+        return cls(model=d["model"], data=d["data"], options=d["options"], runtime=d["runtime"],
+                   metrics=d["metrics"], sites=d["sites"], warnings=d.get("warnings", []),
+                   onnxaff_version=d.get("onnxaff_version", ""), created=d.get("created", ""))
+
+    def write(self, path: str | Path) -> Path:
+        return write_json_atomic(path, self.to_dict())
+
+
+def _clean(obj):
+    """JSON without NaN: non-finite numbers become null (their status says why)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _clean(obj.item())
+    return obj
+
+
+def write_json_atomic(path: str | Path, payload: dict) -> Path:
+    """Write to a temporary file beside the target, then rename: a reader never sees half a file."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise OnnxaffError(f"output folder does not exist: {folder}")
+    text = json.dumps(_clean(payload), indent=1, allow_nan=False) + "\n"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_signature(path: str | Path) -> Signature:
+    path = Path(path)
+    if not path.exists():
+        raise OnnxaffError(f"signature file not found: {path}")
+    try:
+        d = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise OnnxaffError(f"{path} is not valid JSON: {exc}") from None
+    return Signature.from_dict(d)
