@@ -67,3 +67,28 @@ def test_shared_pretrained_models(name):
         pytest.skip("../shared/models is not here")
     sites = discover_sites(load_model(path).model, infer_shapes=False)
     assert dict(Counter(s.kind for s in sites)) == SHARED_COUNTS[name]
+
+
+SHARED_SHAPES = {"ch_ppocr_mobile_v2.0_cls_infer.onnx": {"x": (3, 48, 192)}}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_COUNTS))
+def test_shared_pretrained_models_analyze_synthetic(name):
+    import math
+
+    import onnxaff
+
+    path = SHARED_MODELS / name
+    if not path.exists():
+        pytest.skip("../shared/models is not here")
+    sig = onnxaff.analyze(path, "synthetic:gaussian", limit=32, chunk_size=32, metrics=["affinity"],
+                          input_shapes=SHARED_SHAPES.get(name), progress=False)
+    assert len(sig.sites) == sum(SHARED_COUNTS[name].values())
+    for s in sig.sites:
+        entry = s["metrics"]["affinity"]
+        # one score per ok site; a missing number always comes with a flagged reason
+        if s["status"] == "ok":
+            assert entry["status"] == "ok" and math.isfinite(entry["mean"]) and entry["chunks"] == 1
+        else:
+            assert s["reason"] and entry["mean"] is None
+    assert len(sig.scores()) == sum(s["status"] == "ok" for s in sig.sites) > 0

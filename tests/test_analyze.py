@@ -1,0 +1,218 @@
+"""`onnxaff analyze` end to end: CLI = API = an independent computation, and the signature contract."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxaff
+from onnxaff.errors import OnnxaffError
+from onnxaff.signature import read_signature
+from tests.conftest import FIXTURES, parse
+
+ACTIVATIONS = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[N, 1] x) => (float[N, 1] r, float[N, 1] t, float[N, 1] s) {
+    r = Relu(x)
+    t = Tanh(x)
+    s = Sigmoid(x)
+}"""
+
+
+def independent_affinity_1d(x, y, eps=1e-6):
+    """d = 1 in closed form: T(x) = sqrt(σ_Y²/σ_X²)(x − m_X) + m_Y; 1-D OT pairs sorted values."""
+    vx, vy = x.var(ddof=1) + eps, y.var(ddof=1) + eps
+    t = np.sqrt(vy / vx) * (x - x.mean()) + y.mean()
+    w2 = np.mean((np.sort(t) - np.sort(y)) ** 2)
+    return 1 - np.sqrt(w2 / (2 * vy))
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture
+def activation_case(tmp_path, rng):
+    model = tmp_path / "acts.onnx"
+    onnx.save(parse(ACTIVATIONS), model)
+    x = rng.standard_normal((2048, 1)).astype(np.float32)
+    data = tmp_path / "gauss.npy"
+    np.save(data, x)
+    return model, data, x
+
+
+def test_cli_equals_api_equals_independent(activation_case, tmp_path):
+    model, data, x = activation_case
+    out = tmp_path / "sig.json"
+    r = cli("analyze", model, "--data", data, "--out", out, "--metrics", "affinity", "--quiet")
+    assert r.returncode == 0, r.stderr
+    from_cli = read_signature(out)
+    from_api = onnxaff.analyze(model, str(data), metrics=["affinity"], progress=False)
+    assert from_cli.scores() == from_api.scores()
+    x64 = x[:, 0].astype(np.float64)
+    for site, f in zip(from_api.sites, (lambda v: np.maximum(v, 0), np.tanh, lambda v: 1 / (1 + np.exp(-v))),
+                       strict=True):
+        chunks = [independent_affinity_1d(x64[i:i + 512], f(x64[i:i + 512])) for i in range(0, 2048, 512)]
+        entry = site["metrics"]["affinity"]
+        assert entry["chunks"] == 4 and entry["status"] == "ok"
+        # float32 activations from the runtime against float64 ones here: agreement to ~1e-7.
+        np.testing.assert_allclose(entry["values"], chunks, atol=2e-6)
+        assert entry["mean"] == pytest.approx(np.mean(chunks), abs=2e-6)
+        assert entry["std"] == pytest.approx(np.std(chunks), abs=2e-6)
+    relu, tanh, sigm = from_api.scores()
+    assert sigm > tanh > relu  # on N(0, 1), sigmoid is the most linear of the three
+
+
+def test_signature_contract(activation_case, tmp_path):
+    model, data, _ = activation_case
+    sig = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, batch_size=100)
+    d = json.loads(sig.write(tmp_path / "s.json").read_text())
+    assert d["schema"] == "onnxaff.signature" and d["schema_version"] == 1
+    assert len(d["model"]["sha256"]) == 64 and d["model"]["opset"] == 17
+    assert d["data"]["samples"] == 2048 and d["data"]["kind"] == "arrays"
+    assert d["options"]["chunk_size"] == 256 and d["options"]["reduce"] == "mean"
+    assert d["runtime"]["providers"] == ["CPUExecutionProvider"]
+    assert set(d["metrics"]) == {"affinity", "affinity_lw"}
+    for k, s in enumerate(d["sites"]):
+        assert s["index"] == k and s["dim"] == 1 and s["rows"] == 2048
+        for m in ("affinity", "affinity_lw"):
+            assert s["metrics"][m]["chunks"] == 8 and 0 < s["metrics"][m]["mean"] <= 1
+    assert d["summary"]["affinity"]["sites"] == 3
+    assert read_signature(tmp_path / "s.json").scores() == sig.scores()
+    # chunk scores do not depend on the batch size
+    again = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, batch_size=7)
+    np.testing.assert_allclose(again.scores(), sig.scores(), rtol=0, atol=1e-12)
+
+
+MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_fixtures_end_to_end_synthetic(name):
+    sig = onnxaff.analyze(FIXTURES / f"{name}.onnx", "synthetic:gaussian", limit=96, chunk_size=48,
+                          progress=False)
+    assert [s["kind"] for s in sig.sites] == MANIFEST[name]["kinds"]
+    for s in sig.sites:
+        assert s["status"] == "ok"
+        for m in s["metrics"].values():
+            assert m["status"] == "ok" and m["chunks"] == 2 and np.isfinite(m["mean"]), m
+
+
+def test_nonfinite_features_flag_the_site_only(tmp_path):
+    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[N, 3] x) => (float[N, 3] r, float[N, 3] t) {
+        r = Relu(x)
+        l = Log(x)
+        t = Tanh(l)
+    }""")
+    sig = onnxaff.analyze(model, "synthetic:gaussian", limit=64, chunk_size=32, progress=False)
+    relu, tanh = sig.sites
+    assert relu["status"] == "ok" and relu["metrics"]["affinity"]["mean"] is not None
+    assert tanh["status"] == "flagged" and "NaN/Inf" in tanh["reason"]
+    assert tanh["metrics"]["affinity"] == {"mean": None, "std": None, "chunks": 0, "status": "nonfinite"}
+    assert any("NaN/Inf" in w for w in sig.warnings)
+    json.dumps(sig.to_dict(), allow_nan=False)
+
+
+def test_partial_chunk_rule(activation_case):
+    model, data, _ = activation_case
+    small = onnxaff.analyze(model, str(data), limit=100, progress=False)
+    entry = small.sites[0]["metrics"]["affinity"]
+    assert entry["chunks"] == 1 and entry["partial"] is True
+    big = onnxaff.analyze(model, str(data), limit=1100, progress=False)  # 2 full chunks, 76 rows dropped
+    entry = big.sites[0]["metrics"]["affinity"]
+    assert entry["chunks"] == 2 and "partial" not in entry
+
+
+def test_fixed_batch_one_model():
+    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[1, 4] x) => (float[1, 4] y) { y = Tanh(x) }""")
+    sig = onnxaff.analyze(model, "synthetic:gaussian", limit=20, chunk_size=10, batch_size=8, progress=False)
+    assert sig.options["batch_size"] == 1 and sig.sites[0]["rows"] == 20
+    assert sig.sites[0]["metrics"]["affinity"]["chunks"] == 2
+
+
+def test_positions_reduction_counts_positions():
+    sig = onnxaff.analyze(FIXTURES / "res_cnn_op17.onnx", "synthetic:gaussian", limit=4, reduce="positions",
+                          chunk_size=512, progress=False)
+    assert all(s["rows"] == 4 * 16 * 16 for s in sig.sites)
+    assert all(s["metrics"]["affinity"]["chunks"] == 2 for s in sig.sites)
+
+
+def test_plugin_that_raises_leaves_other_metrics_intact(tmp_path, activation_case):
+    model, data, _ = activation_case
+    plugin = tmp_path / "bad_metric.py"
+    plugin.write_text(
+        "from onnxaff.metrics import Metric\n"
+        "class Broken(Metric):\n"
+        "    name = 'broken'\n"
+        "    description = 'always fails'\n"
+        "    def compute(self, chunk):\n"
+        "        raise RuntimeError('boom')\n"
+    )
+    sig = onnxaff.analyze(model, str(data), metrics=["affinity", "broken"], plugins=[str(plugin)], progress=False)
+    clean = onnxaff.analyze(model, str(data), metrics=["affinity"], progress=False)
+    assert sig.scores("affinity") == clean.scores("affinity")
+    for s in sig.sites:
+        assert s["metrics"]["broken"]["status"] == "error" and "boom" in s["metrics"]["broken"]["error"]
+    assert sum("metric broken failed" in w for w in sig.warnings) == 3
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"metrics": ["nope"]}, "unknown metric 'nope'"),
+    ({"reduce": "median"}, "unknown reduction"),
+    ({"chunk_size": 1}, "--chunk-size"),
+    ({"device": "tpu"}, "unknown device"),
+])
+def test_bad_options(activation_case, kwargs, fragment):
+    model, data, _ = activation_case
+    with pytest.raises(OnnxaffError, match=fragment):
+        onnxaff.analyze(model, str(data), progress=False, **kwargs)
+
+
+def test_bad_data(activation_case, tmp_path):
+    model, _, _ = activation_case
+    np.savez(tmp_path / "wrong.npz", y=np.zeros((4, 1), np.float32), z=np.zeros((4, 1), np.float32))
+    with pytest.raises(OnnxaffError, match="no array for model input 'x'"):
+        onnxaff.analyze(model, str(tmp_path / "wrong.npz"), progress=False)
+    np.save(tmp_path / "shape.npy", np.zeros((4, 3), np.float32))
+    with pytest.raises(OnnxaffError, match="expects"):
+        onnxaff.analyze(model, str(tmp_path / "shape.npy"), progress=False)
+    with pytest.raises(OnnxaffError, match="data not found"):
+        onnxaff.analyze(model, str(tmp_path / "missing.bin"), progress=False)
+    with pytest.raises(OnnxaffError, match="unknown synthetic"):
+        onnxaff.analyze(model, "synthetic:poisson", progress=False)
+
+
+def test_model_without_nonlinearity():
+    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 3] x) => (float[N, 3] y) { y = Neg(x) }')
+    with pytest.raises(OnnxaffError, match="no non-linearity"):
+        onnxaff.analyze(model, "synthetic:gaussian", progress=False)
+
+
+def test_cli_errors_are_one_line_and_leave_nothing(activation_case, tmp_path):
+    model, data, _ = activation_case
+    r = cli("analyze", model, "--data", data, "--out", tmp_path / "missing" / "sig.json", "--quiet")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "output folder does not exist" in r.stderr
+    assert not (tmp_path / "missing").exists()
+    r = cli("analyze", model, "--data", tmp_path / "nothing.npy")
+    assert r.returncode == 2 and r.stderr.strip() == f"onnxaff: error: data file not found: {tmp_path / 'nothing.npy'}"
+
+
+def test_atomic_write_keeps_a_good_file_when_writing_fails(tmp_path, activation_case, monkeypatch):
+    model, data, _ = activation_case
+    sig = onnxaff.analyze(model, str(data), limit=64, progress=False)
+    target = sig.write(tmp_path / "keep.json")
+    before = target.read_text()
+    import onnxaff.signature as signature_module
+
+    def fail(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(signature_module.os, "replace", fail)
+    with pytest.raises(OSError):
+        sig.write(target)
+    assert target.read_text() == before
+    assert not list(tmp_path.glob(".keep.json.*"))  # no temporary left behind
