@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import numpy as np
 import onnx
 
@@ -77,20 +71,8 @@ def providers_for(device: str) -> list[str]:
     return [CPU]
 
 
-@contextlib.contextmanager
-def _model_file(loaded: LoadedModel, model: onnx.ModelProto) -> Iterator[str | bytes]:
-    """Bytes for an inline model; for external data a temporary file whose data links to the originals."""
-    if not loaded.has_external_data:
-        yield model.SerializeToString()
-        return
-    with tempfile.TemporaryDirectory(prefix="onnxaff-") as tmp:
-        for loc in loaded.external_locations:
-            link = Path(tmp) / loc
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink((loaded.base_dir / loc).resolve(), link)
-        path = Path(tmp) / "augmented.onnx"
-        onnx.save_model(model, str(path))
-        yield str(path)
+# Loading from bytes, onnxruntime looks for external data here (the weights stay where they are).
+_EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 
 class Runner:
@@ -99,9 +81,12 @@ class Runner:
     def __init__(self, loaded: LoadedModel, model: onnx.ModelProto, device: str = "auto", threads: int | None = None):
         providers = providers_for(device)
         rt = ort()
+        options = _options(threads)
+        if loaded.has_external_data:
+            options.add_session_config_entry(_EXTERNAL_FOLDER_KEY, str(loaded.base_dir.resolve()))
         try:
-            with _model_file(loaded, model) as source:
-                self.session = rt.InferenceSession(source, _options(threads), providers=providers)
+            # The proto carries no weights of external-data models, so it serialises whatever their size.
+            self.session = rt.InferenceSession(model.SerializeToString(), options, providers=providers)
         except Exception as exc:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise OnnxaffError(f"onnxruntime cannot load the model: {msg}") from None

@@ -216,3 +216,27 @@ def test_atomic_write_keeps_a_good_file_when_writing_fails(tmp_path, activation_
         sig.write(target)
     assert target.read_text() == before
     assert not list(tmp_path.glob(".keep.json.*"))  # no temporary left behind
+
+
+def test_model_with_external_data_runs_where_it_lies(tmp_path, rng):
+    from onnx import numpy_helper
+
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[N, 32] x) => (float[N, 32] y) {
+        h = MatMul(x, w)
+        y = Relu(h)
+    }""")
+    w = rng.standard_normal((32, 32)).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(w, "w"))
+    sub = tmp_path / "weights"
+    sub.mkdir()
+    path = sub / "ext.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="ext.data", size_threshold=0)
+    x = rng.standard_normal((256, 32)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    sig = onnxaff.analyze(path, str(tmp_path / "x.npy"), chunk_size=128, metrics=["affinity"], progress=False)
+    inline = parse("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[N, 32] x) => (float[N, 32] y) { y = Relu(x) }""")
+    np.save(tmp_path / "h.npy", x @ w)
+    ref = onnxaff.analyze(inline, str(tmp_path / "h.npy"), chunk_size=128, metrics=["affinity"], progress=False)
+    assert sig.scores() == pytest.approx(ref.scores(), abs=1e-6)

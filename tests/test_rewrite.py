@@ -38,7 +38,8 @@ def check_against_raw(model: onnx.ModelProto, feeds: dict, mode: str) -> int:
     original = run(model, feeds)
     assert [o.name for o in aug.graph.output][: len(model.graph.output)] == [o.name for o in model.graph.output]
     for name, value in original.items():
-        np.testing.assert_array_equal(got[name], value)
+        # onnxruntime may fuse the original graph differently once a tensor is exported: float32 rounding.
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6)
     for s in sites:
         if not s.ok:
             continue
