@@ -21,15 +21,17 @@ import numpy as np
 import onnx
 
 from onnxaff import __version__
-from onnxaff.collect import ChunkBuffer, Moments
+from onnxaff.collect import ChunkBuffer, JvpAccumulator, Moments
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, discover_sites, load_model
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
 from onnxaff.graph.rewrite import REDUCTIONS, SiteOutputs
 from onnxaff.graph.sites import Site, settle_shape
+from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
-from onnxaff.metrics import Chunk, Metric, registry, resolve
+from onnxaff.metrics import Chunk, JvpStats, Metric, registry, resolve
+from onnxaff.network import NetworkNLC
 from onnxaff.progress import Progress
 from onnxaff.runtime import Runner, ort
 from onnxaff.signature import Signature
@@ -51,7 +53,25 @@ class SiteState:
     rows: int = 0
     nonfinite_rows: int = 0
     chunks: int = 0
+    chunk_rows: int = 0
     dims: tuple[int, int] | None = None
+    previous: Chunk | None = None  # for chunk_pair metrics
+    jvp: JvpAccumulator | None = None
+
+    def output_names(self) -> list[str]:
+        names = [self.outputs.x, self.outputs.y]
+        if self.jvp is not None:
+            names += list(self.outputs.jvp.names.values())
+        return names
+
+    def add_jvp(self, n: int, arrays: list[np.ndarray]) -> None:
+        if self.jvp is None or self.nonfinite_rows:
+            return
+        stats = dict(zip(self.outputs.jvp.names, arrays, strict=True))
+        if not all(np.isfinite(a).all() for a in stats.values()):
+            self.nonfinite_rows = max(self.nonfinite_rows, 1)
+            return
+        self.jvp.add(n, stats)
 
     def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric]) -> None:
         if self.dims is None:
@@ -72,15 +92,22 @@ class SiteState:
 
     def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric]) -> None:
         self.chunks += 1
+        self.chunk_rows = x.shape[0]
         chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
         for m in metrics:
-            if m.needs != "chunk" or self._not_applicable(m):
+            if self._not_applicable(m):
                 continue
-            self._record(m, lambda m=m: m.compute(chunk))
+            if m.needs == "chunk":
+                self._record(m, lambda m=m: m.compute(chunk))
+            elif m.needs == "chunk_pair" and self.previous is not None:
+                self._record(m, lambda m=m: m.compute((self.previous, chunk)))
+        self.previous = chunk
 
     def _not_applicable(self, m: Metric) -> str | None:
         if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
             return f"needs equal feature dimensions (X: {self.dims[0]}, Y: {self.dims[1]})"
+        if m.needs == "jvp" and self.jvp is None:
+            return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
         return None
 
     def _record(self, m: Metric, call) -> None:
@@ -104,6 +131,12 @@ class SiteState:
             for m in metrics:
                 if m.needs == "moments" and not self._not_applicable(m):
                     self._record(m, lambda m=m: m.compute(self.moments))
+        traces = self.jvp.traces() if self.jvp is not None and not self.nonfinite_rows else None
+        if traces is not None:
+            stats = JvpStats(self.jvp.form, *traces)
+            for m in metrics:
+                if m.needs == "jvp":
+                    self._record(m, lambda m=m: m.compute(stats))
         return partial
 
     def entry(self, m: Metric, partial: bool) -> dict:
@@ -117,10 +150,18 @@ class SiteState:
             out.update(status="error", error=self.errors[m.name])
         elif not values:
             out["status"] = "no_data"
+        elif not values and m.needs == "chunk_pair" and self.chunks < 2:
+            out.update(status="no_data", reason="needs at least two chunks")
+        elif not values and m.needs == "jvp" and self.jvp is not None and self.jvp.short_batches:
+            out.update(status="no_data", reason="needs batches of at least 2 examples")
         if values and out["status"] == "ok":
             out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
-            if partial and m.needs == "chunk":
+            if partial and m.needs in ("chunk", "chunk_pair"):
                 out["partial"] = True
+            if m.needs in ("moments", "jvp"):
+                out.update(chunks=0, std=None, pooled_rows=self.rows)
+            if self.dims and (note := m.caveat(self.chunk_rows or self.rows, *self.dims)):
+                out["caveat"] = note
         return out
 
 
@@ -201,10 +242,21 @@ def analyze(
     ok_sites = [s for s in sites if s.ok]
     if not ok_sites:
         raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
-    augmented, outputs = augment_model(loaded.model, ok_sites, reduce)
+    needs_jvp = any(m.needs == "jvp" for m in metric_objs)
+    augmented, outputs = augment_model(loaded.model, ok_sites, reduce, jvp=needs_jvp)
     runner = Runner(loaded, augmented, device=device)
     states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
-    names = [n for st in states for n in (st.outputs.x, st.outputs.y)]
+    for st in states:
+        if st.outputs.jvp is not None:
+            st.jvp = JvpAccumulator(st.outputs.jvp.form)
+    slices, names = [], []
+    for st in states:
+        own = st.output_names()
+        slices.append(slice(len(names), len(names) + len(own)))
+        names += own
+    network = NetworkNLC(loaded, inputs, device) if needs_jvp else None
+    if network is not None:
+        names += network.output_names
 
     bar = Progress(len(source), enabled=progress)
     used = dropped = 0
@@ -214,8 +266,12 @@ def analyze(
             dropped += n  # a fixed-batch model cannot take the short last batch
             continue
         arrays = runner.run(names, batch)
-        for k, st in enumerate(states):
-            st.add(arrays[2 * k], arrays[2 * k + 1], metric_objs)
+        for st, part in zip(states, slices, strict=True):
+            x, y, *jvp = arrays[part]
+            st.add(x, y, metric_objs)
+            st.add_jvp(n, jvp)
+        if network is not None:
+            network.add(batch, arrays[len(arrays) - len(network.output_names):])
         used += n
         bar.update(n)
     bar.close()
@@ -252,7 +308,8 @@ def analyze(
     description = source.describe()
     description.update(samples=used, dropped=dropped)
     return Signature(
-        model=_model_info(loaded, sites),
+        model={**_model_info(loaded, sites), "stats": model_stats(loaded.model, sites)},
+        network={"nlc": network.result()} if network is not None else {},
         data=description,
         options={"metrics": list(metrics), "chunk_size": chunk_size, "batch_size": effective_batch,
                  "limit": limit, "reduce": reduce, "device": device, "layout": layout, "seed": seed,

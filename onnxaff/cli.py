@@ -166,8 +166,8 @@ def plugins(plugin, fmt) -> None:
     if fmt == "json":
         click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin} for n, r in sorted(found.items())}, indent=1))
         return
-    rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]}, {r.cls.range[1]}]", r.origin,
-             r.cls.description] for n, r in sorted(found.items())]
+    rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
+             r.origin, r.cls.description] for n, r in sorted(found.items())]
     click.echo(_table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))
 
 

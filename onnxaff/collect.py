@@ -89,3 +89,69 @@ class ChunkBuffer:
         if self.rows == 0:
             return None
         return np.concatenate(self._x), np.concatenate(self._y)
+
+
+@dataclass
+class ElementMoments:
+    """Per-element count, mean and centred sum of squares of a tensor over examples (Chan merge)."""
+
+    n: int = 0
+    mean: np.ndarray | None = None
+    m2: np.ndarray | None = None
+
+    def merge_batch(self, n: int, mean: np.ndarray, m2: np.ndarray) -> None:
+        mean, m2 = np.asarray(mean, np.float64), np.asarray(m2, np.float64)
+        if self.n == 0:
+            self.n, self.mean, self.m2 = n, mean.copy(), m2.copy()
+            return
+        total = self.n + n
+        delta = mean - self.mean
+        self.m2 = self.m2 + m2 + delta * delta * (self.n * n / total)
+        self.mean = self.mean + delta * (n / total)
+        self.n = total
+
+    def add(self, values: np.ndarray) -> None:
+        values = np.asarray(values, np.float64)
+        mean = values.mean(axis=0)
+        self.merge_batch(values.shape[0], mean, ((values - mean) ** 2).sum(axis=0))
+
+    def variance(self) -> np.ndarray:
+        return self.m2 / (self.n - 1)
+
+
+@dataclass
+class JvpAccumulator:
+    """The NLC's two traces for one site, from the in-graph statistics of graph.jvp."""
+
+    form: str
+    x: ElementMoments = field(default_factory=ElementMoments)
+    y: ElementMoments = field(default_factory=ElementMoments)
+    d2sum: np.ndarray | None = None
+    jv2_sum: float = 0.0  # Σ_b Σ_i ‖J(x_i) v_i‖²
+    scatter_sum: float = 0.0  # Σ_b Σ_i ‖y_i − ȳ_b‖²
+    dof: int = 0  # Σ_b (B_b − 1)
+    short_batches: int = 0
+
+    def add(self, n: int, stats: dict[str, np.ndarray]) -> None:
+        if self.form == "directional" and n < 2:
+            self.short_batches += 1  # a direction needs another example of the batch
+            return
+        self.y.merge_batch(n, stats["ymean"], stats["ym2"])
+        if self.form == "elementwise":
+            self.x.merge_batch(n, stats["xmean"], stats["xm2"])
+            d2 = np.asarray(stats["d2sum"], np.float64)
+            self.d2sum = d2 if self.d2sum is None else self.d2sum + d2
+        else:
+            self.jv2_sum += float(np.sum(stats["jv2"], dtype=np.float64))
+            self.scatter_sum += float(np.sum(stats["ym2"], dtype=np.float64))
+            self.dof += n - 1
+
+    def traces(self) -> tuple[float, float, int] | None:
+        """(E Tr(J Σ_X Jᵀ), Tr Σ_Y, examples), or None before two examples were seen."""
+        if self.y.n < 2:
+            return None
+        if self.form == "elementwise":
+            num = float(np.sum(self.d2sum / self.y.n * self.x.variance()))
+            return num, float(self.y.variance().sum()), self.y.n
+        # within-batch estimates of both traces, so that an affine map gives exactly 1
+        return self.jv2_sum / self.dof, self.scatter_sum / self.dof, self.y.n

@@ -33,7 +33,9 @@ import numpy as np
 from onnxaff.errors import OnnxaffError
 
 ENTRY_POINT_GROUP = "onnxaff.metrics"
-NEEDS = ("chunk", "moments")  # what the analysis loop can hand a metric today
+# What compute() receives: a Chunk; two consecutive Chunks (earlier, later); the site's pooled Moments;
+# or the site's JvpStats (finite-difference Jacobian-vector products of the site's own subgraph).
+NEEDS = ("chunk", "chunk_pair", "moments", "jvp")
 
 
 @dataclass(frozen=True)
@@ -48,24 +50,44 @@ class Chunk:
         return self.x.shape[0]
 
 
+@dataclass
+class JvpStats:
+    """What the non-linearity coefficient needs of one site, accumulated over the data in float64.
+
+    numerator = E_x[Tr(J(x) Σ_X J(x)ᵀ)], denominator = Tr(Σ_Y). Elementwise sites use the exact
+    per-element form Σ_i E[σ'(x_i)²]·Var(x_i), with σ' by central differences of the site's subgraph;
+    other sites use within-batch sums Σ‖J(x_i)(x_{i−1} − x̄_b)‖² and Σ‖y_i − ȳ_b‖² (exact when affine).
+    """
+
+    form: str  # "elementwise" or "directional"
+    numerator: float
+    denominator: float
+    examples: int
+
+
 class Metric:
     """Subclass, set the class attributes, implement compute()."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    higher_is_more_linear: ClassVar[bool] = True
+    higher_is_more_linear: ClassVar[bool | None] = True  # None: descriptive, not a linearity score
     range: ClassVar[tuple[float, float]] = (0.0, 1.0)
-    needs: ClassVar[str] = "chunk"  # what compute() receives: a Chunk, or the site's pooled Moments
+    needs: ClassVar[str] = "chunk"  # one of NEEDS
     equal_dims: ClassVar[bool] = False  # True: only defined when X and Y have the same dimension
 
     def compute(self, sample) -> float:  # pragma: no cover - the interface
         raise NotImplementedError
 
+    def caveat(self, rows: int, dx: int, dy: int) -> str | None:
+        """A note on how to read this metric's value for a site of this size (or None)."""
+        return None
+
     @classmethod
     def info(cls) -> dict:
+        direction = {True: "higher = more linear", False: "lower = more linear", None: "descriptive"}
         return {
             "description": cls.description,
-            "direction": "higher = more linear" if cls.higher_is_more_linear else "lower = more linear",
+            "direction": direction[cls.higher_is_more_linear],
             "range": list(cls.range),
             "needs": cls.needs,
             "equal_dims": cls.equal_dims,

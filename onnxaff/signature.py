@@ -43,6 +43,7 @@ class Signature:
     runtime: dict
     metrics: dict
     sites: list[dict]
+    network: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     onnxaff_version: str = ""
     created: str = ""
@@ -58,7 +59,7 @@ class Signature:
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "onnxaff_version": self.onnxaff_version,
             "created": self.created, "model": self.model, "data": self.data, "options": self.options,
-            "runtime": self.runtime, "metrics": self.metrics, "summary": self.summary(),
+            "runtime": self.runtime, "metrics": self.metrics, "network": self.network, "summary": self.summary(),
             "warnings": self.warnings, "sites": self.sites,
         }
 
@@ -69,7 +70,8 @@ class Signature:
         if d.get("schema_version") != SCHEMA_VERSION:
             raise OnnxaffError(f"signature schema version {d.get('schema_version')} is not {SCHEMA_VERSION}")
         return cls(model=d["model"], data=d["data"], options=d["options"], runtime=d["runtime"],
-                   metrics=d["metrics"], sites=d["sites"], warnings=d.get("warnings", []),
+                   metrics=d["metrics"], sites=d["sites"], network=d.get("network", {}),
+                   warnings=d.get("warnings", []),
                    onnxaff_version=d.get("onnxaff_version", ""), created=d.get("created", ""))
 
     def write(self, path: str | Path) -> Path:

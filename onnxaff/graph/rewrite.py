@@ -28,6 +28,7 @@ class SiteOutputs:
     x: str
     y: str
     dim: int | None  # D when shapes are static, else None
+    jvp: object = None  # JvpOutputs when NLC statistics were requested and can be built
 
 
 class _Namer:
@@ -48,7 +49,7 @@ class _Namer:
         return name
 
 
-class _Builder:
+class GraphBuilder:
     """Appends reduction subgraphs to a model, sharing work between sites that read one tensor."""
 
     def __init__(self, model: onnx.ModelProto):
@@ -58,8 +59,9 @@ class _Builder:
         self.namer = _Namer(model)
         self.cache: dict[tuple, str] = {}
         self.new_nodes: list[onnx.NodeProto] = []
+        self.new_outputs: list[onnx.ValueInfoProto] = []
 
-    def _node(self, op: str, inputs: list[str], prefix: str, **attrs) -> str:
+    def node(self, op: str, inputs: list[str], prefix: str, **attrs) -> str:
         out = self.namer.fresh(f"{prefix}.{op.lower()}")
         self.new_nodes.append(helper.make_node(op, inputs, [out], name=self.namer.fresh(f"{prefix}/{op}"), **attrs))
         return out
@@ -69,15 +71,26 @@ class _Builder:
         self.model.graph.initializer.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
         return name
 
+    def scalar(self, value: float, elem_type: int, prefix: str) -> str:
+        name = self.namer.fresh(f"{prefix}.const")
+        dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+        self.model.graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
+        return name
+
+    def reduce(self, op: str, x: str, axes: list[int], prefix: str, keepdims: int = 0) -> str:
+        """Reduce* with axes as an attribute or, from the opset that moved it, as an input."""
+        moved = 13 if op == "ReduceSum" else 18
+        if self.opset >= moved:
+            return self.node(op, [x, self._const(axes, prefix)], prefix, keepdims=keepdims)
+        return self.node(op, [x], prefix, axes=axes, keepdims=keepdims)
+
     def _reduce_mean(self, x: str, axes: list[int], prefix: str) -> str:
-        if self.opset >= 18:
-            return self._node("ReduceMean", [x, self._const(axes, prefix)], prefix, keepdims=0)
-        return self._node("ReduceMean", [x], prefix, axes=axes, keepdims=0)
+        return self.reduce("ReduceMean", x, axes, prefix)
 
     def _unsqueeze_last(self, x: str, prefix: str) -> str:
         if self.opset >= 13:
-            return self._node("Unsqueeze", [x, self._const([1], prefix)], prefix)
-        return self._node("Unsqueeze", [x], prefix, axes=[1])
+            return self.node("Unsqueeze", [x, self._const([1], prefix)], prefix)
+        return self.node("Unsqueeze", [x], prefix, axes=[1])
 
     def features(self, tensor: str, site: Site, mode: str, prefix: str) -> str:
         key = (tensor, mode, site.rank, site.feature_axis)
@@ -85,12 +98,12 @@ class _Builder:
             return self.cache[key]
         x = tensor
         if self.view.elem_type(tensor) not in _FLOAT_TYPES | {TensorProto.UNDEFINED}:
-            x = self._node("Cast", [x], prefix, to=TensorProto.FLOAT)  # fp16/bf16: reduce in fp32
+            x = self.node("Cast", [x], prefix, to=TensorProto.FLOAT)  # fp16/bf16: reduce in fp32
         rank, axis = site.rank, site.feature_axis
         if rank == 1:
             out = self._unsqueeze_last(x, prefix)
         elif rank == 2:
-            out = self._node("Identity", [x], prefix)
+            out = self.node("Identity", [x], prefix)
         elif mode == "mean":
             out = self._reduce_mean(x, [a for a in range(1, rank) if a != axis], prefix)
         elif mode == "reference":
@@ -99,10 +112,10 @@ class _Builder:
         elif mode == "positions":
             if axis != rank - 1:
                 perm = [a for a in range(rank) if a != axis] + [axis]
-                x = self._node("Transpose", [x], prefix, perm=perm)
-            out = self._node("Flatten", [x], prefix, axis=rank - 1)
+                x = self.node("Transpose", [x], prefix, perm=perm)
+            out = self.node("Flatten", [x], prefix, axis=rank - 1)
         elif mode == "flatten":
-            out = self._node("Flatten", [x], prefix, axis=1)
+            out = self.node("Flatten", [x], prefix, axis=1)
         else:
             raise ValueError(f"unknown reduction {mode!r}; choose one of {', '.join(REDUCTIONS)}")
         self.cache[key] = out
@@ -111,7 +124,7 @@ class _Builder:
     def raw(self, tensor: str, prefix: str) -> str:
         if tensor in self.cache:
             return self.cache[tensor]
-        self.cache[tensor] = out = self._node("Identity", [tensor], prefix)
+        self.cache[tensor] = out = self.node("Identity", [tensor], prefix)
         return out
 
 
@@ -138,17 +151,22 @@ def feature_dim(site: Site, mode: str) -> int | None:
 
 
 def augment_model(
-    model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False
+    model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False, jvp: bool = False
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
-    """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first."""
+    """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.
+
+    jvp=True also adds the finite-difference statistics of the non-linearity coefficient (graph.jvp).
+    """
+    from onnxaff.graph.jvp import add_jvp
+
     if reduce not in REDUCTIONS:
         raise ValueError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
     augmented = onnx.ModelProto()
     augmented.CopyFrom(model)
-    builder = _Builder(augmented)
+    builder = GraphBuilder(augmented)
     outputs: dict[int, SiteOutputs] = {}
     exported: dict[str, str] = {}  # internal tensor -> graph output that exposes it
-    new_outputs = []
+    new_outputs = builder.new_outputs
     for site in sites:
         if not site.ok:
             continue
@@ -167,7 +185,8 @@ def augment_model(
                 new_outputs.append(helper.make_tensor_value_info(inner, elem or TensorProto.FLOAT, shape))
             names.append(inner)
         dim = None if raw else feature_dim(site, reduce)
-        outputs[site.index] = SiteOutputs(names[0], names[1], dim)
+        jvp_outputs = add_jvp(builder, site, prefix) if jvp else None
+        outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs)
     augmented.graph.node.extend(builder.new_nodes)
     augmented.graph.output.extend(new_outputs)
     return augmented, outputs

@@ -1,0 +1,97 @@
+"""In-graph finite-difference Jacobian-vector products of a site's own subgraph, for the NLC.
+
+The site's nodes are cloned twice, fed x + h and x − h, so the runtime computes the derivative
+where the activation lives and only per-batch reductions leave it:
+
+- elementwise sites: σ'(x) ≈ (σ(x+h) − σ(x−h))/2h with h = δ(1+|x|), and the batch's per-element sum of
+  σ'² plus per-element mean and centred sum of squares of X and Y (merged exactly on the host);
+- other sites (Softmax): the JVP along v_i = x_{i−1} − x̄ (another example of the batch, centred on the
+  batch mean), h = δ along v, and per example ‖J v‖²; plus Y's per-element batch moments. Since the
+  v_i run over every centred example of the batch, Σ_i v_i v_iᵀ is the batch's scatter matrix, and the
+  estimate Σ_b Σ_i ‖J(x_i) v_i‖² / Σ_b Σ_i ‖y_i − ȳ_b‖² is exact for an affine map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+from onnx import TensorProto, helper
+
+from onnxaff.graph.sites import Site
+
+STEP = 1e-3  # δ: float32 rounding costs ~eps32/δ ≈ 6e-5 relative, the central-difference bias ~δ²
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class JvpOutputs:
+    form: str  # "elementwise" | "directional"
+    names: dict[str, str]  # statistic -> graph output
+
+
+def _clone(builder, site: Site, entry: str, prefix: str) -> str:
+    """The site's nodes again, reading `entry` instead of the site input; returns the new exit."""
+    rename = {site.input: entry}
+    for i in site.node_indices:
+        original = builder.view.nodes[i]
+        node = onnx.NodeProto()
+        node.CopyFrom(original)
+        node.name = builder.namer.fresh(f"{prefix}/{original.op_type}")
+        for k, name in enumerate(node.input):
+            node.input[k] = rename.get(name, name)
+        for k, name in enumerate(node.output):
+            if name:
+                rename[name] = node.output[k] = builder.namer.fresh(f"{prefix}.{original.op_type.lower()}")
+        builder.new_nodes.append(node)
+    return rename[site.output]
+
+
+def _roll(builder, x: str, k: int, prefix: str) -> str:
+    """x shifted by k along the batch axis (example i gets example i − k)."""
+    if builder.opset >= 10:
+        def sl(a, b):
+            return builder.node("Slice", [x, builder._const([a], prefix), builder._const([b], prefix),
+                                          builder._const([0], prefix)], prefix)
+    else:
+        def sl(a, b):
+            return builder.node("Slice", [x], prefix, starts=[a], ends=[b], axes=[0])
+    return builder.node("Concat", [sl(-k, _INT64_MAX), sl(0, -k)], prefix, axis=0)
+
+
+def _batch_moments(builder, t: str, prefix: str) -> tuple[str, str]:
+    mean = builder.reduce("ReduceMean", t, [0], prefix, keepdims=1)
+    centred = builder.node("Sub", [t, mean], prefix)
+    m2 = builder.reduce("ReduceSum", builder.node("Mul", [centred, centred], prefix), [0], prefix)
+    return builder.reduce("ReduceMean", t, [0], prefix), m2
+
+
+def add_jvp(builder, site: Site, prefix: str, step: float = STEP) -> JvpOutputs | None:
+    """Append the NLC statistics of one site; None where they cannot be built (non-float tensors)."""
+    elem = builder.view.elem_type(site.input)
+    if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE) or not site.node_indices or site.rank is None:
+        return None
+    x, p = site.input, f"{prefix}.jvp"
+    names: dict[str, str] = {}
+    if site.elementwise:
+        h = builder.node("Mul", [builder.node("Add", [builder.node("Abs", [x], p), builder.scalar(1.0, elem, p)], p),
+                                 builder.scalar(step, elem, p)], p)
+        plus = _clone(builder, site, builder.node("Add", [x, h], p), f"{p}.plus")
+        minus = _clone(builder, site, builder.node("Sub", [x, h], p), f"{p}.minus")
+        d = builder.node("Div", [builder.node("Sub", [plus, minus], p), builder.node("Add", [h, h], p)], p)
+        names["d2sum"] = builder.reduce("ReduceSum", builder.node("Mul", [d, d], p), [0], p)
+        names["xmean"], names["xm2"] = _batch_moments(builder, x, p)
+        form = "elementwise"
+    else:
+        v = builder.node("Sub", [_roll(builder, x, 1, p), builder.reduce("ReduceMean", x, [0], p, keepdims=1)], p)
+        hv = builder.node("Mul", [v, builder.scalar(step, elem, p)], p)
+        plus = _clone(builder, site, builder.node("Add", [x, hv], p), f"{p}.plus")
+        minus = _clone(builder, site, builder.node("Sub", [x, hv], p), f"{p}.minus")
+        jv = builder.node("Div", [builder.node("Sub", [plus, minus], p), builder.scalar(2 * step, elem, p)], p)
+        names["jv2"] = builder.reduce("ReduceSumSquare", jv, list(range(1, site.rank)), p)
+        form = "directional"
+    names["ymean"], names["ym2"] = _batch_moments(builder, site.output, p)
+    for key, name in names.items():
+        rank = 1 if key == "jv2" else site.rank - 1  # per example, or per element of one example
+        builder.new_outputs.append(helper.make_tensor_value_info(name, elem, [None] * rank))
+    return JvpOutputs(form, names)

@@ -1,0 +1,119 @@
+"""Model-level statistics: parameters, multiply-accumulates, depth. Pure onnx + networkx."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import onnx
+
+from onnxaff.graph.sites import Site
+from onnxaff.graph.view import GraphView
+
+WEIGHTED_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearConv",
+                "QLinearMatMul", "Einsum"}
+_FLOAT = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def _numel(dims) -> int | None:
+    if dims is None or not all(isinstance(d, int) and d >= 0 for d in dims):
+        return None
+    return math.prod(dims)
+
+
+def _static(dims):
+    """Symbolic dims (the batch, usually) count as 1: MACs are per example."""
+    return None if dims is None else [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+
+
+def count_parameters(model: onnx.ModelProto) -> int:
+    """Elements of floating-point initializers and Constant tensors (shape constants are not weights),
+    and of float ConstantOfShape outputs: onnx's light test models generate their weights that way."""
+    view = GraphView(model.graph)
+    total = 0
+    for t in model.graph.initializer:
+        if t.data_type in _FLOAT:
+            total += math.prod(t.dims)
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.t.data_type in _FLOAT:
+                    total += math.prod(a.t.dims)
+        elif node.op_type == "ConstantOfShape":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None and value.data_type in _FLOAT:
+                total += _numel(view.shape(node.output[0])) or 0
+    return int(total)
+
+
+def _node_macs(view: GraphView, node: onnx.NodeProto) -> int | None:
+    op = node.op_type
+    if op in ("Conv", "ConvTranspose"):
+        w = _static(view.shape(node.input[1]))
+        if w is None:
+            return None
+        if op == "Conv":
+            out = _numel(_static(view.shape(node.output[0])))
+            return None if out is None else out * math.prod(w[1:])  # per output: Cin/g · kernel
+        inp = _numel(_static(view.shape(node.input[0])))
+        return None if inp is None else inp * (w[1] * math.prod(w[2:]))  # per input: Cout/g · kernel
+    if op == "Gemm":
+        a = _static(view.shape(node.input[0]))
+        out = _static(view.shape(node.output[0]))
+        if a is None or out is None:
+            return None
+        trans_a = next((x.i for x in node.attribute if x.name == "transA"), 0)
+        k = a[0] if trans_a else a[1]
+        return math.prod(out) * k
+    if op == "MatMul":
+        a = _static(view.shape(node.input[0]))
+        out = _static(view.shape(node.output[0]))
+        if a is None or out is None:
+            return None
+        return math.prod(out) * a[-1]
+    return 0
+
+
+def _is_weighted(view: GraphView, node: onnx.NodeProto) -> bool:
+    if node.op_type not in WEIGHTED_OPS:
+        return False
+    if node.op_type == "MatMul":  # attention's Q·Kᵀ multiplies two activations: not a layer
+        return any(view.constant(n) is not None or n in view.initializers for n in node.input[:2])
+    return True
+
+
+def model_stats(model: onnx.ModelProto, sites: list[Site]) -> dict:
+    view = GraphView(model.graph)
+    macs, unknown = 0, []
+    for i, node in enumerate(view.nodes):
+        m = _node_macs(view, node)
+        if m is None:
+            unknown.append(view.node_label(i))
+        else:
+            macs += m
+    exits = {s.node_indices[-1] for s in sites if s.node_indices}
+    weighted = {i for i, n in enumerate(view.nodes) if _is_weighted(view, n)}
+    return {
+        "parameters": count_parameters(model),
+        "macs": int(macs),
+        "gflops": round(macs / 1e9, 6),
+        "flops_convention": "multiply-accumulates of Conv/ConvTranspose/Gemm/MatMul per example (1 MAC = 1 FLOP, "
+                            "as torchvision's GFLOPS)",
+        "macs_unknown_nodes": unknown,
+        "depth_sites": _longest(view, exits),
+        "depth_weighted_layers": _longest(view, weighted),
+        "weighted_layers": len(weighted),
+    }
+
+
+def _longest(view: GraphView, marked: set[int]) -> int:
+    """Most marked nodes on any path through the graph (the DAG's longest weighted path)."""
+    g: nx.DiGraph = view.digraph
+    best = {}
+    for n in sorted(g.nodes, key=view.order.__getitem__):
+        preds = [best[p] for p in g.predecessors(n)]
+        best[n] = (max(preds) if preds else 0) + (1 if n in marked else 0)
+    return int(max(best.values(), default=0))
+
+
+__all__ = ["model_stats", "count_parameters"]

@@ -1,0 +1,69 @@
+"""Network-level non-linearity coefficient: model input → each output, by finite differences.
+
+Runs the original model on x ± h·v with v_i = x_{i−1} − x̄_b (another example of the batch, centred),
+and estimates NLC² = Σ_b Σ_i ‖J(x_i) v_i‖² / Σ_b Σ_i ‖y_i − ȳ_b‖², exact for an affine network (graph.jvp
+uses the same estimator for non-elementwise sites). Two extra forward passes per batch, so only the
+first EXAMPLES examples are used.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxaff.graph.jvp import STEP
+from onnxaff.graph.load import LoadedModel
+from onnxaff.runtime import Runner
+
+EXAMPLES = 1024
+
+
+class NetworkNLC:
+    def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP):
+        self.inputs, self.step, self.limit = inputs, step, examples
+        self.reason = None
+        if not all(np.issubdtype(i.dtype, np.floating) for i in inputs):
+            self.reason = "the model has non-float inputs: no direction to differentiate along"
+        graph = loaded.model.graph
+        self.output_names = [o.name for o in graph.output if o.type.tensor_type.elem_type in (1, 11)]
+        if not self.output_names:
+            self.reason = self.reason or "the model has no float outputs"
+        self.runner = Runner(loaded, loaded.model, device=device) if self.reason is None else None
+        self.jv2 = dict.fromkeys(self.output_names, 0.0)
+        self.scatter = dict.fromkeys(self.output_names, 0.0)
+        self.examples = 0
+        self.short_batches = 0
+
+    def add(self, batch: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
+        if self.runner is None or self.examples >= self.limit:
+            return
+        n = next(iter(batch.values())).shape[0]
+        if n < 2:
+            self.short_batches += 1
+            return
+        plus, minus = {}, {}
+        for spec in self.inputs:
+            x = batch[spec.name].astype(np.float64)
+            hv = self.step * (np.roll(x, 1, axis=0) - x.mean(axis=0))
+            plus[spec.name], minus[spec.name] = (x + hv).astype(spec.dtype), (x - hv).astype(spec.dtype)
+        y_plus = self.runner.run(self.output_names, plus)
+        y_minus = self.runner.run(self.output_names, minus)
+        for name, y, yp, ym in zip(self.output_names, outputs, y_plus, y_minus, strict=True):
+            jv = (yp.astype(np.float64) - ym.astype(np.float64)) / (2 * self.step)
+            y = y.astype(np.float64)
+            self.jv2[name] += float(np.sum(jv * jv))
+            self.scatter[name] += float(np.sum((y - y.mean(axis=0)) ** 2))
+        self.examples += n
+
+    def result(self) -> dict:
+        if self.reason is not None:
+            return {"status": "not_applicable", "reason": self.reason}
+        if self.examples < 2:
+            return {"status": "no_data", "reason": "needs batches of at least 2 examples"}
+        values = {}
+        for name in self.output_names:
+            num, den = self.jv2[name], self.scatter[name]
+            values[name] = math.sqrt(num / den) if den > 0 and math.isfinite(num) else None
+        return {"status": "ok", "values": values, "examples": self.examples, "step": self.step,
+                "form": "directional"}
