@@ -174,7 +174,7 @@ def _resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, l
     raw, outs = augment_model(loaded.model, probes, raw=True)
     names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
     arrays = Runner(loaded, raw, device="cpu").run(names, feed)
-    view = GraphView(loaded.model.graph)
+    view = GraphView(loaded.model.graph, opset=loaded.opset)
     for k, s in enumerate(pending):
         xa, ya = arrays[2 * k], arrays[2 * k + 1]
         s.status, s.reason = "ok", ""

@@ -61,6 +61,8 @@ def _fmt_score(entry: dict | None) -> str:
     if entry.get("mean") is None:
         return entry.get("status", "-")
     mark = "*" if entry.get("partial") else ""
+    if entry.get("std") is None:  # pooled metrics: one value over all rows
+        return f"{entry['mean']:.4f} (pooled)"
     return f"{entry['mean']:.4f}±{entry['std']:.4f} ({entry['chunks']}){mark}"
 
 

@@ -147,3 +147,13 @@ def test_channels_last_read_off_transpose_and_overridable():
     assert (site.layout, site.feature_axis) == ("channels_last", 3)
     (site,) = discover_sites(parse(text), layout="channels_first")
     assert (site.layout, site.feature_axis) == ("channels_first", 1)
+
+
+@pytest.mark.parametrize("opset,attr,axis", [(13, "", 3), (17, "<axis = -1>", 3), (11, "", 1), (17, "<axis = 2>", 2)])
+def test_softmax_features_are_its_normalised_axis(opset, attr, axis):
+    # the mean of an attention map over its keys is the constant 1/T: the keys are the features instead
+    text = HEADER.format(opset=opset) + (
+        f"g (float[N, 2, 5, 5] x) => (float[N, 2, 5, 5] y) {{ y = Softmax{attr}(x) }}"
+    )
+    (site,) = discover_sites(parse(text))
+    assert (site.feature_axis, site.layout) == (axis, "softmax_axis")

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 import onnx
 
 from onnxaff.graph import patterns
+from onnxaff.graph.load import default_opset
 from onnxaff.graph.patterns.region import clip_bounds
 from onnxaff.graph.view import GraphView
 
@@ -162,6 +163,11 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
         return
     if site.rank == 1:
         site.feature_axis, site.layout = None, "per_example_scalar"
+    elif site.kind in NOT_ELEMENTWISE and site.rank >= 3:
+        # Averaging along the normalisation axis of a softmax gives the constant 1/T: the features are
+        # the normalised axis instead (the keys of an attention map), averaged over the others.
+        axis = int(site.params.get("axis", -1 if (view.opset or 13) >= 13 else 1))
+        site.feature_axis, site.layout = axis % site.rank, "softmax_axis"
     elif site.rank == 2:
         site.feature_axis, site.layout = 1, "vector"
     elif site.rank == 3:
@@ -229,7 +235,7 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
             model = onnx.shape_inference.infer_shapes(model)
         except Exception:
             pass  # sites without shapes are reported as skipped, with the reason
-    view = GraphView(model.graph)
+    view = GraphView(model.graph, opset=default_opset(model))
     entries: list[tuple[int, Site]] = []  # (forward position of the exit node, site)
     claimed: set[int] = set()
     for m in patterns.match(view):

@@ -16,8 +16,9 @@ _VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Fla
 class GraphView:
     """Everything site discovery and rewriting ask of a graph, computed once."""
 
-    def __init__(self, graph: onnx.GraphProto):
+    def __init__(self, graph: onnx.GraphProto, opset: int | None = None):
         self.graph = graph
+        self.opset = opset  # the default domain's, where a caller knows it
         self.nodes = list(graph.node)
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = {}
