@@ -227,7 +227,8 @@ def analyze(
     sites = discover_sites(loaded.model, layout=layout, infer_shapes=False)
     if not sites:
         raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found)")
-    metric_objs = resolve(list(metrics), plugins)
+    reg = registry(plugins)
+    metric_objs = resolve(list(metrics), available=reg)
     inputs = model_inputs(loaded.model)
     source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes)
 
@@ -304,7 +305,6 @@ def analyze(
         warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({s.reason for s in skipped})))
 
     seconds = time.perf_counter() - started
-    reg = registry(plugins)
     description = source.describe()
     description.update(samples=used, dropped=dropped)
     return Signature(

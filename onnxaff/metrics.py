@@ -158,8 +158,8 @@ def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Regist
     return found
 
 
-def resolve(names: list[str], plugin_files=()) -> list[Metric]:
-    available = registry(plugin_files)
+def resolve(names: list[str], plugin_files=(), available: dict[str, Registered] | None = None) -> list[Metric]:
+    available = registry(plugin_files) if available is None else available
     unknown = [n for n in names if n not in available]
     if unknown:
         raise OnnxaffError(f"unknown metric {unknown[0]!r}; available: {', '.join(sorted(available))}")
