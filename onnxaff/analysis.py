@@ -212,6 +212,7 @@ def analyze(
     layout: str = "auto",
     seed: int = 0,
     input_shapes: dict | None = None,
+    images: dict | None = None,
     plugins: tuple[str, ...] | list[str] = (),
     progress: bool = True,
 ) -> Signature:
@@ -230,7 +231,7 @@ def analyze(
     reg = registry(plugins)
     metric_objs = resolve(list(metrics), available=reg)
     inputs = model_inputs(loaded.model)
-    source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes)
+    source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes, images=images)
 
     fixed = {i.fixed_batch for i in inputs} - {None}
     effective_batch = fixed.pop() if len(fixed) == 1 else batch_size
@@ -238,8 +239,11 @@ def analyze(
     if effective_batch != batch_size:
         warnings.append(f"the model's batch size is fixed at {effective_batch}: batches of {effective_batch}")
 
-    first = next(source.batches(effective_batch))
-    _resolve_unknown_ranks(loaded, sites, first, layout)
+    if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
+        first = next((b for b in source.batches(effective_batch) if next(iter(b.values())).shape[0]), None)
+        if first is None:
+            raise OnnxaffError(f"no usable example in {data}")
+        _resolve_unknown_ranks(loaded, sites, first, layout)
     ok_sites = [s for s in sites if s.ok]
     if not ok_sites:
         raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
@@ -263,6 +267,8 @@ def analyze(
     used = dropped = 0
     for batch in source.batches(effective_batch):
         n = next(iter(batch.values())).shape[0]
+        if n == 0:
+            continue  # every file of this batch was unreadable (they are counted by the source)
         if fixed and n != effective_batch:
             dropped += n  # a fixed-batch model cannot take the short last batch
             continue
@@ -307,6 +313,11 @@ def analyze(
     seconds = time.perf_counter() - started
     description = source.describe()
     description.update(samples=used, dropped=dropped)
+    if description.get("skipped"):
+        warnings.append(f"{len(description['skipped'])} unreadable file(s) skipped: "
+                        + ", ".join(s["file"] for s in description["skipped"][:10]))
+    if used == 0:
+        raise OnnxaffError(f"no usable example in {data}")
     return Signature(
         model={**_model_info(loaded, sites), "stats": model_stats(loaded.model, sites)},
         network={"nlc": network.result()} if network is not None else {},

@@ -109,6 +109,16 @@ def _analysis_options(f):
                      help="Dims after the batch axis for an input with symbolic dims (synthetic data)."),
         click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
                      help="A Python file defining extra metrics."),
+        click.option("--preprocess", default="torchvision", show_default=True,
+                     type=click.Choice(["torchvision", "inception", "caffe", "raw"]), help="Image preset."),
+        click.option("--mean", default=None, help="Per-channel mean after scaling, e.g. 0.5,0.5,0.5 (images)."),
+        click.option("--std", default=None, help="Per-channel std, e.g. 0.5,0.5,0.5 (images)."),
+        click.option("--resize", type=int, default=None, help="Shorter side before the centre crop (images)."),
+        click.option("--crop", type=int, default=None, help="Centre crop size (images; default: the model's)."),
+        click.option("--interpolation", default=None, help="nearest|bilinear|bicubic|lanczos|box|hamming."),
+        click.option("--shuffle", is_flag=True, help="A seeded subset spread over classes (images)."),
+        click.option("--workers", type=int, default=None, help="Decoding processes [default: min(4, cores)]."),
+        click.option("--fast-decode", is_flag=True, help="JPEG draft-mode decoding (faster, not bit-exact)."),
         click.option("--quiet", is_flag=True, help="No progress bar or summary."),
     ]
     for option in reversed(options):
@@ -116,15 +126,31 @@ def _analysis_options(f):
     return f
 
 
+def _floats(text: str | None, option: str):
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise OnnxaffError(f"{option} {text!r} is not a comma-separated list of numbers") from None
+
+
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, layout, seed,
-                  input_shape, plugin, quiet):
+                  input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle, workers,
+                  fast_decode, quiet):
     from onnxaff.analysis import analyze
     from onnxaff.data import parse_input_shapes
 
+    images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
+              "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
+    for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std")), ("resize", resize),
+                       ("crop", crop), ("interpolation", interpolation)):
+        if value is not None:
+            images[key] = value
     sig = analyze(
         model, data, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
         batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
-        input_shapes=parse_input_shapes(input_shape), plugins=list(plugin), progress=not quiet,
+        input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
     )
     path = sig.write(out)
     if not quiet:

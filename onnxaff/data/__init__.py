@@ -1,4 +1,4 @@
-"""Data sources: arrays and synthetic inputs (image folders: their own module, to come)."""
+"""Data sources: image folders, arrays and synthetic inputs."""
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
 
 
 def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                shapes: dict | None = None) -> DataSource:
+                shapes: dict | None = None, images: dict | None = None) -> DataSource:
+    """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, shuffle,
+    workers, draft)."""
     if limit is not None and limit <= 0:
         raise OnnxaffError(f"--limit must be positive, got {limit}")
     for name in shapes or {}:
@@ -42,5 +44,13 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
     if not path.exists():
         raise OnnxaffError(f"data not found: {spec}")
     if path.is_dir():
-        raise OnnxaffError(f"{spec} is a folder: image folders are not supported yet; give a .npy/.npz file")
+        from onnxaff.data.images import ImageFolderSource
+        from onnxaff.data.preprocess import build_preprocess
+
+        opts = dict(images or {})
+        if len(inputs) != 1:
+            raise OnnxaffError(f"an image folder feeds a single-input model; this one has {len(inputs)} inputs")
+        pre = build_preprocess(opts.pop("preprocess", "torchvision"), inputs[0], **{
+            k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation") if k in opts})
+        return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
     raise OnnxaffError(f"unrecognised data {spec!r}: give a .npy/.npz file or synthetic:gaussian|uniform|grid")
