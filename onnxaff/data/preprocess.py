@@ -122,6 +122,11 @@ def _resample(name: str):
 
 def prepare(img, p: Preprocess) -> np.ndarray:
     """PIL image → one example (CHW or HWC) as the model wants it."""
+    return normalize(crop_pixels(img, p)[None], p)[0]
+
+
+def crop_pixels(img, p: Preprocess) -> np.ndarray:
+    """Decode-side half: resize and centre-crop to uint8 HWC (what worker processes send back)."""
     img = img.convert("L" if p.channels == 1 else "RGB")
     h, w = p.crop_hw()
     short = p.resize_to()
@@ -135,17 +140,20 @@ def prepare(img, p: Preprocess) -> np.ndarray:
     left, top = int(round((size[0] - w) / 2.0)), int(round((size[1] - h) / 2.0))
     if left < 0 or top < 0:
         raise ValueError(f"resized image {size} is smaller than the {w}x{h} crop")
-    img = img.crop((left, top, left + w, top + h))
-    a = np.asarray(img, dtype=np.float32)
-    if a.ndim == 2:
-        a = a[:, :, None]
+    a = np.asarray(img.crop((left, top, left + w, top + h)), dtype=np.uint8)
+    return a[:, :, None] if a.ndim == 2 else a
+
+
+def normalize(pixels: np.ndarray, p: Preprocess) -> np.ndarray:
+    """Runtime-side half: uint8 [B, H, W, C] → scaled, normalised batch in the model's layout and dtype."""
+    a = pixels.astype(np.float32)
     if p.bgr:
-        a = a[:, :, ::-1]
+        a = a[..., ::-1]
     a = a * np.float32(p.scale) + np.float32(p.offset)
     if p.mean is not None:
         a = a - np.asarray(p.mean, dtype=np.float32)
     if p.std is not None:
         a = a / np.asarray(p.std, dtype=np.float32)
     if p.layout == "NCHW":
-        a = a.transpose(2, 0, 1)
+        a = a.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(a, dtype=p.dtype)
