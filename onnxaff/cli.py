@@ -176,10 +176,13 @@ def analyze(model, data, out, **options) -> None:
 def demo(out, **options) -> None:
     """Analyse the embedded default model on the data shipped with it."""
     from onnxaff.default import DEFAULT_DATA, DEFAULT_MODEL
+    from onnxaff.report.html import single_page
+    from onnxaff.signature import write_text_atomic
 
     os.makedirs(out, exist_ok=True)
-    _run_analysis(str(DEFAULT_MODEL), str(DEFAULT_DATA), os.path.join(out, "signature.json"), **options)
-    click.echo(f"demo outputs in {os.path.abspath(out)}")
+    sig = _run_analysis(str(DEFAULT_MODEL), str(DEFAULT_DATA), os.path.join(out, "signature.json"), **options)
+    write_text_atomic(os.path.join(out, "report.html"), single_page(sig))
+    click.echo(f"demo outputs in {os.path.abspath(out)}: signature.json, report.html")
 
 
 @cli.command()
@@ -197,6 +200,88 @@ def plugins(plugin, fmt) -> None:
     rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
              r.origin, r.cls.description] for n, r in sorted(found.items())]
     click.echo(_table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))
+
+
+def _read_all(paths):
+    from onnxaff.signature import read_signature
+
+    return [read_signature(p) for p in paths]
+
+
+@cli.command()
+@click.argument("signatures", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", default="compare.html", show_default=True, help="Report path.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), default=None,
+              help="Default: from the --out suffix.")
+@click.option("--metric", default="affinity", show_default=True)
+@click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
+@click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
+def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
+    """DTW distances, clustering and statistics of several signatures."""
+    from onnxaff.compare import compare as run_compare
+    from onnxaff.report.html import comparison_page
+    from onnxaff.signature import write_json_atomic, write_text_atomic
+
+    sigs = _read_all(signatures)
+    comp = run_compare(sigs, metric=metric, normalized=normalized)
+    fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
+    if fmt == "html":
+        path = write_text_atomic(out, comparison_page(sigs, comp, clusters))
+    elif fmt == "json":
+        path = write_json_atomic(out, {"metric": metric, "normalized": normalized, "models": comp.names,
+                                       "dtw": comp.distances.tolist(), "order": comp.order,
+                                       "clusters": comp.clusters(clusters), "neighbours": comp.neighbours()})
+    else:
+        sep = "," if fmt == "csv" else " | "
+        lines = [sep.join(["model", *comp.names])]
+        if fmt == "md":
+            lines = ["| " + lines[0] + " |", "|" + "---|" * (len(comp.names) + 1)]
+        for i, n in enumerate(comp.names):
+            row = sep.join([n, *[f"{d:.6g}" for d in comp.distances[i]]])
+            lines.append(f"| {row} |" if fmt == "md" else row)
+        path = write_text_atomic(out, "\n".join(lines) + "\n")
+    nb = comp.neighbours(1)
+    for n in comp.names:
+        click.echo(f"{n}: nearest {nb[n][0][0]} (DTW {nb[n][0][1]:.4f})")
+    click.echo(f"report written to {path}")
+
+
+@cli.command()
+@click.argument("signatures", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
+@click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
+@click.option("--metric", default="affinity", show_default=True)
+@click.option("--out", default="correlate.html", show_default=True)
+def correlate(signatures, accuracy, group_file, metric, out) -> None:
+    """R² and Pearson r of accuracy against each signature statistic and model baseline."""
+    from onnxaff.compare import correlate as run_correlate
+    from onnxaff.compare import read_table
+    from onnxaff.report.html import correlation_page
+    from onnxaff.signature import write_json_atomic, write_text_atomic
+
+    result = run_correlate(_read_all(signatures), read_table(accuracy, "accuracy"), metric=metric,
+                           groups=read_table(group_file, "group") if group_file else None)
+    if out.endswith(".json"):
+        path = write_json_atomic(out, result)
+    else:
+        path = write_text_atomic(out, correlation_page(result))
+    rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
+    click.echo(_table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}"] for f, v in rows], ["statistic", "R²", "r"]))
+    click.echo(f"report written to {path}")
+
+
+@cli.command()
+@click.argument("signature", type=click.Path(dir_okay=False))
+@click.option("--out", default=None, help="HTML path [default: SIGNATURE with .html].")
+@click.option("--metric", default="affinity", show_default=True)
+def report(signature, out, metric) -> None:
+    """One model's report: signature, histogram, per-site table, model and data."""
+    from onnxaff.report.html import single_page
+    from onnxaff.signature import read_signature, write_text_atomic
+
+    out = out or os.path.splitext(signature)[0] + ".html"
+    path = write_text_atomic(out, single_page(read_signature(signature), metric))
+    click.echo(f"report written to {path}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -92,12 +92,15 @@ def _clean(obj):
 
 
 def write_json_atomic(path: str | Path, payload: dict) -> Path:
+    return write_text_atomic(path, json.dumps(_clean(payload), indent=1, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write to a temporary file beside the target, then rename: a reader never sees half a file."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise OnnxaffError(f"output folder does not exist: {folder}")
-    text = json.dumps(_clean(payload), indent=1, allow_nan=False) + "\n"
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:

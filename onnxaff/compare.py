@@ -1,0 +1,156 @@
+"""Comparing signatures: DTW distances, hierarchical clustering, neighbours, correlation with accuracy."""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from dtaidistance import dtw
+from scipy.cluster import hierarchy
+from scipy.spatial.distance import squareform
+
+from onnxaff.errors import OnnxaffError
+from onnxaff.signature import Signature, signature_stats
+
+DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
+                   "along the optimal warping path, no window, no z-normalisation")
+
+
+def dtw_distance(a, b, normalized: bool = False) -> float:
+    """DTW between two signatures of any lengths; normalized divides by the longer length's sqrt
+    (so the value is an RMS difference along the path, comparable across depths)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise OnnxaffError("cannot compare an empty signature")
+    d = float(dtw.distance_fast(a, b, use_pruning=False))
+    return d / math.sqrt(max(a.size, b.size)) if normalized else d
+
+
+def distance_matrix(series: list[np.ndarray], normalized: bool = False) -> np.ndarray:
+    n = len(series)
+    m = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            m[i, j] = m[j, i] = dtw_distance(series[i], series[j], normalized)
+    return m
+
+
+@dataclass
+class Comparison:
+    names: list[str]
+    metric: str
+    distances: np.ndarray
+    linkage: np.ndarray | None
+    order: list[int]
+    normalized: bool
+
+    def neighbours(self, k: int = 3) -> dict[str, list[tuple[str, float]]]:
+        out = {}
+        for i, name in enumerate(self.names):
+            others = sorted((self.distances[i, j], self.names[j]) for j in range(len(self.names)) if j != i)
+            out[name] = [(n, float(d)) for d, n in others[:k]]
+        return out
+
+    def clusters(self, k: int) -> dict[str, int]:
+        if self.linkage is None:
+            return dict.fromkeys(self.names, 1)
+        labels = hierarchy.fcluster(self.linkage, t=k, criterion="maxclust")
+        return {n: int(c) for n, c in zip(self.names, labels, strict=True)}
+
+
+def model_label(sig: Signature, taken: set[str]) -> str:
+    base = sig.model.get("name") or sig.model.get("sha256", "model")[:12]
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}#{k}"
+    taken.add(name)
+    return name
+
+
+def compare(sigs: list[Signature], metric: str = "affinity", normalized: bool = False,
+            method: str = "average") -> Comparison:
+    if len(sigs) < 2:
+        raise OnnxaffError("compare needs at least two signatures")
+    taken: set[str] = set()
+    names = [model_label(s, taken) for s in sigs]
+    series = []
+    for name, s in zip(names, sigs, strict=True):
+        values = [v for v in s.scores(metric) if v is not None]
+        if not values:
+            raise OnnxaffError(f"signature of {name} has no {metric!r} scores")
+        series.append(np.array(values))
+    d = distance_matrix(series, normalized)
+    linkage = hierarchy.linkage(squareform(d, checks=False), method=method) if len(sigs) > 2 else None
+    order = list(hierarchy.leaves_list(linkage)) if linkage is not None else [0, 1]
+    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized)
+
+
+# -- correlation with accuracy ----------------------------------------------------------------------
+
+BASELINES = {"depth (sites)": ("stats", "depth_sites"), "depth (weighted layers)": ("stats", "depth_weighted_layers"),
+             "parameters": ("stats", "parameters"), "GFLOPs": ("stats", "gflops")}
+
+
+def read_table(path: str | Path, what: str) -> dict[str, str]:
+    """A two-column CSV (model name or sha256, value); a header row is allowed."""
+    path = Path(path)
+    if not path.exists():
+        raise OnnxaffError(f"{what} file not found: {path}")
+    table = {}
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            if len(row) >= 2 and row[0].strip() and not row[0].startswith("#"):
+                table[row[0].strip()] = row[1].strip()
+    return table
+
+
+def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    """(R², Pearson r, slope, intercept) of the least-squares line y ≈ a·x + b."""
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), float("nan"), float("nan"), float("nan")
+    r = float(np.corrcoef(x, y)[0, 1])
+    slope, intercept = np.polyfit(x, y, 1)
+    return r * r, r, float(slope), float(intercept)
+
+
+def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "affinity",
+              groups: dict[str, str] | None = None) -> dict:
+    rows = []
+    taken: set[str] = set()
+    for s in sigs:
+        name = model_label(s, taken)
+        key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)
+        if key is None:
+            raise OnnxaffError(f"no accuracy for model {name} (sha256 {s.model.get('sha256', '?')[:12]}…)")
+        try:
+            acc = float(accuracy[key])
+        except ValueError:
+            raise OnnxaffError(f"accuracy of {name} is not a number: {accuracy[key]!r}") from None
+        stats = signature_stats(s.scores(metric))
+        features = {f"{metric} {k}": v for k, v in stats.items() if k != "sites" and v is not None}
+        for label, (section, field) in BASELINES.items():
+            value = s.model.get(section, {}).get(field)
+            if value is not None:
+                features[label] = float(value)
+        group = (groups or {}).get(name) or (groups or {}).get(s.model.get("sha256", "")) or "all"
+        rows.append({"model": name, "accuracy": acc, "group": group, "features": features})
+    if len(rows) < 3:
+        raise OnnxaffError("correlate needs at least three models")
+    table = {}
+    for group in sorted({"all", *[r["group"] for r in rows]}):
+        members = [r for r in rows if group == "all" or r["group"] == group]
+        if len(members) < 3:
+            continue
+        names = sorted(set.intersection(*[set(r["features"]) for r in members]))
+        y = np.array([r["accuracy"] for r in members])
+        table[group] = {}
+        for feat in names:
+            x = np.array([r["features"][feat] for r in members])
+            r2, r, slope, intercept = fit_r2(x, y)
+            table[group][feat] = {"r2": r2, "pearson_r": r, "slope": slope, "intercept": intercept,
+                                  "models": len(members)}
+    return {"metric": metric, "rows": rows, "table": table}

@@ -1,0 +1,101 @@
+"""Self-contained HTML: styles inline, plots as data URIs, nothing fetched from a network."""
+
+from __future__ import annotations
+
+import html
+import math
+
+from onnxaff.compare import DTW_DESCRIPTION, Comparison
+from onnxaff.report import plots
+from onnxaff.signature import Signature, signature_stats
+
+STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f2f2f2}td.l,th.l{text-align:left}img{max-width:100%;margin:0.5em 0}.note{color:#666;font-size:13px}
+h2{margin-top:1.6em;border-bottom:1px solid #ddd}"""
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.4g}"
+    return html.escape(str(v))
+
+
+def _table(header: list[str], rows: list[list], left: int = 1) -> str:
+    head = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_fmt(c)}</td>'
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _page(title: str, body: str) -> str:
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
+
+
+def _img(uri: str, alt: str) -> str:
+    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+
+
+STAT_KEYS = ["sites", "mean", "median", "min", "max", "std", "max_over_mean", "share_above_0.95"]
+
+
+def comparison_page(sigs: list[Signature], comp: Comparison, k_clusters: int = 2) -> str:
+    named = {n: [v for v in s.scores(comp.metric) if v is not None] for n, s in zip(comp.names, sigs, strict=True)}
+    parts = [f"<p class='note'>{len(sigs)} models, metric <b>{html.escape(comp.metric)}</b>. {DTW_DESCRIPTION}"
+             f"{'; length-normalised: divided by sqrt(max length)' if comp.normalized else ''}.</p>"]
+    parts.append("<h2>Signatures</h2>" + _img(plots.signatures(named, comp.metric), "signatures"))
+    parts.append("<h2>Distribution of scores per model</h2>" + _img(plots.histograms(named, comp.metric), "hist"))
+    rows = [[n, *[signature_stats(v).get(k) for k in STAT_KEYS]] for n, v in named.items()]
+    parts.append("<h2>Signature statistics</h2>" + _table(["model", *STAT_KEYS], rows))
+    parts.append("<h2>DTW distances</h2>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
+                                                              "DTW distance, ordered by the clustering"), "heatmap"))
+    parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)]))
+    if comp.linkage is not None:
+        parts.append("<h2>Clustering</h2>" + _img(plots.dendrogram(comp.names, comp.linkage), "dendrogram"))
+        clusters = comp.clusters(k_clusters)
+        parts.append(_table(["model", f"cluster (of {k_clusters})"], [[n, clusters[n]] for n in comp.names]))
+    nb = comp.neighbours()
+    parts.append("<h2>Nearest neighbours</h2>" + _table(
+        ["model", "nearest", "distance", "second", "distance"],
+        [[n, *[x for pair in nb[n][:2] for x in pair]] for n in comp.names]))
+    return _page("onnxaff: signature comparison", "".join(parts))
+
+
+def correlation_page(result: dict) -> str:
+    parts = [f"<p class='note'>R² of a 1-D least-squares line accuracy ≈ a·statistic + b, and Pearson r; "
+             f"signature statistics of <b>{html.escape(result['metric'])}</b> and model-level baselines.</p>"]
+    for group, table in result["table"].items():
+        ranked = sorted(table.items(), key=lambda kv: -(kv[1]["r2"] if math.isfinite(kv[1]["r2"]) else -1))
+        parts.append(f"<h2>Group: {html.escape(group)}</h2>")
+        parts.append(_table(["statistic", "R²", "Pearson r", "slope", "intercept", "models"],
+                            [[f, v["r2"], v["pearson_r"], v["slope"], v["intercept"], v["models"]] for f, v in ranked]))
+        members = [r for r in result["rows"] if group == "all" or r["group"] == group]
+        for feat, fit in ranked[:6]:
+            x = [r["features"][feat] for r in members]
+            parts.append(_img(plots.scatter(x, [r["accuracy"] for r in members], [r["model"] for r in members],
+                                            feat, fit), feat))
+    return _page("onnxaff: correlation with accuracy", "".join(parts))
+
+
+def single_page(sig: Signature, metric: str = "affinity") -> str:
+    name = sig.model.get("name", "model")
+    values = [v for v in sig.scores(metric) if v is not None]
+    parts = []
+    if values:
+        parts.append(_img(plots.signatures({name: values}, metric), "signature"))
+        parts.append(_img(plots.histograms({name: values}, metric), "histogram"))
+    metrics = list(sig.metrics)
+    rows = [[s["index"], s["id"], s["kind"], str(s.get("input_shape")), s.get("dim"), s["status"],
+             *[s["metrics"].get(m, {}).get("mean") for m in metrics]] for s in sig.sites]
+    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics], rows, left=4))
+    stats = sig.model.get("stats", {})
+    parts.append("<h2>Model</h2>" + _table(["field", "value"], [[k, v] for k, v in sig.model.items() if k != "stats"]
+                                            + [[k, v] for k, v in stats.items()]))
+    data = {k: v for k, v in sig.data.items() if k not in ("files",)}
+    parts.append("<h2>Data</h2>" + _table(["field", "value"], [[k, v] for k, v in data.items()]))
+    if sig.warnings:
+        parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in sig.warnings) + "</ul>")
+    return _page(f"onnxaff: {name}", "".join(parts))

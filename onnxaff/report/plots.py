@@ -1,0 +1,82 @@
+"""The figures of the reports, as inline PNG data URIs (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from scipy.cluster import hierarchy  # noqa: E402
+
+
+def _uri(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def signatures(named: dict[str, list[float]], metric: str) -> str:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, values in named.items():
+        depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
+        ax.plot(depth, values, marker="o", markersize=3, label=name)
+    ax.set_xlabel("normalised depth (site index / last)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"non-linearity signatures ({metric})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _uri(fig)
+
+
+def histograms(named: dict[str, list[float]], metric: str) -> str:
+    n = len(named)
+    cols = min(n, 4)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    for ax, (name, values) in zip(axes.ravel(), named.items(), strict=False):
+        ax.hist(values, bins=20, range=(min(0.0, min(values)), max(1.0, max(values))), color="#4c72b0")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(metric, fontsize=8)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    return _uri(fig)
+
+
+def heatmap(names: list[str], distances: np.ndarray, order: list[int], title: str) -> str:
+    d = distances[np.ix_(order, order)]
+    labels = [names[i] for i in order]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(names), 0.8 + 0.5 * len(names)))
+    im = ax.imshow(d, cmap="viridis")
+    ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    ax.set_title(title, fontsize=9)
+    return _uri(fig)
+
+
+def dendrogram(names: list[str], linkage) -> str:
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names)), 3))
+    hierarchy.dendrogram(linkage, labels=names, ax=ax, leaf_rotation=90)
+    ax.set_ylabel("DTW distance")
+    ax.set_title("hierarchical clustering of signatures", fontsize=9)
+    return _uri(fig)
+
+
+def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict) -> str:
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.scatter(x, y)
+    for xi, yi, lab in zip(x, y, labels, strict=True):
+        ax.annotate(lab, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if np.isfinite(fit.get("slope", np.nan)):
+        xs = np.linspace(min(x), max(x), 10)
+        ax.plot(xs, fit["slope"] * xs + fit["intercept"], color="C3", label=f"R² = {fit['r2']:.3f}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("accuracy", fontsize=8)
+    return _uri(fig)

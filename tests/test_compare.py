@@ -1,0 +1,129 @@
+"""DTW, clustering, correlation and the reports."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from dtaidistance import dtw
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxaff
+from onnxaff.compare import compare, correlate, dtw_distance
+from onnxaff.report.html import comparison_page, correlation_page, single_page
+from onnxaff.signature import Signature
+
+
+def test_dtw_basics(rng):
+    a, b = rng.uniform(size=7), rng.uniform(size=15)
+    assert dtw_distance(a, a) == 0.0
+    assert dtw_distance(a, b) == pytest.approx(dtw_distance(b, a), abs=1e-12)
+    # by hand: [1,2,3] vs [1,3] warps 2 onto 1 or 3 (cost 1); [0,0,0] vs [1,1] pays 1 three times
+    assert dtw_distance([1, 2, 3], [1, 3]) == pytest.approx(1.0)
+    assert dtw_distance([0, 0, 0], [1, 1]) == pytest.approx(np.sqrt(3))
+    assert dtw_distance([0, 0, 0], [1, 1], normalized=True) == pytest.approx(1.0)
+    for x, y in [(a, b), (b, rng.uniform(size=49)), (a, rng.uniform(size=49))]:
+        assert dtw_distance(x, y) == pytest.approx(dtw.distance(x, y, use_c=False), rel=1e-12)
+
+
+def mlp(depth: int, residual: bool, seed: int) -> onnx.ModelProto:
+    """Tanh MLPs of width 16: plain with large weights (strongly non-linear sites) or residual with a
+    small branch (x + tanh(Wx)/10: near-linear blocks)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, h = [], [], "x"
+    for k in range(depth):
+        w = rng.standard_normal((16, 16)) * (0.4 if residual else 3.0 / 4)
+        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w{k}"))
+        nodes.append(helper.make_node("MatMul", [h, f"w{k}"], [f"m{k}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{k}"], [f"t{k}"]))
+        if residual:
+            inits.append(numpy_helper.from_array(np.array(0.1, np.float32), f"s{k}"))
+            nodes.append(helper.make_node("Mul", [f"t{k}", f"s{k}"], [f"b{k}"]))
+            nodes.append(helper.make_node("Add", [h, f"b{k}"], [f"h{k}"]))
+            h = f"h{k}"
+        else:
+            h = f"t{k}"
+    nodes.append(helper.make_node("Identity", [h], ["y"]))
+    graph = helper.make_graph(nodes, f"{'res' if residual else 'plain'}{depth}",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_clustering_groups_families():
+    models = {"plain6": mlp(6, False, 0), "plain9": mlp(9, False, 1), "res7": mlp(7, True, 2),
+              "res11": mlp(11, True, 3)}
+    sigs = []
+    for name, model in models.items():
+        sig = onnxaff.analyze(model, "synthetic:gaussian:std=2", limit=512, chunk_size=256, metrics=["affinity"],
+                              progress=False)
+        sig.model["name"] = name
+        sigs.append(sig)
+    comp = compare(sigs)
+    clusters = comp.clusters(2)
+    assert clusters["plain6"] == clusters["plain9"] != clusters["res7"] == clusters["res11"]
+    assert comp.neighbours(1)["res7"][0][0] == "res11" and comp.neighbours(1)["plain9"][0][0] == "plain6"
+    page = comparison_page(sigs, comp)
+    assert page.count("<img src=\"data:image/png;base64,") == 4  # signatures, histograms, heatmap, dendrogram
+    assert not re.search(r"(src|href)=\"(?!data:)", page) and "http" not in page
+
+
+def fake_signature(name: str, scores: list[float], params: int) -> Signature:
+    sites = [{"index": i, "id": f"s{i}", "kind": "relu", "status": "ok", "metrics": {"affinity": {"mean": v}}}
+             for i, v in enumerate(scores)]
+    return Signature(model={"name": name, "sha256": name * 8, "stats": {"parameters": params, "gflops": 1.0,
+                                                                        "depth_sites": len(scores)}},
+                     data={}, options={}, runtime={}, metrics={"affinity": {}}, sites=sites)
+
+
+def test_correlate_exact_linear_statistic(tmp_path):
+    accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
+    sigs = []
+    for k, (name, acc) in enumerate(accuracy.items()):
+        base = 2 * acc - 1  # mean score = 2·accuracy − 1 exactly
+        offsets = np.array([-0.05, 0.05, -0.02, 0.02])[: 2 + k % 3]
+        offsets = offsets - offsets.mean()
+        sigs.append(fake_signature(name, list(base + offsets), params=1000 * (k * 7 % 5 + 1)))
+    result = correlate(sigs, {k: str(v) for k, v in accuracy.items()})
+    assert result["table"]["all"]["affinity mean"]["r2"] == pytest.approx(1.0, abs=1e-12)
+    assert result["table"]["all"]["affinity mean"]["slope"] == pytest.approx(0.5)
+    assert result["table"]["all"]["parameters"]["r2"] < 0.9
+    groups = {"a": "g1", "b": "g1", "c": "g1", "d": "g2", "e": "g2"}
+    grouped = correlate(sigs, {k: str(v) for k, v in accuracy.items()}, groups=groups)
+    assert set(grouped["table"]) == {"all", "g1"}  # g2 has fewer than three models
+    page = correlation_page(result)
+    assert "data:image/png;base64," in page and "http" not in page
+
+
+def test_single_model_report_and_cli_formats(tmp_path):
+    sig = onnxaff.analyze(mlp(4, True, 0), "synthetic:gaussian", limit=128, chunk_size=64, progress=False)
+    page = single_page(sig)
+    assert page.count("data:image/png;base64,") == 2 and "Sites" in page and "http" not in page
+    paths = []
+    for k, depth in enumerate((3, 5)):
+        s = onnxaff.analyze(mlp(depth, k == 1, k), "synthetic:gaussian", limit=128, chunk_size=64, progress=False)
+        paths.append(s.write(tmp_path / f"m{k}.json"))
+    for fmt in ("md", "csv", "json", "html"):
+        out = tmp_path / f"cmp.{fmt}"
+        r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "compare", *map(str, paths), "--out", str(out)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert out.exists()
+    assert json.loads((tmp_path / "cmp.json").read_text())["dtw"][0][0] == 0
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed")
+def test_html_renders_in_headless_chromium(tmp_path):
+    sigs = [fake_signature(n, list(np.linspace(0.6, 0.9, k + 3)), 10) for k, n in enumerate("abcd")]
+    page = tmp_path / "report.html"
+    page.write_text(comparison_page(sigs, compare(sigs)))
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3000",
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 50_000
