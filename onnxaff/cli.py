@@ -213,36 +213,44 @@ def _read_all(paths):
 @click.option("--out", default="compare.html", show_default=True, help="Report path.")
 @click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), default=None,
               help="Default: from the --out suffix.")
-@click.option("--metric", default="affinity", show_default=True)
+@click.option("--metric", default="all", show_default=True, help="A metric, or all that every signature has.")
 @click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
 @click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
 def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
-    """DTW distances, clustering and statistics of several signatures."""
+    """DTW distances, clustering and statistics of several signatures, per metric."""
     from onnxaff.compare import compare as run_compare
+    from onnxaff.compare import shared_metrics
     from onnxaff.report.html import comparison_page
     from onnxaff.signature import write_json_atomic, write_text_atomic
 
     sigs = _read_all(signatures)
-    comp = run_compare(sigs, metric=metric, normalized=normalized)
+    names = shared_metrics(sigs) if metric == "all" else [metric]
+    if not names:
+        raise OnnxaffError("the signatures share no metric with scores")
+    comps = [run_compare(sigs, metric=m, normalized=normalized) for m in names]
     fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
     if fmt == "html":
-        path = write_text_atomic(out, comparison_page(sigs, comp, clusters))
+        path = write_text_atomic(out, comparison_page(sigs, comps, clusters))
     elif fmt == "json":
-        path = write_json_atomic(out, {"metric": metric, "normalized": normalized, "models": comp.names,
-                                       "dtw": comp.distances.tolist(), "order": comp.order,
-                                       "clusters": comp.clusters(clusters), "neighbours": comp.neighbours()})
+        path = write_json_atomic(out, {"normalized": normalized, "models": comps[0].names, "metrics": {
+            c.metric: {"dtw": c.distances.tolist(), "order": c.order, "clusters": c.clusters(clusters),
+                       "neighbours": c.neighbours()} for c in comps}})
     else:
-        sep = "," if fmt == "csv" else " | "
-        lines = [sep.join(["model", *comp.names])]
-        if fmt == "md":
-            lines = ["| " + lines[0] + " |", "|" + "---|" * (len(comp.names) + 1)]
-        for i, n in enumerate(comp.names):
-            row = sep.join([n, *[f"{d:.6g}" for d in comp.distances[i]]])
-            lines.append(f"| {row} |" if fmt == "md" else row)
+        lines = ["metric,model," + ",".join(comps[0].names)] if fmt == "csv" else []
+        for c in comps:
+            if fmt == "md":
+                lines += [f"### {c.metric}", "", "| model | " + " | ".join(c.names) + " |",
+                          "|" + "---|" * (len(c.names) + 1)]
+            for i, n in enumerate(c.names):
+                cells = [f"{d:.6g}" for d in c.distances[i]]
+                lines.append(f"| {n} | " + " | ".join(cells) + " |" if fmt == "md" else ",".join([c.metric, n, *cells]))
+            if fmt == "md":
+                lines.append("")
         path = write_text_atomic(out, "\n".join(lines) + "\n")
+    comp = comps[0]
     nb = comp.neighbours(1)
     for n in comp.names:
-        click.echo(f"{n}: nearest {nb[n][0][0]} (DTW {nb[n][0][1]:.4f})")
+        click.echo(f"{n}: nearest by {comp.metric} {nb[n][0][0]} (DTW {nb[n][0][1]:.4f})")
     click.echo(f"report written to {path}")
 
 

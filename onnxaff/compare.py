@@ -89,6 +89,11 @@ def compare(sigs: list[Signature], metric: str = "affinity", normalized: bool = 
     return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized)
 
 
+def shared_metrics(sigs: list[Signature]) -> list[str]:
+    """Metrics with a score in every signature, in the first signature's order."""
+    return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
+
+
 # -- correlation with accuracy ----------------------------------------------------------------------
 
 BASELINES = {"depth (sites)": ("stats", "depth_sites"), "depth (weighted layers)": ("stats", "depth_weighted_layers"),

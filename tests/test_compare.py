@@ -67,7 +67,7 @@ def test_clustering_groups_families():
     clusters = comp.clusters(2)
     assert clusters["plain6"] == clusters["plain9"] != clusters["res7"] == clusters["res11"]
     assert comp.neighbours(1)["res7"][0][0] == "res11" and comp.neighbours(1)["plain9"][0][0] == "plain6"
-    page = comparison_page(sigs, comp)
+    page = comparison_page(sigs, [comp])
     assert page.count("<img src=\"data:image/png;base64,") == 4  # signatures, histograms, heatmap, dendrogram
     assert not re.search(r"(src|href)=\"(?!data:)", page) and "http" not in page
 
@@ -113,14 +113,17 @@ def test_single_model_report_and_cli_formats(tmp_path):
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert out.exists()
-    assert json.loads((tmp_path / "cmp.json").read_text())["dtw"][0][0] == 0
+    report = json.loads((tmp_path / "cmp.json").read_text())
+    assert set(report["metrics"]) == {"affinity", "affinity_lw"}  # every metric both signatures have
+    assert report["metrics"]["affinity"]["dtw"][0][0] == 0
+    assert (tmp_path / "cmp.md").read_text().count("### ") == 2
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed")
 def test_html_renders_in_headless_chromium(tmp_path):
     sigs = [fake_signature(n, list(np.linspace(0.6, 0.9, k + 3)), 10) for k, n in enumerate("abcd")]
     page = tmp_path / "report.html"
-    page.write_text(comparison_page(sigs, compare(sigs)))
+    page.write_text(comparison_page(sigs, [compare(sigs)]))
     shot = tmp_path / "shot.png"
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",

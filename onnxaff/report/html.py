@@ -42,26 +42,34 @@ def _img(uri: str, alt: str) -> str:
 STAT_KEYS = ["sites", "mean", "median", "min", "max", "std", "max_over_mean", "share_above_0.95"]
 
 
-def comparison_page(sigs: list[Signature], comp: Comparison, k_clusters: int = 2) -> str:
+def comparison_page(sigs: list[Signature], comps: list[Comparison], k_clusters: int = 2) -> str:
+    """One section per metric: signatures, histograms, statistics, DTW heatmap, dendrogram, neighbours."""
+    parts = [f"<p class='note'>{len(sigs)} models; metrics: {', '.join(html.escape(c.metric) for c in comps)}. "
+             f"{DTW_DESCRIPTION}{'; length-normalised: divided by sqrt(max length)' if comps[0].normalized else ''}."
+             "</p>"]
+    for comp in comps:
+        parts.append(f"<h2>{html.escape(comp.metric)}</h2>" + _comparison_section(sigs, comp, k_clusters))
+    return _page("onnxaff: signature comparison", "".join(parts))
+
+
+def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int) -> str:
     named = {n: [v for v in s.scores(comp.metric) if v is not None] for n, s in zip(comp.names, sigs, strict=True)}
-    parts = [f"<p class='note'>{len(sigs)} models, metric <b>{html.escape(comp.metric)}</b>. {DTW_DESCRIPTION}"
-             f"{'; length-normalised: divided by sqrt(max length)' if comp.normalized else ''}.</p>"]
-    parts.append("<h2>Signatures</h2>" + _img(plots.signatures(named, comp.metric), "signatures"))
-    parts.append("<h2>Distribution of scores per model</h2>" + _img(plots.histograms(named, comp.metric), "hist"))
+    parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric), "signatures")]
+    parts.append("<h3>Distribution of scores per model</h3>" + _img(plots.histograms(named, comp.metric), "hist"))
     rows = [[n, *[signature_stats(v).get(k) for k in STAT_KEYS]] for n, v in named.items()]
-    parts.append("<h2>Signature statistics</h2>" + _table(["model", *STAT_KEYS], rows))
-    parts.append("<h2>DTW distances</h2>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
+    parts.append("<h3>Signature statistics</h3>" + _table(["model", *STAT_KEYS], rows))
+    parts.append("<h3>DTW distances</h3>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
                                                               "DTW distance, ordered by the clustering"), "heatmap"))
     parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)]))
     if comp.linkage is not None:
-        parts.append("<h2>Clustering</h2>" + _img(plots.dendrogram(comp.names, comp.linkage), "dendrogram"))
+        parts.append("<h3>Clustering</h3>" + _img(plots.dendrogram(comp.names, comp.linkage), "dendrogram"))
         clusters = comp.clusters(k_clusters)
         parts.append(_table(["model", f"cluster (of {k_clusters})"], [[n, clusters[n]] for n in comp.names]))
     nb = comp.neighbours()
-    parts.append("<h2>Nearest neighbours</h2>" + _table(
+    parts.append("<h3>Nearest neighbours</h3>" + _table(
         ["model", "nearest", "distance", "second", "distance"],
         [[n, *[x for pair in nb[n][:2] for x in pair]] for n in comp.names]))
-    return _page("onnxaff: signature comparison", "".join(parts))
+    return "".join(parts)
 
 
 def correlation_page(result: dict) -> str:
