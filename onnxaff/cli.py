@@ -275,6 +275,8 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
         path = write_text_atomic(out, correlation_page(result))
     rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
     click.echo(_table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}"] for f, v in rows], ["statistic", "R²", "r"]))
+    if result["left_out"]:
+        click.echo(f"warning: not in every signature, left out: {', '.join(result['left_out'])}", err=True)
     click.echo(f"report written to {path}")
 
 

@@ -145,6 +145,8 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "af
         rows.append({"model": name, "accuracy": acc, "group": group, "features": features})
     if len(rows) < 3:
         raise OnnxaffError("correlate needs at least three models")
+    everything = set.union(*[set(r["features"]) for r in rows])
+    common = set.intersection(*[set(r["features"]) for r in rows])
     table = {}
     for group in sorted({"all", *[r["group"] for r in rows]}):
         members = [r for r in rows if group == "all" or r["group"] == group]
@@ -158,4 +160,5 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "af
             r2, r, slope, intercept = fit_r2(x, y)
             table[group][feat] = {"r2": r2, "pearson_r": r, "slope": slope, "intercept": intercept,
                                   "models": len(members)}
-    return {"metric": metric, "rows": rows, "table": table}
+    # a statistic some signature lacks (an older file without model.stats) is left out, and said so
+    return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common)}

@@ -95,6 +95,9 @@ def test_correlate_exact_linear_statistic(tmp_path):
     groups = {"a": "g1", "b": "g1", "c": "g1", "d": "g2", "e": "g2"}
     grouped = correlate(sigs, {k: str(v) for k, v in accuracy.items()}, groups=groups)
     assert set(grouped["table"]) == {"all", "g1"}  # g2 has fewer than three models
+    assert result["left_out"] == []
+    del sigs[0].model["stats"]["parameters"]
+    assert correlate(sigs, {k: str(v) for k, v in accuracy.items()})["left_out"] == ["parameters"]
     page = correlation_page(result)
     assert "data:image/png;base64," in page and "http" not in page
 

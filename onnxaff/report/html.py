@@ -75,6 +75,9 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
 def correlation_page(result: dict) -> str:
     parts = [f"<p class='note'>R² of a 1-D least-squares line accuracy ≈ a·statistic + b, and Pearson r; "
              f"signature statistics of <b>{html.escape(result['metric'])}</b> and model-level baselines.</p>"]
+    if result.get("left_out"):
+        parts.append(f"<p class='note'>Not in every signature, left out: {html.escape(', '.join(result['left_out']))}"
+                     "</p>")
     for group, table in result["table"].items():
         ranked = sorted(table.items(), key=lambda kv: -(kv[1]["r2"] if math.isfinite(kv[1]["r2"]) else -1))
         parts.append(f"<h2>Group: {html.escape(group)}</h2>")
