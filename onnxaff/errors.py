@@ -3,3 +3,9 @@
 
 class OnnxaffError(Exception):
     """A problem with the user's model, data or options, phrased so the message alone explains it."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (or its type): libraries' messages can be pages long."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -30,6 +30,8 @@ class NetworkNLC:
         if not self.output_names:
             self.reason = self.reason or "the model has no float outputs"
         self.runner = Runner(loaded, loaded.model, device=device) if self.reason is None else None
+        if self.runner is None:
+            self.output_names = []  # nothing to fetch from the analysed model either
         self.jv2 = dict.fromkeys(self.output_names, 0.0)
         self.scatter = dict.fromkeys(self.output_names, 0.0)
         self.examples = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph.load import LoadedModel
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -88,8 +88,7 @@ class Runner:
             # The proto carries no weights of external-data models, so it serialises whatever their size.
             self.session = rt.InferenceSession(model.SerializeToString(), options, providers=providers)
         except Exception as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise OnnxaffError(f"onnxruntime cannot load the model: {msg}") from None
+            raise OnnxaffError(f"onnxruntime cannot load the model: {first_line(exc)}") from None
         self.providers = self.session.get_providers()
         if device == "cuda" and CUDA not in self.providers:
             raise OnnxaffError("--device cuda: the session fell back to CPU")
@@ -98,6 +97,5 @@ class Runner:
         try:
             return self.session.run(names, feed)
         except Exception as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             shapes = ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in feed.items())
-            raise OnnxaffError(f"onnxruntime failed on a batch ({shapes}): {msg}") from None
+            raise OnnxaffError(f"onnxruntime failed on a batch ({shapes}): {first_line(exc)}") from None

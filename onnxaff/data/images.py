@@ -16,7 +16,7 @@ import numpy as np
 
 from onnxaff.data.preprocess import Preprocess, crop_pixels, normalize
 from onnxaff.data.source import DataSource, InputSpec
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, first_line
 
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 
@@ -73,7 +73,7 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
                 arrays.append(crop_pixels(img, p))
                 used.append(path)
         except Exception as exc:  # truncated, not an image, unreadable: count and go on
-            skipped.append((path, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]))
+            skipped.append((path, f"{type(exc).__name__}: {first_line(exc)}"[:200]))
     return (np.stack(arrays) if arrays else None), used, skipped
 
 

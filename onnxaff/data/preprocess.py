@@ -120,11 +120,6 @@ def _resample(name: str):
     return getattr(Image.Resampling, name.upper())
 
 
-def prepare(img, p: Preprocess) -> np.ndarray:
-    """PIL image → one example (CHW or HWC) as the model wants it."""
-    return normalize(crop_pixels(img, p)[None], p)[0]
-
-
 def crop_pixels(img, p: Preprocess) -> np.ndarray:
     """Decode-side half: resize and centre-crop to uint8 HWC (what worker processes send back)."""
     img = img.convert("L" if p.channels == 1 else "RGB")

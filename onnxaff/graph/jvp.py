@@ -51,8 +51,8 @@ def _roll(builder, x: str, k: int, prefix: str) -> str:
     """x shifted by k along the batch axis (example i gets example i − k)."""
     if builder.opset >= 10:
         def sl(a, b):
-            return builder.node("Slice", [x, builder._const([a], prefix), builder._const([b], prefix),
-                                          builder._const([0], prefix)], prefix)
+            return builder.node("Slice", [x, builder.ints([a], prefix), builder.ints([b], prefix),
+                                          builder.ints([0], prefix)], prefix)
     else:
         def sl(a, b):
             return builder.node("Slice", [x], prefix, starts=[a], ends=[b], axes=[0])

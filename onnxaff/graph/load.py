@@ -16,7 +16,7 @@ from pathlib import Path
 import onnx
 from onnx import external_data_helper
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph.view import iter_tensors
 
 # Above this size shape inference runs on a file rather than on the in-memory proto.
@@ -91,8 +91,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
         # By path: the checker then also validates external data references and large models.
         onnx.checker.check_model(str(path))
     except Exception as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OnnxaffError(f"invalid ONNX model {path.name}: {msg}") from None
+        raise OnnxaffError(f"invalid ONNX model {path.name}: {first_line(exc)}") from None
     loaded = LoadedModel(model=model, path=path, external_locations=locations)
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, path)

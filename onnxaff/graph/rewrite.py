@@ -66,7 +66,8 @@ class GraphBuilder:
         self.new_nodes.append(helper.make_node(op, inputs, [out], name=self.namer.fresh(f"{prefix}/{op}"), **attrs))
         return out
 
-    def _const(self, values: list[int], prefix: str) -> str:
+    def ints(self, values: list[int], prefix: str) -> str:
+        """An int64 initializer (axes, starts, ends)."""
         name = self.namer.fresh(f"{prefix}.axes")
         self.model.graph.initializer.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
         return name
@@ -81,7 +82,7 @@ class GraphBuilder:
         """Reduce* with axes as an attribute or, from the opset that moved it, as an input."""
         moved = 13 if op == "ReduceSum" else 18
         if self.opset >= moved:
-            return self.node(op, [x, self._const(axes, prefix)], prefix, keepdims=keepdims)
+            return self.node(op, [x, self.ints(axes, prefix)], prefix, keepdims=keepdims)
         return self.node(op, [x], prefix, axes=axes, keepdims=keepdims)
 
     def _reduce_mean(self, x: str, axes: list[int], prefix: str) -> str:
@@ -89,7 +90,7 @@ class GraphBuilder:
 
     def _unsqueeze_last(self, x: str, prefix: str) -> str:
         if self.opset >= 13:
-            return self.node("Unsqueeze", [x, self._const([1], prefix)], prefix)
+            return self.node("Unsqueeze", [x, self.ints([1], prefix)], prefix)
         return self.node("Unsqueeze", [x], prefix, axes=[1])
 
     def features(self, tensor: str, site: Site, mode: str, prefix: str) -> str:
