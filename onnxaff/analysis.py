@@ -101,7 +101,8 @@ class SiteState:
                 self._record(m, lambda m=m: m.compute(chunk))
             elif m.needs == "chunk_pair" and self.previous is not None:
                 self._record(m, lambda m=m: m.compute((self.previous, chunk)))
-        self.previous = chunk
+        if any(m.needs == "chunk_pair" for m in metrics):
+            self.previous = chunk  # kept only when asked for: a chunk per site is real memory
 
     def _not_applicable(self, m: Metric) -> str | None:
         if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
