@@ -172,17 +172,35 @@ def analyze(model, data, out, **options) -> None:
 
 @cli.command()
 @click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
-@_analysis_options
-def demo(out, **options) -> None:
-    """Analyse the embedded default model on the data shipped with it."""
-    from onnxaff.default import DEFAULT_DATA, DEFAULT_MODEL
-    from onnxaff.report.html import single_page
-    from onnxaff.signature import write_text_atomic
+@click.option("--metrics", default="affinity,affinity_lw", show_default=True,
+              help="Comma-separated metric names; the first one heads the tables.")
+@click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
+@click.option("--quiet", is_flag=True, help="No progress or tables, only the output folder.")
+def demo(out, metrics, chunk_size, device, only, quiet) -> None:
+    """Analyse every shipped reference network on its shipped data and write a comparison report."""
+    from onnxaff.demo import run_demo
 
-    os.makedirs(out, exist_ok=True)
-    sig = _run_analysis(str(DEFAULT_MODEL), str(DEFAULT_DATA), os.path.join(out, "signature.json"), **options)
-    write_text_atomic(os.path.join(out, "report.html"), single_page(sig))
-    click.echo(f"demo outputs in {os.path.abspath(out)}: signature.json, report.html")
+    names = [m.strip() for m in metrics.split(",") if m.strip()]
+    if not names:
+        raise OnnxaffError("--metrics names no metric")
+
+    def announce(model):
+        if not quiet:
+            click.echo(f"{model.name} ({model.framework})", err=True)
+
+    run = run_demo(out, metrics=names, chunk_size=chunk_size, device=device,
+                   only=[m.strip() for m in only.split(",") if m.strip()] or None, progress=not quiet,
+                   on_model=announce)
+    if not quiet:
+        def fmt(v, spec=".4f"):
+            return "-" if v is None else format(v, spec)
+
+        click.echo(_table([[r["model"], r["framework"], r["sites"], fmt(r["accuracy"]), fmt(r["mean"]), fmt(r["min"]),
+                            fmt(r["share_above_0.95"], ".0%")] for r in run.rows],
+                          ["model", "framework", "sites", "accuracy", f"{names[0]} mean", "min", ">0.95"]))
+    click.echo(f"demo outputs in {run.folder.resolve()}: report.html and signatures/ ({len(run.signatures)} models)")
 
 
 @cli.command()

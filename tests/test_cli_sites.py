@@ -74,11 +74,6 @@ def test_shared_models_list(name):
     assert " sites in " in r.stdout
 
 
-def test_demo_and_plugins(tmp_path):
-    r = onnxaff("demo", "--out", tmp_path / "demo", "--quiet")
-    assert r.returncode == 0, r.stderr
-    sig = json.loads((tmp_path / "demo" / "signature.json").read_text())
-    assert [s["kind"] for s in sig["sites"]] == ["relu"] * 7 + ["gelu", "silu", "softmax"]
-    assert all(s["metrics"]["affinity"]["chunks"] == 2 for s in sig["sites"])
+def test_plugins_lists_the_builtins():
     r = onnxaff("plugins")
     assert r.returncode == 0 and "affinity_lw" in r.stdout and "entry point of onnxaff" in r.stdout

@@ -22,9 +22,10 @@ def _uri(fig) -> str:
 
 def signatures(named: dict[str, list[float]], metric: str) -> str:
     fig, ax = plt.subplots(figsize=(8, 4))
-    for name, values in named.items():
+    styles = ("-", "--", ":", "-.")  # past ten models the colour cycle repeats: the line style tells them apart
+    for k, (name, values) in enumerate(named.items()):
         depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker="o", markersize=3, label=name)
+        ax.plot(depth, values, marker="o", markersize=3, label=name, linestyle=styles[(k // 10) % len(styles)])
     ax.set_xlabel("normalised depth (site index / last)")
     ax.set_ylabel(metric)
     ax.set_title(f"non-linearity signatures ({metric})")
