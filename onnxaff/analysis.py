@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import math
 import os
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, discover_sites, load_model
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
-from onnxaff.graph.rewrite import REDUCTIONS, SiteOutputs
+from onnxaff.graph.rewrite import REDUCTIONS, SiteOutputs, numpy_features
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
@@ -34,6 +34,7 @@ from onnxaff.metrics import Chunk, JvpStats, Metric, registry, resolve
 from onnxaff.network import NetworkNLC
 from onnxaff.progress import Progress
 from onnxaff.runtime import Runner, ort
+from onnxaff.scoring import ChunkScorer, evaluate
 from onnxaff.signature import Signature
 
 DEFAULT_METRICS = ("affinity", "affinity_lw")
@@ -57,6 +58,8 @@ class SiteState:
     dims: tuple[int, int] | None = None
     previous: Chunk | None = None  # for chunk_pair metrics
     jvp: JvpAccumulator | None = None
+    pending: list[Future] = field(default_factory=list)  # chunk scores still being computed, in chunk order
+    partial: bool = False  # the one partial chunk was scored (no full chunk)
 
     def output_names(self) -> list[str]:
         names = [self.outputs.x, self.outputs.y]
@@ -73,7 +76,7 @@ class SiteState:
             return
         self.jvp.add(n, stats)
 
-    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric]) -> None:
+    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
         if self.dims is None:
             self.dims = (x.shape[1], y.shape[1])
         if x.shape[0] != y.shape[0]:
@@ -88,21 +91,34 @@ class SiteState:
             self.moments = Moments(*self.dims)
         self.moments.update(x, y)
         for cx, cy in self.buffer.add(x, y):
-            self.score(cx, cy, metrics)
+            self.score(cx, cy, metrics, scorer)
 
-    def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric]) -> None:
+    def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
         self.chunks += 1
         self.chunk_rows = x.shape[0]
         chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
+        jobs = []
         for m in metrics:
             if self._not_applicable(m):
                 continue
             if m.needs == "chunk":
-                self._record(m, lambda m=m: m.compute(chunk))
+                jobs.append((m, chunk))
             elif m.needs == "chunk_pair" and self.previous is not None:
-                self._record(m, lambda m=m: m.compute((self.previous, chunk)))
+                jobs.append((m, (self.previous, chunk)))
+        if jobs:
+            self.pending.append(scorer.submit(jobs))
         if any(m.needs == "chunk_pair" for m in metrics):
             self.previous = chunk  # kept only when asked for: a chunk per site is real memory
+
+    def collect(self) -> None:
+        """Record the finished chunk scores in chunk order (the first error of a metric is kept)."""
+        for future in self.pending:
+            for name, value, error in future.result():
+                if error is not None:
+                    self.errors.setdefault(name, error)
+                else:
+                    self.values.setdefault(name, []).append(value)
+        self.pending = []
 
     def _not_applicable(self, m: Metric) -> str | None:
         if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
@@ -111,33 +127,32 @@ class SiteState:
             return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
         return None
 
-    def _record(self, m: Metric, call) -> None:
-        try:
-            value = float(call())
-            if not math.isfinite(value):
-                raise ValueError(f"returned {value}")
-        except Exception as exc:
-            self.errors.setdefault(m.name, f"{type(exc).__name__}: {exc}")
-            return
-        self.values.setdefault(m.name, []).append(value)
+    def _record(self, m: Metric, sample) -> None:
+        value, error = evaluate(m, sample)
+        if error is not None:
+            self.errors.setdefault(m.name, error)
+        else:
+            self.values.setdefault(m.name, []).append(value)
 
-    def finish(self, metrics: list[Metric]) -> bool:
+    def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> bool:
         """Score the partial chunk if it is all there is, then the pooled metrics. True if partial used."""
         partial = False
         rest = self.buffer.remainder()
         if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
-            self.score(*rest, metrics)
+            self.score(*rest, metrics, scorer)
             partial = True
+        self.partial = partial
+        self.collect()
         if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
             for m in metrics:
                 if m.needs == "moments" and not self._not_applicable(m):
-                    self._record(m, lambda m=m: m.compute(self.moments))
+                    self._record(m, self.moments)
         traces = self.jvp.traces() if self.jvp is not None and not self.nonfinite_rows else None
         if traces is not None:
             stats = JvpStats(self.jvp.form, *traces)
             for m in metrics:
                 if m.needs == "jvp":
-                    self._record(m, lambda m=m: m.compute(stats))
+                    self._record(m, stats)
         return partial
 
     def entry(self, m: Metric, partial: bool) -> dict:
@@ -164,6 +179,32 @@ class SiteState:
             if self.dims and (note := m.caveat(self.chunk_rows or self.rows, *self.dims)):
                 out["caveat"] = note
         return out
+
+
+def _batch_loop(source, batch_size: int, fixed: bool, runner: Runner, names: list[str], states: list[SiteState],
+                slices: list[slice], network: NetworkNLC | None, metrics: list[Metric], scorer: ChunkScorer,
+                bar: Progress, host_reduce: str | None) -> tuple[int, int]:
+    """Every batch through the runtime and into the sites' collectors. Returns (used, dropped) examples."""
+    used = dropped = 0
+    for batch in source.batches(batch_size):
+        n = next(iter(batch.values())).shape[0]
+        if n == 0:
+            continue  # every file of this batch was unreadable (they are counted by the source)
+        if fixed and n != batch_size:
+            dropped += n  # a fixed-batch model cannot take the short last batch
+            continue
+        arrays = runner.run(names, batch)
+        for st, part in zip(states, slices, strict=True):
+            x, y, *jvp = arrays[part]
+            if host_reduce is not None:
+                x, y = numpy_features(x, st.site, host_reduce), numpy_features(y, st.site, host_reduce)
+            st.add(x, y, metrics, scorer)
+            st.add_jvp(n, jvp)
+        if network is not None:
+            network.add(batch, arrays[len(arrays) - len(network.output_names):])
+        used += n
+        bar.update(n)
+    return used, dropped
 
 
 def _resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
@@ -216,8 +257,15 @@ def analyze(
     images: dict | None = None,
     plugins: tuple[str, ...] | list[str] = (),
     progress: bool = True,
+    reduce_in: str = "graph",
+    chunk_workers: int | None = None,
 ) -> Signature:
-    """Run `data` through `model` and return its non-linearity signature."""
+    """Run `data` through `model` and return its non-linearity signature.
+
+    reduce_in="numpy" exposes the full activation tensors and reduces them on the host: the naive
+    design, kept as the benchmarks' baseline and as a check of the in-graph reduction. chunk_workers
+    threads score chunks while the runtime works (0: in the batch loop; None: one per spare core).
+    """
     started = time.perf_counter()
     if chunk_size < 2:
         raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
@@ -225,6 +273,8 @@ def analyze(
         raise OnnxaffError(f"--batch-size must be positive, got {batch_size}")
     if reduce not in REDUCTIONS:
         raise OnnxaffError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
+    if reduce_in not in ("graph", "numpy"):
+        raise OnnxaffError(f"unknown reduce_in {reduce_in!r}; choose graph or numpy")
     loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
     sites = discover_sites(loaded.model, layout=layout, infer_shapes=False)
     if not sites:
@@ -235,7 +285,8 @@ def analyze(
     source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes, images=images)
 
     fixed = {i.fixed_batch for i in inputs} - {None}
-    effective_batch = fixed.pop() if len(fixed) == 1 else batch_size
+    fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
+    effective_batch = fixed_batch or batch_size
     warnings: list[str] = []
     if effective_batch != batch_size:
         warnings.append(f"the model's batch size is fixed at {effective_batch}: batches of {effective_batch}")
@@ -249,7 +300,8 @@ def analyze(
     if not ok_sites:
         raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
     needs_jvp = any(m.needs == "jvp" for m in metric_objs)
-    augmented, outputs = augment_model(loaded.model, ok_sites, reduce, jvp=needs_jvp)
+    on_host = reduce_in == "numpy"
+    augmented, outputs = augment_model(loaded.model, ok_sites, reduce, raw=on_host, jvp=needs_jvp)
     runner = Runner(loaded, augmented, device=device)
     states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
     for st in states:
@@ -266,22 +318,14 @@ def analyze(
 
     bar = Progress(len(source), enabled=progress)
     used = dropped = 0
-    for batch in source.batches(effective_batch):
-        n = next(iter(batch.values())).shape[0]
-        if n == 0:
-            continue  # every file of this batch was unreadable (they are counted by the source)
-        if fixed and n != effective_batch:
-            dropped += n  # a fixed-batch model cannot take the short last batch
-            continue
-        arrays = runner.run(names, batch)
-        for st, part in zip(states, slices, strict=True):
-            x, y, *jvp = arrays[part]
-            st.add(x, y, metric_objs)
-            st.add_jvp(n, jvp)
-        if network is not None:
-            network.add(batch, arrays[len(arrays) - len(network.output_names):])
-        used += n
-        bar.update(n)
+    scorer = ChunkScorer(chunk_workers)
+    try:
+        used, dropped = _batch_loop(source, effective_batch, fixed_batch is not None, runner, names, states, slices,
+                                    network, metric_objs, scorer, bar, reduce if on_host else None)
+        for st in states:
+            st.finish(metric_objs, scorer)
+    finally:
+        scorer.close()
     bar.close()
     if dropped:
         warnings.append(f"{dropped} trailing examples dropped: the model's batch size is fixed at {effective_batch}")
@@ -294,7 +338,7 @@ def analyze(
             d["metrics"] = {}
             site_dicts.append(d)
             continue
-        partial = st.finish(metric_objs)
+        partial = st.partial
         d.update(dim=st.dims[0] if st.dims else None, dim_y=st.dims[1] if st.dims else None,
                  rows=st.rows, chunks=st.chunks, partial_chunk=partial)
         if st.nonfinite_rows:
@@ -324,7 +368,8 @@ def analyze(
         network={"nlc": network.result()} if network is not None else {},
         data=description,
         options={"metrics": list(metrics), "chunk_size": chunk_size, "batch_size": effective_batch,
-                 "limit": limit, "reduce": reduce, "device": device, "layout": layout, "seed": seed,
+                 "limit": limit, "reduce": reduce, "reduce_in": reduce_in, "device": device, "layout": layout,
+                 "seed": seed,
                  "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
                  "plugins": [str(Path(p)) for p in plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
                  "std": "population std (ddof=0) over chunk scores"},

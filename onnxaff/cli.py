@@ -102,6 +102,10 @@ def _analysis_options(f):
         click.option("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]), default="mean",
                      show_default=True, help="How a site's tensors become [rows, D] features."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+        click.option("--reduce-in", "reduce_in", type=click.Choice(["graph", "numpy"]), default="graph",
+                     show_default=True, help="numpy: fetch full activations and reduce on the host (naive baseline)."),
+        click.option("--chunk-workers", type=int, default=None,
+                     help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
         click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
                      show_default=True),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of synthetic data."),
@@ -135,9 +139,9 @@ def _floats(text: str | None, option: str):
         raise OnnxaffError(f"{option} {text!r} is not a comma-separated list of numbers") from None
 
 
-def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, layout, seed,
-                  input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle, workers,
-                  fast_decode, quiet):
+def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
+                  layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle,
+                  workers, fast_decode, quiet):
     from onnxaff.analysis import analyze
     from onnxaff.data import parse_input_shapes
 
@@ -151,6 +155,7 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         model, data, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
         batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
         input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
+        reduce_in=reduce_in, chunk_workers=chunk_workers,
     )
     path = sig.write(out)
     if not quiet:
