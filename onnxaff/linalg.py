@@ -25,13 +25,26 @@ def psd_sqrt(m: np.ndarray) -> np.ndarray:
     return (v * np.sqrt(w)) @ v.T
 
 
-def psd_inv_sqrt(m: np.ndarray) -> np.ndarray:
-    """Pseudo-inverse square root: eigenvalues below d·eps·max are treated as zero, as pinv does."""
+def psd_inv_sqrt_parts(m: np.ndarray, dim: int | None = None, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvectors V and weights w with m^{+1/2} = V diag(w) Vᵀ, so callers can apply it to rows without forming it.
+
+    Eigenvalues at or below dim·eps·max are treated as zero, as pinv does. `dim` and `floor` let a caller that
+    holds m only on a subspace reproduce the cutoff of the full matrix: dim is the full size and floor an
+    eigenvalue that the full matrix has outside the subspace.
+    """
     w, v = _eigh_psd(m)
-    cutoff = max(m.shape[0], 1) * np.finfo(np.float64).eps * (w.max() if w.size else 0.0)
+    dim = m.shape[0] if dim is None else dim
+    top = max(w.max() if w.size else 0.0, floor)
+    cutoff = max(dim, 1) * np.finfo(np.float64).eps * top
     inv = np.zeros_like(w)
     keep = w > cutoff
     inv[keep] = 1.0 / np.sqrt(w[keep])
+    return v, inv
+
+
+def psd_inv_sqrt(m: np.ndarray) -> np.ndarray:
+    """Pseudo-inverse square root: eigenvalues below d·eps·max are treated as zero, as pinv does."""
+    v, inv = psd_inv_sqrt_parts(m)
     return (v * inv) @ v.T
 
 
@@ -40,6 +53,27 @@ def covariance(x: np.ndarray) -> np.ndarray:
     x = as_rows(x)
     xc = x - x.mean(axis=0)
     return xc.T @ xc / (x.shape[0] - 1)
+
+
+def ledoit_wolf_shrinkage(xc: np.ndarray, d: int | None = None) -> tuple[float, float]:
+    """Ledoit–Wolf shrinkage and target scale μ = tr S/d from centred rows, without forming S when d > n.
+
+    Every term is an invariant of the Gram matrix, so `xc` may be the rows in any orthonormal coordinates of a
+    subspace of R^d holding them (d: the full dimension, which μ and δ depend on). Cost O(n·k·min(n, k)).
+    """
+    n, k = xc.shape
+    d = k if d is None else d
+    g = xc @ xc.T if n < k else xc.T @ xc  # ‖XcᵀXc‖_F = ‖XcXcᵀ‖_F: take the smaller one
+    s_fro2 = np.sum(g * g) / (n * n)  # ‖S‖²_F
+    row2 = (xc * xc).sum(axis=1)
+    tr = row2.sum() / n
+    mu = tr / d
+    delta = (s_fro2 - 2.0 * mu * tr + d * mu * mu) / d
+    # Σ_k ‖x_k x_kᵀ‖²_F = Σ_k (Σ_i x_ki²)², and Σ_k ‖x_k x_kᵀ − S‖²_F = that − n‖S‖²_F.
+    beta = (np.sum(row2**2) / n - s_fro2) / (n * d)
+    beta = min(beta, delta)
+    shrinkage = 0.0 if delta == 0.0 else beta / delta
+    return float(shrinkage), float(mu)
 
 
 def ledoit_wolf(x: np.ndarray) -> tuple[np.ndarray, float]:
@@ -51,18 +85,14 @@ def ledoit_wolf(x: np.ndarray) -> tuple[np.ndarray, float]:
     x = as_rows(x)
     n, d = x.shape
     xc = x - x.mean(axis=0)
-    s = xc.T @ xc / n
-    mu = np.trace(s) / d
-    delta = (np.sum(s * s) - 2.0 * mu * np.trace(s) + d * mu * mu) / d
-    x2 = xc * xc
-    # Σ_k ‖x_k x_kᵀ‖²_F = Σ_k (Σ_i x_ki²)², and Σ_k ‖x_k x_kᵀ − S‖²_F = that − n‖S‖²_F.
-    beta = (np.sum(x2.sum(axis=1) ** 2) / n - np.sum(s * s)) / (n * d)
-    beta = min(beta, delta)
-    shrinkage = 0.0 if delta == 0.0 else beta / delta
-    return (1.0 - shrinkage) * s + shrinkage * mu * np.eye(d), float(shrinkage)
+    shrinkage, mu = ledoit_wolf_shrinkage(xc)
+    return (1.0 - shrinkage) * (xc.T @ xc / n) + shrinkage * mu * np.eye(d), shrinkage
 
 
 def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """‖a_i − b_j‖² for all pairs, float64, never negative."""
-    d = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2.0 * (a @ b.T)
-    return np.maximum(d, 0.0)
+    """‖a_i − b_j‖² for all pairs, float64, never negative (one product, no [n, m, d] temporary)."""
+    out = a @ b.T
+    out *= -2.0
+    out += (a * a).sum(axis=1)[:, None]
+    out += (b * b).sum(axis=1)[None, :]
+    return np.maximum(out, 0.0, out=out)

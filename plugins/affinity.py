@@ -4,6 +4,10 @@
 Gaussian fits of X and Y and W2² is the exact OT cost between the two point clouds. ρ = 1 when Y is
 an affine image of X through a symmetric positive definite map; it uses the distributions, not the
 pairing of rows.
+
+Both covariances have the form Σ = c·XcᵀXc + α·I (unbiased: c = 1/(n−1), α = ε; Ledoit–Wolf with shrinkage
+s: c = (1−s)/n, α = sμ + ε), which is what lets one chunk cost O(n²d + n³) instead of O(d³) when d > 2n:
+see `_span_problem`.
 """
 
 from __future__ import annotations
@@ -11,12 +15,26 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from onnxaff.linalg import EPS, as_rows, covariance, ledoit_wolf, psd_inv_sqrt, psd_sqrt, squared_distances
+from onnxaff.linalg import (
+    EPS,
+    as_rows,
+    ledoit_wolf_shrinkage,
+    psd_inv_sqrt,
+    psd_inv_sqrt_parts,
+    psd_sqrt,
+    squared_distances,
+)
 from onnxaff.metrics import Chunk, Metric
+
+METHODS = ("auto", "direct", "span")
+SHRINKAGES = ("none", "ledoit_wolf")
 
 
 def affine_ot_map(sigma_x: np.ndarray, sigma_y: np.ndarray, eps: float = EPS) -> np.ndarray:
-    """A = S (S Σ_X S)^{-1/2} S with S = Σ_Y^{1/2}; A = 0 for a constant output (tr Σ_Y ≤ 2ε·d)."""
+    """A = S (S Σ_X S)^{-1/2} S with S = Σ_Y^{1/2}; A = 0 for a constant output (tr Σ_Y ≤ 2ε·d).
+
+    The literal formula, as a d×d matrix; `affinity_score` applies the same map to rows more cheaply.
+    """
     d = sigma_y.shape[0]
     if np.trace(sigma_y) <= 2.0 * eps * d:
         return np.zeros_like(sigma_y)
@@ -25,13 +43,117 @@ def affine_ot_map(sigma_x: np.ndarray, sigma_y: np.ndarray, eps: float = EPS) ->
 
 
 def exact_w2_squared(a: np.ndarray, b: np.ndarray) -> float:
-    """Exact OT cost between two uniform clouds of equal size: an assignment problem."""
-    cost = squared_distances(a, b)
-    rows, cols = linear_sum_assignment(cost)
-    return float(cost[rows, cols].mean())
+    """Exact OT cost between two uniform clouds of equal size: an assignment problem.
+
+    The matched costs are recomputed as ‖a_i − b_j‖² from differences: the expanded form used for the whole
+    cost matrix loses digits to cancellation exactly where they matter, when the clouds nearly coincide (ρ ≈ 1,
+    where ρ depends on the square root of this cost).
+    """
+    rows, cols = linear_sum_assignment(squared_distances(a, b))
+    diff = a[rows] - b[cols]
+    return float(np.einsum("ij,ij->", diff, diff) / len(rows))
 
 
-def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: str = "none") -> float:
+def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str) -> tuple[float, float]:
+    """(c, α) with Σ = c·XcᵀXc + α·I for centred rows `xc` (in any orthonormal coordinates of R^d)."""
+    n = xc.shape[0]
+    if shrinkage == "ledoit_wolf":
+        s, mu = ledoit_wolf_shrinkage(xc, d)
+        return (1.0 - s) / n, s * mu + eps
+    return 1.0 / (n - 1), eps
+
+
+def _root_factor(sigma: np.ndarray) -> np.ndarray:
+    """Any L with L Lᵀ = Σ: Cholesky (a fraction of an eigendecomposition), the symmetric root if Σ is singular.
+
+    L (Lᵀ Σ_X L)^{+1/2} Lᵀ = S (S Σ_X S)^{+1/2} S for every such L: L = S·Q with Q orthogonal, and Lᵀ Σ_X L =
+    Qᵀ (S Σ_X S) Q has the same eigenvalues (hence the same pinv cutoff) and rotated eigenvectors.
+    """
+    try:
+        return np.linalg.cholesky(sigma)
+    except np.linalg.LinAlgError:  # Σ_Y singular to working precision: ε = 0, or ε below the data's rounding
+        return psd_sqrt(sigma)
+
+
+def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: int, floor: float) -> np.ndarray:
+    """Rows b·(Lᵀ Σ_X L)^{+1/2} for b = Xc·L, where Lᵀ Σ_X L = cx·bᵀb + ax·LᵀL; xc·A is that times Lᵀ.
+
+    A itself (d×d) is never formed. dim and floor set the pinv cutoff as on the full d×d matrix (see
+    `psd_inv_sqrt_parts`).
+    """
+    m = cx * (b.T @ b) + ax * lt_l
+    v, inv = psd_inv_sqrt_parts(m, dim, floor)
+    return ((b @ v) * inv) @ v.T
+
+
+def _direct_problem(xc, yc, d, eps, shrinkage):
+    """Mapped X rows and Y rows (both centred) in R^d, with d×d covariances: O(nd² + d³)."""
+    cx, ax = _scales(xc, d, eps, shrinkage)
+    cy, ay = _scales(yc, d, eps, shrinkage)
+    sigma_y = cy * (yc.T @ yc)
+    sigma_y[np.diag_indices(d)] += ay
+    l_factor = _root_factor(sigma_y)
+    rows = _inv_sqrt_rows(xc @ l_factor, l_factor.T @ l_factor, cx, ax, d, 0.0)
+    return rows @ l_factor.T, yc
+
+
+def _span_problem(xc, yc, d, eps, shrinkage):
+    """The same mapped rows and Y rows, in orthonormal coordinates of V = span(centred Y rows, centred X rows).
+
+    Why it is exact: V has dimension k ≤ 2n; on V⊥ both Σ_X = α_X·I and Σ_Y = α_Y·I, so V and V⊥ are invariant
+    under Σ_X, Σ_Y, S, S Σ_X S and its pseudo-inverse root, hence under A. The centred X rows lie in V, so
+    xc·A only needs A on V, i.e. the k×k problem with Σ|_V = c·CᵀC + α·I_k (C: the rows' coordinates); on V⊥,
+    where A would act as a multiple of I, there is nothing to map. All pairwise distances between mapped X rows
+    and Y rows are distances in V, so W2² is unchanged too; tr Σ_Y still counts α_Y on all d dimensions (the
+    caller uses d, not k).
+
+    The pinv cutoff of the direct path is d·eps·λ_max(S Σ_X S) over R^d. S Σ_X S is α_X·α_Y on V⊥ and at least
+    that on V (Σ_X ≥ α_X·I and S² ≥ α_Y·I), so λ_max is the largest eigenvalue on V and we use d (not k) to
+    reproduce the same cutoff on V. On V⊥ the direct path may zero α_X·α_Y (it does when λ_max ≥ α_X·α_Y /
+    (d·eps_machine), e.g. λ_max ≳ 1 for ε = 1e-6 and d = 4096: common) but the rows have no component there, so
+    both paths give the same rows. On V every
+    eigenvalue is ≥ α_X·α_Y ≥ ε², and usually ≳ ε·(smallest data variance), so the cutoff seldom bites on V, and
+    when it does it bites the same eigenvalues in both paths up to rounding.
+
+    Coordinates come from Householder QR of [Ycᵀ Xcᵀ] (d × 2n; R only, O(dn²)): backward stable, no rank decision
+    (the Gram matrix would be cheaper, but its rounding costs ρ ≈ 1 about half its digits, as ρ goes with the
+    square root of W2²), and with Y first Σ_Y|_V is block diagonal: an n×n block, then α_Y·I. R's rows beyond
+    the rank of V (centring leaves rank ≤ 2n − 2) hold ~0 coordinates: like directions of V⊥, harmless. If
+    d < 2n the coordinates are just a rotation of R^d.
+    """
+    n = xc.shape[0]
+    # numpy's LAPACK, not scipy's faster-alone geqrt: two OpenBLAS pools in one chunk spin against each other.
+    r = np.linalg.qr(np.concatenate([yc, xc]).T, mode="r")  # min(d, 2n) × 2n upper trapezoidal
+    ycoord, xcoord = r[:, :n].T, r[:, n:].T  # rows in the coordinates; Y rows vanish beyond column n
+    k = r.shape[0]
+    m = min(n, k)
+    cx, ax = _scales(xcoord, d, eps, shrinkage)
+    cy, ay = _scales(ycoord, d, eps, shrinkage)
+    # Σ_Y|_V = diag(cy·Y1ᵀY1 + ay·I_m, ay·I_{k−m}), so L = diag(L1, √ay·I): applied block by block.
+    y1 = ycoord[:, :m]
+    block = cy * (y1.T @ y1)
+    block[np.diag_indices(m)] += ay
+    l1, root_ay = _root_factor(block), np.sqrt(ay)
+    b = np.empty((n, k))
+    b[:, :m] = xcoord[:, :m] @ l1
+    b[:, m:] = root_ay * xcoord[:, m:]
+    lt_l = np.zeros((k, k))
+    lt_l[:m, :m] = l1.T @ l1
+    lt_l[np.arange(m, k), np.arange(m, k)] = ay
+    # Every eigenvalue of S Σ_X S is ≥ α_X·α_Y, the one it has on V⊥: include it in the max like the full matrix.
+    rows = _inv_sqrt_rows(b, lt_l, cx, ax, d, ax * ay)
+    rows[:, :m] = rows[:, :m] @ l1.T
+    rows[:, m:] *= root_ay
+    return rows, ycoord
+
+
+def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: str = "none",
+                   method: str = "auto") -> float:
+    """ρ_aff of one chunk of paired rows.
+
+    method: "direct" works with d×d covariances, O(nd² + d³); "span" works in the span of the centred rows,
+    dimension k ≤ 2n, O(n²d + n³); both give the same ρ up to rounding. "auto" takes "span" when 2n < d.
+    """
     x, y = as_rows(x), as_rows(y)
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"X has {x.shape[0]} rows and Y {y.shape[0]}")
@@ -39,18 +161,24 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         raise ValueError(f"affinity needs equal feature dimensions (X: {x.shape[1]}, Y: {y.shape[1]})")
     if x.shape[0] < 2:
         raise ValueError("affinity needs at least 2 rows")
-    d = x.shape[1]
-    if shrinkage == "ledoit_wolf":
-        sigma_x, sigma_y = ledoit_wolf(x)[0], ledoit_wolf(y)[0]
+    if shrinkage not in SHRINKAGES:
+        raise ValueError(f"shrinkage must be one of {SHRINKAGES}, not {shrinkage!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    n, d = x.shape
+    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
+    # Distances are translation invariant: mapped = xc·A + m_Y against y is xc·A against yc.
+    yy = float(np.einsum("ij,ij->", yc, yc))
+    # tr Σ_Y over all d dimensions (Ledoit–Wolf shrinkage keeps the trace of the biased S).
+    tr_sigma_y = yy / (n - 1 if shrinkage == "none" else n) + eps * d
+    if tr_sigma_y <= 2.0 * eps * d:  # constant output: A = 0, every row maps to m_Y
+        w2 = yy / n
     else:
-        sigma_x, sigma_y = covariance(x), covariance(y)
-    sigma_x = sigma_x + eps * np.eye(d)
-    sigma_y = sigma_y + eps * np.eye(d)
-    a = affine_ot_map(sigma_x, sigma_y, eps)
-    mx, my = x.mean(axis=0), y.mean(axis=0)
-    mapped = (x - mx) @ a.T + my
-    w2 = exact_w2_squared(mapped, y)
-    return float(1.0 - np.sqrt(w2 / (2.0 * np.trace(sigma_y))))
+        if method == "auto":
+            method = "span" if 2 * n < d else "direct"
+        problem = _span_problem if method == "span" else _direct_problem
+        w2 = exact_w2_squared(*problem(xc, yc, d, eps, shrinkage))
+    return float(1.0 - np.sqrt(w2 / (2.0 * tr_sigma_y)))
 
 
 class Affinity(Metric):

@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 from scipy.optimize import linprog
 
-from onnxaff.linalg import covariance, ledoit_wolf
+from onnxaff.linalg import covariance, ledoit_wolf, ledoit_wolf_shrinkage
 from onnxaff_plugins.affinity import affine_ot_map, affinity_score, exact_w2_squared
 
 
@@ -135,3 +135,124 @@ def test_ledoit_wolf_variant_defined_when_d_exceeds_n(rng):
     x = rng.standard_normal((64, 128))
     v = affinity_score(x, np.maximum(x, 0), shrinkage="ledoit_wolf")
     assert 0 <= v <= 1
+
+
+# --- the span-of-rows path (d > 2n) against the d×d path, and both against the literal formulas ---
+
+def _cases(rng):
+    """(name, X, Y) chunks with d > n, where the span path is the one `auto` takes when 2n < d."""
+    x = rng.standard_normal((64, 300)) * rng.uniform(0.1, 3.0, 300) + 5 * rng.standard_normal(300)
+    x2 = rng.standard_normal((40, 1000))
+    low = rng.standard_normal((50, 4)) @ rng.standard_normal((4, 200))  # rank-deficient X
+    x3 = rng.standard_normal((40, 120))
+    return [
+        ("tanh 64x300", x, np.tanh(x @ rng.standard_normal((300, 300)) / np.sqrt(300))),
+        ("relu 40x1000", x2, np.maximum(x2, 0)),
+        ("rank-deficient X", low, np.sin(low) + 0.1 * rng.standard_normal((50, 200))),
+        ("rank-deficient X and Y", low, np.tanh(low[:, :1]) * rng.standard_normal(200)),
+        ("constant Y", x2[:, :150], np.full((40, 150), 3.3)),
+        ("constant X", np.zeros((30, 100)), rng.standard_normal((30, 100))),
+        ("X B + c, B SPD", x3, x3 @ spd(rng, 120) + rng.standard_normal(120)),
+    ]
+
+
+@pytest.mark.parametrize("shrinkage", ["none", "ledoit_wolf"])
+def test_span_path_equals_direct_path_when_d_exceeds_n(shrinkage, rng):
+    for name, x, y in _cases(rng):
+        direct = affinity_score(x, y, shrinkage=shrinkage, method="direct")
+        span = affinity_score(x, y, shrinkage=shrinkage, method="span")
+        assert span == pytest.approx(direct, abs=1e-8), name
+        assert affinity_score(x, y, shrinkage=shrinkage) == span, name  # auto takes the span path here
+        assert -1e-9 <= span <= 1 + 1e-9, name
+
+
+def test_affine_spd_map_scores_one_on_both_paths_when_d_exceeds_n(rng):
+    x = rng.standard_normal((40, 120))
+    y = x @ spd(rng, 120) + rng.standard_normal(120)
+    for method in ("direct", "span"):
+        assert affinity_score(x, y, method=method) == pytest.approx(1.0, abs=1e-6)
+    assert affinity_score(x, np.full((40, 120), -2.0), method="span") == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("n,d", [(50, 20), (30, 45), (25, 50), (8, 1)])
+@pytest.mark.parametrize("shrinkage", ["none", "ledoit_wolf"])
+def test_span_path_is_exact_for_any_d(n, d, shrinkage, rng):
+    """With d ≤ 2n the span coordinates are a rotation of R^d: no saving, same number."""
+    x = rng.standard_normal((n, d))
+    y = np.tanh(x @ rng.standard_normal((d, d))) + 0.1 * x
+    direct = affinity_score(x, y, shrinkage=shrinkage, method="direct")
+    assert affinity_score(x, y, shrinkage=shrinkage, method="span") == pytest.approx(direct, abs=1e-8)
+    assert affinity_score(x, y, shrinkage=shrinkage) == direct  # auto keeps the d×d path here
+
+
+def test_auto_chooses_span_only_when_2n_below_d(rng, monkeypatch):
+    import onnxaff_plugins.affinity as mod
+
+    calls = []
+    for fn in ("_direct_problem", "_span_problem"):
+        orig = getattr(mod, fn)
+        monkeypatch.setattr(mod, fn, lambda *a, _o=orig, _n=fn: calls.append(_n) or _o(*a))
+    for n, d in [(10, 21), (10, 20), (10, 5)]:
+        x = rng.standard_normal((n, d))
+        affinity_score(x, np.abs(x))
+    assert calls == ["_span_problem", "_direct_problem", "_direct_problem"]
+
+
+def literal_affinity(x, y, eps=1e-6, shrinkage="none"):
+    """The formulas as written, with d×d matrices: cov + εI, A = affine_ot_map, mapped = (X − m_X)Aᵀ + m_Y."""
+    d = x.shape[1]
+    if shrinkage == "ledoit_wolf":
+        sx, sy = ledoit_wolf(x)[0], ledoit_wolf(y)[0]
+    else:
+        sx, sy = covariance(x), covariance(y)
+    sx, sy = sx + eps * np.eye(d), sy + eps * np.eye(d)
+    a = affine_ot_map(sx, sy, eps)
+    mapped = (x - x.mean(0)) @ a.T + y.mean(0)
+    return 1 - np.sqrt(exact_w2_squared(mapped, y) / (2 * np.trace(sy)))
+
+
+@pytest.mark.parametrize("n,d", [(60, 10), (30, 50), (20, 90)])
+@pytest.mark.parametrize("shrinkage", ["none", "ledoit_wolf"])
+def test_both_paths_match_the_literal_formulas(n, d, shrinkage, rng):
+    x = rng.standard_normal((n, d)) @ spd(rng, d)
+    y = np.maximum(x, 0) + 0.3 * np.sin(3 * x)
+    ref = literal_affinity(x, y, shrinkage=shrinkage)
+    for method in ("direct", "span"):
+        assert affinity_score(x, y, shrinkage=shrinkage, method=method) == pytest.approx(ref, abs=1e-8)
+
+
+def test_singular_output_covariance_without_regulariser_falls_back_to_symmetric_root(rng):
+    x = rng.standard_normal((30, 6))
+    y = np.tanh(x[:, :2]) @ rng.standard_normal((2, 6))  # Σ_Y of rank 2 and ε = 0: no Cholesky factor
+    ref = literal_affinity(x, y, eps=0.0)
+    for method in ("direct", "span"):
+        assert affinity_score(x, y, eps=0.0, method=method) == pytest.approx(ref, abs=1e-8)
+
+
+def test_unknown_method_or_shrinkage_refused(rng):
+    x = rng.standard_normal((10, 3))
+    with pytest.raises(ValueError, match="method"):
+        affinity_score(x, x, method="fast")
+    with pytest.raises(ValueError, match="shrinkage"):
+        affinity_score(x, x, shrinkage="oas")
+
+
+def test_exact_w2_recomputes_matched_costs_without_cancellation(rng):
+    a = rng.standard_normal((50, 20)) + 1e4  # ‖a‖² ≈ 2e9: the expanded form's rounding is ~1e-6 per pair
+    assert exact_w2_squared(a, a[rng.permutation(50)]) == 0.0
+    b = a + 1e-6 * rng.standard_normal((50, 20))
+    assert exact_w2_squared(a, b) == pytest.approx(np.mean(np.sum((a - b) ** 2, axis=1)), rel=1e-9)
+
+
+@pytest.mark.parametrize("n,d", [(20, 50), (50, 20)])
+def test_ledoit_wolf_shrinkage_only_sees_the_gram_matrix(n, d, rng):
+    """Same shrinkage and μ from the rows in R^d, rotated, or as QR coordinates of their span (with d given)."""
+    x = rng.standard_normal((n, d)) @ spd(rng, d, 0.1, 5.0)
+    xc = x - x.mean(0)
+    want = ledoit_wolf_shrinkage(xc)
+    _, shrink = ledoit_wolf(x)
+    assert want[0] == pytest.approx(shrink, rel=1e-12)
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    coords = np.linalg.qr(xc.T, mode="r").T
+    for got in (ledoit_wolf_shrinkage(xc @ q), ledoit_wolf_shrinkage(coords, d)):
+        assert got == pytest.approx(want, rel=1e-10)
