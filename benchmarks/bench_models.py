@@ -83,6 +83,27 @@ def resnet18(seed: int = 0) -> onnx.ModelProto:
     return g.model("resnet18_topology", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
 
 
+def resnet50(seed: int = 0) -> onnx.ModelProto:
+    """ResNet-50's topology: bottleneck blocks (1×1, 3×3, 1×1 ×4) in stages of 3, 4, 6, 3; 49 ReLU sites, 4.1 GMACs."""
+    g = _Graph(seed)
+    h = g.op("Relu", [g.conv("image", 3, 64, 7, stride=2)])
+    h = g.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
+        cout = 4 * width
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            r = g.op("Relu", [g.conv(h, cin, width, 1)])
+            r = g.op("Relu", [g.conv(r, width, width, 3, stride)])
+            r = g.conv(r, width, cout, 1, gain=0.2)
+            skip = h if stride == 1 and cin == cout else g.conv(h, cin, cout, 1, stride)
+            h = g.op("Relu", [g.op("Add", [skip, r])])
+            cin = cout
+    h = g.op("Flatten", [g.op("GlobalAveragePool", [h])], axis=1)
+    g.linear(h, 2048, 1000, out="logits")
+    return g.model("resnet50_topology", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
+
+
 def vit(seed: int = 0, width: int = 192, depth: int = 4, heads: int = 3) -> onnx.ModelProto:
     g = _Graph(seed)
     tokens, dh = 196, width // heads
@@ -112,7 +133,7 @@ def vit(seed: int = 0, width: int = 192, depth: int = 4, heads: int = 3) -> onnx
     return g.model("vit_small", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=20)
 
 
-MODELS = {"resnet18": resnet18, "vit": vit}
+MODELS = {"resnet18": resnet18, "resnet50": resnet50, "vit": vit}
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
 STD = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
