@@ -87,9 +87,10 @@ class SiteState:
             self.nonfinite_rows += int(bad.sum())
         if self.nonfinite_rows:
             return  # a flagged site gets no number at all
-        if self.moments is None:
-            self.moments = Moments(*self.dims)
-        self.moments.update(x, y)
+        if any(m.needs == "moments" for m in metrics):  # d² float64 work per batch: only when a metric pools
+            if self.moments is None:
+                self.moments = Moments(*self.dims)
+            self.moments.update(x, y)
         for cx, cy in self.buffer.add(x, y):
             self.score(cx, cy, metrics, scorer)
 
