@@ -65,43 +65,39 @@ class _Graph:
         return m
 
 
-def resnet18(seed: int = 0) -> onnx.ModelProto:
+def _resnet(name: str, stages: tuple, bottleneck: bool, seed: int) -> onnx.ModelProto:
+    """Stem, stages of (width, blocks) of basic or bottleneck blocks (residual branch scaled by 0.2), fc 1000."""
     g = _Graph(seed)
     h = g.op("Relu", [g.conv("image", 3, 64, 7, stride=2)])
     h = g.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = 64
-    for stage, cout in enumerate((64, 128, 256, 512)):
-        for block in range(2):
+    for stage, (width, blocks) in enumerate(stages):
+        cout = 4 * width if bottleneck else width
+        for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
-            r = g.op("Relu", [g.conv(h, cin, cout, 3, stride)])
-            r = g.conv(r, cout, cout, 3, gain=0.2)
+            if bottleneck:
+                r = g.op("Relu", [g.conv(h, cin, width, 1)])
+                r = g.op("Relu", [g.conv(r, width, width, 3, stride)])
+                r = g.conv(r, width, cout, 1, gain=0.2)
+            else:
+                r = g.op("Relu", [g.conv(h, cin, cout, 3, stride)])
+                r = g.conv(r, cout, cout, 3, gain=0.2)
             skip = h if stride == 1 and cin == cout else g.conv(h, cin, cout, 1, stride)
             h = g.op("Relu", [g.op("Add", [skip, r])])
             cin = cout
     h = g.op("Flatten", [g.op("GlobalAveragePool", [h])], axis=1)
-    g.linear(h, 512, 1000, out="logits")
-    return g.model("resnet18_topology", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
+    g.linear(h, cin, 1000, out="logits")
+    return g.model(name, "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
+
+
+def resnet18(seed: int = 0) -> onnx.ModelProto:
+    """ResNet-18's topology: basic blocks, two per stage; 17 ReLU sites, 1.8 GMACs."""
+    return _resnet("resnet18_topology", ((64, 2), (128, 2), (256, 2), (512, 2)), False, seed)
 
 
 def resnet50(seed: int = 0) -> onnx.ModelProto:
     """ResNet-50's topology: bottleneck blocks (1×1, 3×3, 1×1 ×4) in stages of 3, 4, 6, 3; 49 ReLU sites, 4.1 GMACs."""
-    g = _Graph(seed)
-    h = g.op("Relu", [g.conv("image", 3, 64, 7, stride=2)])
-    h = g.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-    cin = 64
-    for stage, (width, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
-        cout = 4 * width
-        for block in range(blocks):
-            stride = 2 if stage > 0 and block == 0 else 1
-            r = g.op("Relu", [g.conv(h, cin, width, 1)])
-            r = g.op("Relu", [g.conv(r, width, width, 3, stride)])
-            r = g.conv(r, width, cout, 1, gain=0.2)
-            skip = h if stride == 1 and cin == cout else g.conv(h, cin, cout, 1, stride)
-            h = g.op("Relu", [g.op("Add", [skip, r])])
-            cin = cout
-    h = g.op("Flatten", [g.op("GlobalAveragePool", [h])], axis=1)
-    g.linear(h, 2048, 1000, out="logits")
-    return g.model("resnet50_topology", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
+    return _resnet("resnet50_topology", ((64, 3), (128, 4), (256, 6), (512, 3)), True, seed)
 
 
 def vit(seed: int = 0, width: int = 192, depth: int = 4, heads: int = 3) -> onnx.ModelProto:
