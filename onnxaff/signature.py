@@ -106,6 +106,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     except OSError as exc:
         raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the result should read like any new file
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -116,6 +117,12 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_signature(path: str | Path) -> Signature:

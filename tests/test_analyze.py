@@ -1,6 +1,7 @@
 """`onnxaff analyze` end to end: CLI = API = an independent computation, and the signature contract."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -240,3 +241,16 @@ def test_model_with_external_data_runs_where_it_lies(tmp_path, rng):
     np.save(tmp_path / "h.npy", x @ w)
     ref = onnxaff.analyze(inline, str(tmp_path / "h.npy"), chunk_size=128, metrics=["affinity"], progress=False)
     assert sig.scores() == pytest.approx(ref.scores(), abs=1e-6)
+
+
+def test_written_files_get_the_usual_permissions(tmp_path):
+    import stat
+
+    from onnxaff.signature import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "report.html", "<html></html>")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's 0600
