@@ -115,10 +115,7 @@ class SiteState:
         """Record the finished chunk scores in chunk order (the first error of a metric is kept)."""
         for future in self.pending:
             for name, value, error in future.result():
-                if error is not None:
-                    self.errors.setdefault(name, error)
-                else:
-                    self.values.setdefault(name, []).append(value)
+                self._store(name, value, error)
         self.pending = []
 
     def _not_applicable(self, m: Metric) -> str | None:
@@ -128,21 +125,21 @@ class SiteState:
             return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
         return None
 
-    def _record(self, m: Metric, sample) -> None:
-        value, error = evaluate(m, sample)
+    def _store(self, name: str, value: float | None, error: str | None) -> None:
         if error is not None:
-            self.errors.setdefault(m.name, error)
+            self.errors.setdefault(name, error)
         else:
-            self.values.setdefault(m.name, []).append(value)
+            self.values.setdefault(name, []).append(value)
 
-    def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> bool:
-        """Score the partial chunk if it is all there is, then the pooled metrics. True if partial used."""
-        partial = False
+    def _record(self, m: Metric, sample) -> None:
+        self._store(m.name, *evaluate(m, sample))
+
+    def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
+        """Score the partial chunk if it is all there is (sets `partial`), collect the chunks, then the pooled."""
         rest = self.buffer.remainder()
         if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
             self.score(*rest, metrics, scorer)
-            partial = True
-        self.partial = partial
+            self.partial = True
         self.collect()
         if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
             for m in metrics:
@@ -154,7 +151,6 @@ class SiteState:
             for m in metrics:
                 if m.needs == "jvp":
                     self._record(m, stats)
-        return partial
 
     def entry(self, m: Metric, partial: bool) -> dict:
         values = self.values.get(m.name, [])
