@@ -17,6 +17,7 @@ ratios against (a).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -91,7 +92,7 @@ def prepare(names: list[str], n: int, work: Path) -> tuple[dict[str, Path], Path
     return models, data
 
 
-def profile(model: Path, data: Path, args, out: Path, top: int = 18) -> str:
+def profile(model: Path, data: Path, args, top: int = 18) -> str:
     import cProfile
     import pstats
 
@@ -102,10 +103,9 @@ def profile(model: Path, data: Path, args, out: Path, top: int = 18) -> str:
     onnxaff.analyze(model, str(data), metrics=["affinity"], chunk_size=512, batch_size=args.batch_size,
                     device=args.device, progress=False)
     prof.disable()
-    path = out / "profile.txt"
-    with open(path, "w") as f:
-        pstats.Stats(prof, stream=f).sort_stats("tottime").print_stats(top)
-    return path.read_text()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
 
 
 def environment(device: str) -> str:
@@ -172,7 +172,7 @@ def main() -> int:
         print(f"\n{len(b['sites'])} sites; max |affinity (b) − (c)| = {diff:.2e} (same numbers either way)")
         if args.profile:
             print(f"\n<details><summary>cProfile of (b), {name}</summary>\n\n```\n"
-                  f"{profile(model, data, args, work)}```\n</details>")
+                  f"{profile(model, data, args)}```\n</details>")
     (work / "results.json").write_text(json.dumps(results))
     return 0
 

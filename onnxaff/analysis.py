@@ -314,7 +314,6 @@ def analyze(
         names += network.output_names
 
     bar = Progress(len(source), enabled=progress)
-    used = dropped = 0
     scorer = ChunkScorer(chunk_workers)
     try:
         used, dropped = _batch_loop(source, effective_batch, fixed_batch is not None, runner, names, states, slices,

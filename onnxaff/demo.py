@@ -20,12 +20,11 @@ from onnxaff.signature import Signature, write_text_atomic
 
 @dataclass
 class DemoRun:
-    """What the demo wrote and the rows of its summary table."""
+    """Where the demo wrote, its signatures and the rows of its summary table."""
 
     folder: Path
     signatures: dict[str, Signature]
     rows: list[dict]
-    files: list[Path]
 
 
 def _zoo(only: list[str] | None):
@@ -52,7 +51,7 @@ def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int
         raise OnnxaffError(f"cannot create the demo folder {folder}: {exc.strerror}") from None
     zoo = _zoo(only)
     sigs: dict[str, Signature] = {}
-    files, rows = [], []
+    rows = []
     for model in zoo:
         if on_model is not None:
             on_model(model)
@@ -62,7 +61,7 @@ def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int
         sig.model["reference"] = {k: model.entry[k] for k in ("framework", "exporter", "architecture")}
         sig.model["test_accuracy"] = model.accuracy
         sigs[model.name] = sig
-        files.append(sig.write(folder / "signatures" / f"{model.name}.json"))
+        sig.write(folder / "signatures" / f"{model.name}.json")
         stats = sig.summary().get(metrics[0], {})
         rows.append({"model": model.name, "framework": model.framework, "architecture": model.entry["architecture"],
                      "sites": len(sig.sites), "accuracy": model.accuracy, "mean": stats.get("mean"),
@@ -76,8 +75,8 @@ def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int
         if len(distinct) >= 3:
             corr = correlate(distinct, {s.model["name"]: str(s.model["test_accuracy"]) for s in distinct},
                              metric=metrics[0])
-        files.append(write_text_atomic(folder / "report.html", demo_page(ordered, comps, corr, rows)))
-    return DemoRun(folder, sigs, rows, files)
+        write_text_atomic(folder / "report.html", demo_page(ordered, comps, corr, rows, metrics[0]))
+    return DemoRun(folder, sigs, rows)
 
 
 def _is_copy(model) -> bool:

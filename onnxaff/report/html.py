@@ -66,10 +66,10 @@ DEMO_INTRO = (
     "20) and the hand-written copy of the ReLU CNN land at DTW distance 0 from their twins.</p>")
 
 
-def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None, rows: list[dict]) -> str:
-    """The demo's report: the shipped networks, their comparison and the correlation with accuracy."""
+def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None, rows: list[dict],
+              metric: str) -> str:
+    """The demo's report: the shipped networks (rows' statistics are of `metric`), comparison, correlation."""
     keys = ["model", "framework", "architecture", "sites", "accuracy", "mean", "min", "share_above_0.95"]
-    metric = comps[0].metric if comps else ""
     header = [*keys[:5], f"{metric} mean", f"{metric} min", "share > 0.95"]
     parts = [DEMO_INTRO, "<h2>Networks</h2>", _table(header, [[r[k] for k in keys] for r in rows], left=3)]
     if comps:
