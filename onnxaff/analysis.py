@@ -4,6 +4,10 @@ Chunk rule: rows are cut into consecutive chunks of `chunk_size`; every full chu
 site's score is the mean over its chunks (std with ddof=0, and the count). A trailing partial chunk
 is dropped, so every score comes from equally sized samples, except when a site has no full chunk
 at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
+
+A run can be checkpointed (every N batches and on SIGINT/SIGTERM) and resumed, and it can cover one
+shard of the data: shard boundaries fall on multiples of lcm(chunk size, batch size), so the parts'
+chunks are exactly one run's chunks and `onnxaff.shards.merge_parts` rebuilds one run's signature.
 """
 
 from __future__ import annotations
@@ -11,197 +15,93 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import json
+import math
 import os
+import signal
+import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from onnxaff import __version__
-from onnxaff.collect import ChunkBuffer, JvpAccumulator, Moments
+from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import Interrupted, OnnxaffError
 from onnxaff.graph import augment_model, discover_sites, load_model
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
-from onnxaff.graph.rewrite import REDUCTIONS, SiteOutputs, numpy_features
+from onnxaff.graph.rewrite import REDUCTIONS, numpy_features
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
-from onnxaff.metrics import Chunk, JvpStats, Metric, registry, resolve
+from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.network import NetworkNLC
 from onnxaff.progress import Progress
 from onnxaff.runtime import Runner, ort
-from onnxaff.scoring import ChunkScorer, evaluate
+from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
+from onnxaff.site_state import SiteState
+from onnxaff.state import load_state, save_state
 
 DEFAULT_METRICS = ("affinity", "affinity_lw")
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
+STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
 
 
-@dataclass
-class SiteState:
-    """Everything collected for one site during a run."""
-
-    site: Site
-    outputs: SiteOutputs
-    buffer: ChunkBuffer
-    moments: Moments | None = None
-    values: dict[str, list[float]] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    rows: int = 0
-    nonfinite_rows: int = 0
-    chunks: int = 0
-    chunk_rows: int = 0
-    dims: tuple[int, int] | None = None
-    previous: Chunk | None = None  # for chunk_pair metrics
-    jvp: JvpAccumulator | None = None
-    pending: list[Future] = field(default_factory=list)  # chunk scores still being computed, in chunk order
-    partial: bool = False  # the one partial chunk was scored (no full chunk)
-
-    def output_names(self) -> list[str]:
-        names = [self.outputs.x, self.outputs.y]
-        if self.jvp is not None:
-            names += list(self.outputs.jvp.names.values())
-        return names
-
-    def add_jvp(self, n: int, arrays: list[np.ndarray]) -> None:
-        if self.jvp is None or self.nonfinite_rows:
-            return
-        stats = dict(zip(self.outputs.jvp.names, arrays, strict=True))
-        if not all(np.isfinite(a).all() for a in stats.values()):
-            self.nonfinite_rows = max(self.nonfinite_rows, 1)
-            return
-        self.jvp.add(n, stats)
-
-    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
-        if self.dims is None:
-            self.dims = (x.shape[1], y.shape[1])
-        if x.shape[0] != y.shape[0]:
-            raise OnnxaffError(f"site {self.site.id}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
-        self.rows += x.shape[0]
-        bad = ~(np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1))
-        if bad.any():
-            self.nonfinite_rows += int(bad.sum())
-        if self.nonfinite_rows:
-            return  # a flagged site gets no number at all
-        if any(m.needs == "moments" for m in metrics):  # d² float64 work per batch: only when a metric pools
-            if self.moments is None:
-                self.moments = Moments(*self.dims)
-            self.moments.update(x, y)
-        for cx, cy in self.buffer.add(x, y):
-            self.score(cx, cy, metrics, scorer)
-
-    def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
-        self.chunks += 1
-        self.chunk_rows = x.shape[0]
-        chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
-        jobs = []
-        for m in metrics:
-            if self._not_applicable(m):
-                continue
-            if m.needs == "chunk":
-                jobs.append((m, chunk))
-            elif m.needs == "chunk_pair" and self.previous is not None:
-                jobs.append((m, (self.previous, chunk)))
-        if jobs:
-            self.pending.append(scorer.submit(jobs))
-        if any(m.needs == "chunk_pair" for m in metrics):
-            self.previous = chunk  # kept only when asked for: a chunk per site is real memory
-
-    def collect(self) -> None:
-        """Record the finished chunk scores in chunk order (the first error of a metric is kept)."""
-        for future in self.pending:
-            for name, value, error in future.result():
-                self._store(name, value, error)
-        self.pending = []
-
-    def _not_applicable(self, m: Metric) -> str | None:
-        if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
-            return f"needs equal feature dimensions (X: {self.dims[0]}, Y: {self.dims[1]})"
-        if m.needs == "jvp" and self.jvp is None:
-            return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """`i/n` (0-based i) -> (i, n)."""
+    if text is None:
         return None
-
-    def _store(self, name: str, value: float | None, error: str | None) -> None:
-        if error is not None:
-            self.errors.setdefault(name, error)
-        else:
-            self.values.setdefault(name, []).append(value)
-
-    def _record(self, m: Metric, sample) -> None:
-        self._store(m.name, *evaluate(m, sample))
-
-    def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
-        """Score the partial chunk if it is all there is (sets `partial`), collect the chunks, then the pooled."""
-        rest = self.buffer.remainder()
-        if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
-            self.score(*rest, metrics, scorer)
-            self.partial = True
-        self.collect()
-        if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
-            for m in metrics:
-                if m.needs == "moments" and not self._not_applicable(m):
-                    self._record(m, self.moments)
-        traces = self.jvp.traces() if self.jvp is not None and not self.nonfinite_rows else None
-        if traces is not None:
-            stats = JvpStats(self.jvp.form, *traces)
-            for m in metrics:
-                if m.needs == "jvp":
-                    self._record(m, stats)
-
-    def entry(self, m: Metric, partial: bool) -> dict:
-        values = self.values.get(m.name, [])
-        out = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
-        if self.nonfinite_rows:
-            out["status"] = "nonfinite"
-        elif (reason := self._not_applicable(m)) is not None:
-            out.update(status="not_applicable", reason=reason)
-        elif m.name in self.errors:
-            out.update(status="error", error=self.errors[m.name])
-        elif not values:
-            out["status"] = "no_data"
-        elif not values and m.needs == "chunk_pair" and self.chunks < 2:
-            out.update(status="no_data", reason="needs at least two chunks")
-        elif not values and m.needs == "jvp" and self.jvp is not None and self.jvp.short_batches:
-            out.update(status="no_data", reason="needs batches of at least 2 examples")
-        if values and out["status"] == "ok":
-            out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
-            if partial and m.needs in ("chunk", "chunk_pair"):
-                out["partial"] = True
-            if m.needs in ("moments", "jvp"):
-                out.update(chunks=0, std=None, pooled_rows=self.rows)
-            if self.dims and (note := m.caveat(self.chunk_rows or self.rows, *self.dims)):
-                out["caveat"] = note
-        return out
+    a, slash, b = text.partition("/")
+    try:
+        i, n = int(a), int(b)
+    except ValueError:
+        i = n = -1
+    if not slash or n < 1 or not 0 <= i < n:
+        raise OnnxaffError(f"--shard {text!r} is not i/n with 0 <= i < n (e.g. 0/3)")
+    return i, n
 
 
-def _batch_loop(source, batch_size: int, fixed: bool, runner: Runner, names: list[str], states: list[SiteState],
-                slices: list[slice], network: NetworkNLC | None, metrics: list[Metric], scorer: ChunkScorer,
-                bar: Progress, host_reduce: str | None) -> tuple[int, int]:
-    """Every batch through the runtime and into the sites' collectors. Returns (used, dropped) examples."""
-    used = dropped = 0
-    for batch in source.batches(batch_size):
-        n = next(iter(batch.values())).shape[0]
-        if n == 0:
-            continue  # every file of this batch was unreadable (they are counted by the source)
-        if fixed and n != batch_size:
-            dropped += n  # a fixed-batch model cannot take the short last batch
+def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[int, int]:
+    """[start, stop) of shard i of n: whole units of `unit` examples, the last shard also takes the tail."""
+    if shard is None:
+        return 0, total
+    i, n = shard
+    units = total // unit
+    start = (i * units // n) * unit
+    stop = total if i == n - 1 else ((i + 1) * units // n) * unit
+    return start, stop
+
+
+def site_entries(bases: list[dict], states: dict[int, SiteState], metrics: list[Metric],
+                 chunk_size: int) -> tuple[list[dict], list[str]]:
+    """The signature's per-site dicts and the warnings they raise, from discovery dicts and collectors."""
+    out, warnings = [], []
+    for base in bases:
+        d = dict(base)
+        st = states.get(d["index"])
+        if st is None:
+            d["metrics"] = {}
+            out.append(d)
             continue
-        arrays = runner.run(names, batch)
-        for st, part in zip(states, slices, strict=True):
-            x, y, *jvp = arrays[part]
-            if host_reduce is not None:
-                x, y = numpy_features(x, st.site, host_reduce), numpy_features(y, st.site, host_reduce)
-            st.add(x, y, metrics, scorer)
-            st.add_jvp(n, jvp)
-        if network is not None:
-            network.add(batch, arrays[len(arrays) - len(network.output_names):])
-        used += n
-        bar.update(n)
-    return used, dropped
+        label = f"site {d['index']} ({d['id']})"
+        d.update(dim=st.dims[0] if st.dims else None, dim_y=st.dims[1] if st.dims else None,
+                 rows=st.rows, chunks=st.chunks, partial_chunk=st.partial)
+        if st.nonfinite_rows:
+            d["status"] = "flagged"
+            d["reason"] = f"NaN/Inf in the features of {st.nonfinite_rows} of {st.rows} rows"
+            warnings.append(f"{label}: {d['reason']}")
+        d["metrics"] = {m.name: st.entry(m, st.partial) for m in metrics}
+        for name, err in st.errors.items():
+            warnings.append(f"{label}: metric {name} failed: {err}")
+        if st.partial:
+            warnings.append(f"{label}: fewer rows ({st.rows}) than one chunk ({chunk_size})")
+        out.append(d)
+    skipped = [b for b in bases if b["status"] != "ok"]
+    if skipped:
+        warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))
+    return out, warnings
 
 
 def _resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
@@ -238,142 +138,307 @@ def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:
     }
 
 
+class Analysis:
+    """A prepared run: model loaded and augmented, data opened, one collector per site.
+
+    `run()` feeds the data window through the runtime; `state()`/`restore()` save and continue it;
+    `signature()` scores what is left and assembles the result.
+    """
+
+    def __init__(self, model, data: str, *, metrics=DEFAULT_METRICS, chunk_size: int = 512, batch_size: int = 64,
+                 limit: int | None = None, reduce: str = "mean", device: str = "auto", layout: str = "auto",
+                 seed: int = 0, input_shapes: dict | None = None, images: dict | None = None, plugins=(),
+                 progress: bool = True, reduce_in: str = "graph", chunk_workers: int | None = None,
+                 shard: tuple[int, int] | None = None):
+        self.started = time.perf_counter()
+        if chunk_size < 2:
+            raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
+        if batch_size < 1:
+            raise OnnxaffError(f"--batch-size must be positive, got {batch_size}")
+        if reduce not in REDUCTIONS:
+            raise OnnxaffError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
+        if reduce_in not in ("graph", "numpy"):
+            raise OnnxaffError(f"unknown reduce_in {reduce_in!r}; choose graph or numpy")
+        self.data_spec, self.chunk_size, self.device, self.progress = data, chunk_size, device, progress
+        self.chunk_workers, self.reduce = chunk_workers, reduce
+        self.loaded = loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
+        self.sites = sites = discover_sites(loaded.model, layout=layout, infer_shapes=False)
+        if not sites:
+            raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found)")
+        self.registry = registry(plugins)
+        self.metrics = resolve(list(metrics), available=self.registry)
+        self.inputs = inputs = model_inputs(loaded.model)
+        self.source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes, images=images)
+
+        fixed = {i.fixed_batch for i in inputs} - {None}
+        self.fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
+        self.batch_size = self.fixed_batch or batch_size
+        self.warnings: list[str] = []
+        if self.batch_size != batch_size:
+            self.warnings.append(f"the model's batch size is fixed at {self.batch_size}: batches of {self.batch_size}")
+
+        if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
+            first = next((b for b in self.source.batches(self.batch_size) if next(iter(b.values())).shape[0]), None)
+            if first is None:
+                raise OnnxaffError(f"no usable example in {data}")
+            _resolve_unknown_ranks(loaded, sites, first, layout)
+        ok_sites = [s for s in sites if s.ok]
+        if not ok_sites:
+            raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
+        needs_jvp = any(m.needs == "jvp" for m in self.metrics)
+        self.host_reduce = reduce if reduce_in == "numpy" else None
+        augmented, outputs = augment_model(loaded.model, ok_sites, reduce, raw=reduce_in == "numpy", jvp=needs_jvp)
+        self.runner = Runner(loaded, augmented, device=device)
+        self.states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
+        for st in self.states:
+            if st.outputs.jvp is not None:
+                st.jvp = JvpAccumulator(st.outputs.jvp.form)
+        self.slices, self.names = [], []
+        for st in self.states:
+            own = st.output_names()
+            self.slices.append(slice(len(self.names), len(self.names) + len(own)))
+            self.names += own
+        self.network = NetworkNLC(loaded, inputs, device) if needs_jvp else None
+        if self.network is not None:
+            self.names += self.network.output_names
+
+        self.shard = shard
+        self.unit = math.lcm(chunk_size, self.batch_size)  # shard boundaries and pooled-moment blocks
+        self.start, self.stop = shard_window(len(self.source), shard, self.unit)
+        self.cursor, self.used, self.dropped = self.start, 0, 0
+        self.skipped_before: list = []  # unreadable files of earlier sessions of a resumed run
+        self.seconds_before = 0.0
+        self.options = {
+            "metrics": list(metrics), "chunk_size": chunk_size, "batch_size": self.batch_size, "limit": limit,
+            "reduce": reduce, "reduce_in": reduce_in, "device": device, "layout": layout, "seed": seed,
+            "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+            "plugins": [str(Path(p)) for p in plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
+            "std": "population std (ddof=0) over chunk scores",
+        }
+        self.model_info = {**_model_info(loaded, sites), "stats": model_stats(loaded.model, sites)}
+        self._stop_signal: int | None = None
+        self._finished = False
+
+    # --- identity of a run, for checkpoints and parts ---
+
+    def key(self) -> dict:
+        """What a saved state must match to be continued or merged: model, data and numeric options."""
+        describe = {k: v for k, v in self.source.describe().items() if k not in ("skipped", "workers")}
+        path = Path(self.data_spec)
+        if path.is_file():
+            st = path.stat()
+            describe["file"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
+        numeric = {k: v for k, v in self.options.items() if k not in ("device",)}
+        return {"model_sha256": self.model_info["sha256"], "data_sha256": data, "options": numeric,
+                "total": len(self.source), "unit": self.unit}
+
+    # --- the batch loop ---
+
+    def run(self, checkpoint: str | Path | None = None, every: int = 0) -> None:
+        """Feed [cursor, stop) through the runtime. With a checkpoint path, save the state every `every`
+        batches and on SIGINT/SIGTERM (then raise Interrupted)."""
+        bar = Progress(self.stop - self.start, enabled=self.progress)
+        bar.update(self.cursor - self.start)
+        scorer = ChunkScorer(self.chunk_workers)
+        restore = self._catch_signals() if checkpoint is not None else {}
+        session_start, batches = time.perf_counter(), 0
+        try:
+            for batch in self.source.batches(self.batch_size, start=self.cursor, stop=self.stop):
+                self._feed(batch, scorer, bar)
+                self.cursor = min(self.cursor + self.batch_size, self.stop)
+                batches += 1
+                if checkpoint is None:
+                    continue
+                if self._stop_signal is not None:
+                    self.seconds_before += time.perf_counter() - session_start
+                    self.save(checkpoint, STATE_KIND_CHECKPOINT)
+                    name = signal.Signals(self._stop_signal).name
+                    raise Interrupted(f"{name} after {self.cursor - self.start} of {self.stop - self.start} "
+                                      f"examples; state saved to {checkpoint} (continue with --resume)")
+                if every and batches % every == 0:
+                    elapsed = time.perf_counter() - session_start
+                    self.seconds_before += elapsed
+                    session_start += elapsed
+                    self.save(checkpoint, STATE_KIND_CHECKPOINT)
+        finally:
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+            scorer.close()
+            bar.close()
+        self.seconds_before += time.perf_counter() - session_start
+
+    def _feed(self, batch: dict, scorer: ChunkScorer, bar: Progress) -> None:
+        n = next(iter(batch.values())).shape[0]
+        if n == 0:
+            return  # every file of this batch was unreadable (they are counted by the source)
+        if self.fixed_batch is not None and n != self.batch_size:
+            self.dropped += n  # a fixed-batch model cannot take the short last batch
+            return
+        arrays = self.runner.run(self.names, batch)
+        for st, part in zip(self.states, self.slices, strict=True):
+            x, y, *jvp = arrays[part]
+            if self.host_reduce is not None:
+                x, y = numpy_features(x, st.site, self.host_reduce), numpy_features(y, st.site, self.host_reduce)
+            st.add(x, y, self.metrics, scorer, block=self.cursor // self.unit)
+            st.add_jvp(n, jvp)
+        if self.network is not None:
+            self.network.add(batch, arrays[len(arrays) - len(self.network.output_names):])
+        self.used += n
+        bar.update(n)
+
+    def _catch_signals(self) -> dict:
+        """SIGINT/SIGTERM only set a flag, so the state is saved at a batch boundary, never mid-batch."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum, frame):
+            if self._stop_signal is not None:  # a second signal: stop now, without saving
+                raise KeyboardInterrupt
+            self._stop_signal = signum
+
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    # --- saved state ---
+
+    def state(self, kind: str) -> dict:
+        return {
+            "kind": kind, "key": self.key(), "cursor": self.cursor, "start": self.start, "stop": self.stop,
+            "shard": None if self.shard is None else list(self.shard), "used": self.used, "dropped": self.dropped,
+            "skipped": [list(s) for s in self._skipped()], "seconds": self.seconds_before,
+            "sites": [st.to_state() for st in self.states],
+            "sites_base": [s.to_dict() for s in self.sites],
+            "network": None if self.network is None else self.network.to_state(),
+            "signature": self._header(),
+        }
+
+    def save(self, path: str | Path, kind: str) -> Path:
+        return save_state(path, self.state(kind))
+
+    def restore(self, path: str | Path) -> None:
+        """Continue a checkpoint of this very run; anything else is refused with the reason."""
+        saved = load_state(path)
+        if saved.get("kind") != STATE_KIND_CHECKPOINT:
+            raise OnnxaffError(f"{path} is a shard part, not a checkpoint")
+        mine = self.key()
+        theirs = saved["key"]
+        for field_, what in (("model_sha256", "another model"), ("data_sha256", "another data set"),
+                             ("options", "other options"), ("total", "another data set")):
+            if theirs.get(field_) != mine.get(field_):
+                detail = ""
+                if field_ == "options":
+                    diff = sorted(k for k in {*mine["options"], *theirs["options"]}
+                                  if mine["options"].get(k) != theirs["options"].get(k))
+                    detail = f" ({', '.join(diff)})"
+                raise OnnxaffError(f"checkpoint {path} is from {what}{detail}; remove it or run without --resume")
+        if (saved["start"], saved["stop"]) != (self.start, self.stop):
+            raise OnnxaffError(f"checkpoint {path} covers examples [{saved['start']}, {saved['stop']}), "
+                               f"this run [{self.start}, {self.stop}) (another --shard)")
+        if len(saved["sites"]) != len(self.states):
+            raise OnnxaffError(f"checkpoint {path} has {len(saved['sites'])} sites, this run {len(self.states)}")
+        for st, d in zip(self.states, saved["sites"], strict=True):
+            st.restore(d)
+        if self.network is not None and saved["network"] is not None:
+            self.network.restore(saved["network"])
+        self.cursor, self.used, self.dropped = saved["cursor"], saved["used"], saved["dropped"]
+        self.skipped_before = [tuple(s) for s in saved["skipped"]]
+        self.seconds_before = saved["seconds"]
+
+    def _skipped(self) -> list:
+        return self.skipped_before + list(getattr(self.source, "skipped", []))
+
+    # --- the result ---
+
+    def _header(self) -> dict:
+        """Everything of the signature that does not come from the collectors."""
+        description = self.source.describe()
+        if "skipped" in description:
+            root = Path(description["source"])
+            description["skipped"] = [{"file": Path(f).relative_to(root).as_posix(), "reason": r}
+                                      for f, r in self._skipped()]
+        description.update(samples=self.used, dropped=self.dropped)
+        if self.shard is not None:
+            description["shard"] = {"index": self.shard[0], "count": self.shard[1], "start": self.start,
+                                    "stop": self.stop}
+        return {
+            "model": self.model_info, "data": description, "options": self.options,
+            "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__},
+            "metrics": {m.name: {**m.info(), "origin": self.registry[m.name].origin} for m in self.metrics},
+            "warnings": list(self.warnings),
+        }
+
+    def finish(self) -> None:
+        """Score what only the end of the data can: a lone partial chunk, pooled metrics (once)."""
+        if self._finished:
+            return
+        with ChunkScorer(self.chunk_workers) as scorer:
+            for st in self.states:
+                st.finish(self.metrics, scorer)
+        self._finished = True
+
+    def signature(self) -> Signature:
+        self.finish()
+        header = self._header()
+        seconds = self.seconds_before
+        header["runtime"].update(seconds=round(seconds, 3),
+                                 samples_per_second=round(self.used / seconds, 2) if seconds > 0 else None)
+        network = {"nlc": self.network.result()} if self.network is not None else {}
+        states = {st.site.index: st for st in self.states}
+        sig = assemble(header, [s.to_dict() for s in self.sites], states, self.metrics, network)
+        if self.used == 0 and self.shard is None:
+            raise OnnxaffError(f"no usable example in {self.data_spec}")
+        return sig
+
+
+def assemble(header: dict, bases: list[dict], states: dict[int, SiteState], metrics: list[Metric],
+             network: dict) -> Signature:
+    """A Signature from the run header, the discovery dicts and the finished collectors."""
+    sites, site_warnings = site_entries(bases, states, metrics, header["options"]["chunk_size"])
+    data = header["data"]
+    warnings = list(header["warnings"])
+    if data.get("dropped"):
+        warnings.append(f"{data['dropped']} trailing examples dropped: the model's batch size is fixed at "
+                        f"{header['options']['batch_size']}")
+    warnings += site_warnings
+    if data.get("skipped"):
+        warnings.append(f"{len(data['skipped'])} unreadable file(s) skipped: "
+                        + ", ".join(s["file"] for s in data["skipped"][:10]))
+    return Signature(
+        model=header["model"], network=network, data=data, options=header["options"], runtime=header["runtime"],
+        metrics=header["metrics"], sites=sites, warnings=warnings, onnxaff_version=__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
 def analyze(
     model: str | os.PathLike | onnx.ModelProto,
     data: str,
     *,
-    metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS,
-    chunk_size: int = 512,
-    batch_size: int = 64,
-    limit: int | None = None,
-    reduce: str = "mean",
-    device: str = "auto",
-    layout: str = "auto",
-    seed: int = 0,
-    input_shapes: dict | None = None,
-    images: dict | None = None,
-    plugins: tuple[str, ...] | list[str] = (),
-    progress: bool = True,
-    reduce_in: str = "graph",
-    chunk_workers: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    **options,
 ) -> Signature:
     """Run `data` through `model` and return its non-linearity signature.
 
-    reduce_in="numpy" exposes the full activation tensors and reduces them on the host: the naive
-    design, kept as the benchmarks' baseline and as a check of the in-graph reduction. chunk_workers
-    threads score chunks while the runtime works (0: in the batch loop; None: one per spare core).
+    Options are Analysis's: metrics, chunk_size, batch_size, limit, reduce, device, layout, seed,
+    input_shapes, images, plugins, progress, reduce_in, chunk_workers, shard. reduce_in="numpy" exposes
+    the full activation tensors and reduces them on the host: the naive design, kept as the benchmarks'
+    baseline and as a check of the in-graph reduction. chunk_workers threads score chunks while the
+    runtime works (0: in the batch loop; None: one per spare core).
+
+    With `checkpoint`, the state is saved there every `checkpoint_every` batches and on SIGINT/SIGTERM
+    (raising Interrupted); `resume=True` continues from it. The file stays until the caller removes it
+    (the CLI does once the signature is written, so a failed write can still be resumed).
     """
-    started = time.perf_counter()
-    if chunk_size < 2:
-        raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
-    if batch_size < 1:
-        raise OnnxaffError(f"--batch-size must be positive, got {batch_size}")
-    if reduce not in REDUCTIONS:
-        raise OnnxaffError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
-    if reduce_in not in ("graph", "numpy"):
-        raise OnnxaffError(f"unknown reduce_in {reduce_in!r}; choose graph or numpy")
-    loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
-    sites = discover_sites(loaded.model, layout=layout, infer_shapes=False)
-    if not sites:
-        raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found)")
-    reg = registry(plugins)
-    metric_objs = resolve(list(metrics), available=reg)
-    inputs = model_inputs(loaded.model)
-    source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes, images=images)
-
-    fixed = {i.fixed_batch for i in inputs} - {None}
-    fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
-    effective_batch = fixed_batch or batch_size
-    warnings: list[str] = []
-    if effective_batch != batch_size:
-        warnings.append(f"the model's batch size is fixed at {effective_batch}: batches of {effective_batch}")
-
-    if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
-        first = next((b for b in source.batches(effective_batch) if next(iter(b.values())).shape[0]), None)
-        if first is None:
-            raise OnnxaffError(f"no usable example in {data}")
-        _resolve_unknown_ranks(loaded, sites, first, layout)
-    ok_sites = [s for s in sites if s.ok]
-    if not ok_sites:
-        raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
-    needs_jvp = any(m.needs == "jvp" for m in metric_objs)
-    on_host = reduce_in == "numpy"
-    augmented, outputs = augment_model(loaded.model, ok_sites, reduce, raw=on_host, jvp=needs_jvp)
-    runner = Runner(loaded, augmented, device=device)
-    states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
-    for st in states:
-        if st.outputs.jvp is not None:
-            st.jvp = JvpAccumulator(st.outputs.jvp.form)
-    slices, names = [], []
-    for st in states:
-        own = st.output_names()
-        slices.append(slice(len(names), len(names) + len(own)))
-        names += own
-    network = NetworkNLC(loaded, inputs, device) if needs_jvp else None
-    if network is not None:
-        names += network.output_names
-
-    bar = Progress(len(source), enabled=progress)
-    scorer = ChunkScorer(chunk_workers)
-    try:
-        used, dropped = _batch_loop(source, effective_batch, fixed_batch is not None, runner, names, states, slices,
-                                    network, metric_objs, scorer, bar, reduce if on_host else None)
-        for st in states:
-            st.finish(metric_objs, scorer)
-    finally:
-        scorer.close()
-    bar.close()
-    if dropped:
-        warnings.append(f"{dropped} trailing examples dropped: the model's batch size is fixed at {effective_batch}")
-
-    site_dicts = []
-    for s in sites:
-        d = s.to_dict()
-        st = next((x for x in states if x.site is s), None)
-        if st is None:
-            d["metrics"] = {}
-            site_dicts.append(d)
-            continue
-        partial = st.partial
-        d.update(dim=st.dims[0] if st.dims else None, dim_y=st.dims[1] if st.dims else None,
-                 rows=st.rows, chunks=st.chunks, partial_chunk=partial)
-        if st.nonfinite_rows:
-            d["status"] = "flagged"
-            d["reason"] = f"NaN/Inf in the features of {st.nonfinite_rows} of {st.rows} rows"
-            warnings.append(f"site {s.index} ({s.id}): {d['reason']}")
-        d["metrics"] = {m.name: st.entry(m, partial) for m in metric_objs}
-        for name, err in st.errors.items():
-            warnings.append(f"site {s.index} ({s.id}): metric {name} failed: {err}")
-        if partial:
-            warnings.append(f"site {s.index} ({s.id}): fewer rows ({st.rows}) than one chunk ({chunk_size})")
-        site_dicts.append(d)
-    skipped = [s for s in sites if not s.ok]
-    if skipped:
-        warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({s.reason for s in skipped})))
-
-    seconds = time.perf_counter() - started
-    description = source.describe()
-    description.update(samples=used, dropped=dropped)
-    if description.get("skipped"):
-        warnings.append(f"{len(description['skipped'])} unreadable file(s) skipped: "
-                        + ", ".join(s["file"] for s in description["skipped"][:10]))
-    if used == 0:
-        raise OnnxaffError(f"no usable example in {data}")
-    return Signature(
-        model={**_model_info(loaded, sites), "stats": model_stats(loaded.model, sites)},
-        network={"nlc": network.result()} if network is not None else {},
-        data=description,
-        options={"metrics": list(metrics), "chunk_size": chunk_size, "batch_size": effective_batch,
-                 "limit": limit, "reduce": reduce, "reduce_in": reduce_in, "device": device, "layout": layout,
-                 "seed": seed,
-                 "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
-                 "plugins": [str(Path(p)) for p in plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
-                 "std": "population std (ddof=0) over chunk scores"},
-        runtime={"providers": runner.providers, "onnxruntime": ort().__version__, "seconds": round(seconds, 3),
-                 "samples_per_second": round(used / seconds, 2) if seconds > 0 else None},
-        metrics={m.name: {**m.info(), "origin": reg[m.name].origin} for m in metric_objs},
-        sites=site_dicts,
-        warnings=warnings,
-        onnxaff_version=__version__,
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    )
+    if checkpoint_every < 0:
+        raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")
+    if resume and checkpoint is None:
+        raise OnnxaffError("--resume needs a checkpoint path")
+    run = Analysis(model, data, **options)
+    if resume:
+        if not Path(checkpoint).exists():
+            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
+        run.restore(checkpoint)
+    run.run(checkpoint, checkpoint_every)
+    return run.signature()

@@ -6,10 +6,11 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 import click
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import Interrupted, OnnxaffError
 
 
 def _fmt_shape(shape) -> str:
@@ -141,8 +142,9 @@ def _floats(text: str | None, option: str):
 
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
                   layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle,
-                  workers, fast_decode, quiet):
-    from onnxaff.analysis import analyze
+                  workers, fast_decode, quiet, shard=None, executor="local", shards=4, ray_address=None,
+                  checkpoint=None, checkpoint_every=0, resume=False):
+    from onnxaff.analysis import analyze, parse_shard
     from onnxaff.data import parse_input_shapes
 
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
@@ -151,17 +153,67 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                        ("crop", crop), ("interpolation", interpolation)):
         if value is not None:
             images[key] = value
-    sig = analyze(
-        model, data, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
+    options = dict(
+        metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
         batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
         input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
         reduce_in=reduce_in, chunk_workers=chunk_workers,
     )
-    path = sig.write(out)
+    if executor == "ray":
+        from onnxaff.executors import run_ray
+
+        if shard is not None or resume:
+            raise OnnxaffError("--executor ray runs every shard itself: drop --shard/--resume")
+        sig = run_ray(model, data, shards, {k: v for k, v in options.items() if k != "progress"},
+                      address=ray_address, progress=not quiet)
+        path = sig.write(out)
+    else:
+        checkpoint = checkpoint or f"{out}.ckpt.npz"
+        if shard is not None:
+            path, sig = _run_part(model, data, out, parse_shard(shard), options, checkpoint, checkpoint_every, resume)
+        else:
+            sig = analyze(model, data, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
+                          **options)
+            path = sig.write(out)
+        Path(checkpoint).unlink(missing_ok=True)
     if not quiet:
         print_summary(sig)
         click.echo(f"signature written to {path}")
     return sig
+
+
+def _run_part(model, data, out, shard, options, checkpoint, every, resume):
+    """One shard: its state beside OUT (for `onnxaff merge`), then its own signature."""
+    from onnxaff.analysis import Analysis
+    from onnxaff.shards import write_part
+
+    run = Analysis(model, data, shard=shard, **options)
+    if resume:
+        if not Path(checkpoint).exists():
+            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
+        run.restore(checkpoint)
+    run.run(checkpoint, every)
+    return write_part(run, out)
+
+
+_SCALE_OPTIONS = [
+    click.option("--shard", default=None, metavar="I/N",
+                 help="Analyse shard I of N (0-based; chunk-aligned slices) and save its state for `onnxaff merge`."),
+    click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                 help="ray: run --shards shards as Ray tasks and merge them (pip install 'onnxaff[ray]')."),
+    click.option("--shards", type=int, default=4, show_default=True, help="Shards for --executor ray."),
+    click.option("--ray-address", default=None, help="An existing Ray cluster (e.g. auto) [default: a local one]."),
+    click.option("--checkpoint", default=None, help="Checkpoint file [default: OUT.ckpt.npz]."),
+    click.option("--checkpoint-every", type=int, default=0, show_default=True,
+                 help="Save the state every N batches (0: only on SIGINT/SIGTERM)."),
+    click.option("--resume", is_flag=True, help="Continue from the checkpoint of an interrupted run."),
+]
+
+
+def _scale_options(f):
+    for option in reversed(_SCALE_OPTIONS):
+        f = option(f)
+    return f
 
 
 @cli.command()
@@ -169,10 +221,29 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
 @click.option("--data", required=True, help="A .npy/.npz file, or synthetic:gaussian|uniform|grid[:n=..,seed=..].")
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @_analysis_options
+@_scale_options
 def analyze(model, data, out, **options) -> None:
     """Score every site of MODEL on DATA and write the signature JSON."""
-    out = out or f"{os.path.splitext(os.path.basename(model))[0]}.signature.json"
+    if out is None:
+        stem = os.path.splitext(os.path.basename(model))[0]
+        shard = options.get("shard")
+        out = f"{stem}.shard-{shard.replace('/', '-of-')}.json" if shard else f"{stem}.signature.json"
     _run_analysis(model, data, out, **options)
+
+
+@cli.command()
+@click.argument("parts", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", required=True, help="Merged signature JSON path.")
+@click.option("--quiet", is_flag=True, help="No summary.")
+def merge(parts, out, quiet) -> None:
+    """Merge the parts of `analyze --shard i/n` (all n of them) into one run's signature."""
+    from onnxaff.shards import merge_parts
+
+    sig = merge_parts(list(parts))
+    path = sig.write(out)
+    if not quiet:
+        print_summary(sig)
+    click.echo(f"merged {len(parts)} parts into {path}")
 
 
 @cli.command()
@@ -330,6 +401,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        click.echo(f"onnxaff: interrupted: {exc}", err=True)
+        sys.exit(130)
     except OnnxaffError as exc:
         click.echo(f"onnxaff: error: {exc}", err=True)
         sys.exit(2)

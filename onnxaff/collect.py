@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,14 @@ class Moments:
         self.n, self.mean_x, self.mean_y = merged.n, merged.mean_x, merged.mean_y
         self.m_xx, self.m_yy, self.m_xy = merged.m_xx, merged.m_yy, merged.m_xy
 
+    def to_state(self) -> dict:
+        return {"dx": self.dx, "dy": self.dy, "n": self.n, "mean_x": self.mean_x, "mean_y": self.mean_y,
+                "m_xx": self.m_xx, "m_yy": self.m_yy, "m_xy": self.m_xy}
+
+    @classmethod
+    def from_state(cls, d: dict) -> Moments:
+        return cls(**d)
+
     def cov_x(self) -> np.ndarray:
         return self.m_xx / (self.n - 1)
 
@@ -62,6 +71,71 @@ class Moments:
 
     def cov_xy(self) -> np.ndarray:
         return self.m_xy / (self.n - 1)
+
+
+@dataclass
+class BlockMoments:
+    """Moments over numbered blocks of the data, combined along one fixed binary tree.
+
+    Floating-point merging is not associative, so "exact" shard merging needs every grouping to do the
+    same additions: blocks (lcm(chunk, batch) examples, the shard unit) are leaves, a node is always
+    merge(left half, right half) of an aligned dyadic range of blocks, and the total folds the remaining
+    nodes left to right. One run, a resumed run and any chunk-aligned split into shards then produce the
+    same bits. Memory: O(log blocks) moments.
+    """
+
+    dx: int
+    dy: int
+    nodes: list = field(default_factory=list)  # [level, first block, Moments], a binary-counter stack
+    block: int | None = None  # the block being filled
+    current: Moments | None = None
+
+    def update(self, x: np.ndarray, y: np.ndarray, block: int) -> None:
+        if self.current is not None and block != self.block:
+            self._close()
+        if self.current is None:
+            self.block, self.current = block, Moments(self.dx, self.dy)
+        self.current.update(x, y)
+
+    def _close(self) -> None:
+        if self.current is not None and self.current.n:
+            self._push(0, self.block, self.current)
+        self.block, self.current = None, None
+
+    def _push(self, level: int, first: int, m: Moments) -> None:
+        self.nodes.append([level, first, m])
+        while len(self.nodes) >= 2:
+            (l1, s1, m1), (l2, s2, m2) = self.nodes[-2], self.nodes[-1]
+            if l1 != l2 or s1 % (2 << l1) or s1 + (1 << l1) != s2:
+                break
+            self.nodes[-2:] = [[l1 + 1, s1, m1.merge(m2)]]
+
+    def total(self) -> Moments:
+        total = Moments(self.dx, self.dy)
+        for _, _, m in self.nodes:
+            total = total.merge(m)
+        return total if self.current is None else total.merge(self.current)
+
+    @property
+    def n(self) -> int:
+        return sum(m.n for _, _, m in self.nodes) + (self.current.n if self.current is not None else 0)
+
+    def merge(self, other: BlockMoments) -> None:
+        """Append the blocks of the next slice of the data (all after this one's)."""
+        self._close()
+        for level, first, m in other.nodes:
+            self._push(level, first, m)
+        self.block, self.current = other.block, other.current
+
+    def to_state(self) -> dict:
+        return {"dx": self.dx, "dy": self.dy, "block": self.block,
+                "current": None if self.current is None else self.current.to_state(),
+                "nodes": [[lv, first, m.to_state()] for lv, first, m in self.nodes]}
+
+    @classmethod
+    def from_state(cls, d: dict) -> BlockMoments:
+        return cls(d["dx"], d["dy"], [[lv, first, Moments.from_state(m)] for lv, first, m in d["nodes"]],
+                   d["block"], None if d["current"] is None else Moments.from_state(d["current"]))
 
 
 @dataclass
@@ -90,6 +164,17 @@ class ChunkBuffer:
             return None
         return np.concatenate(self._x), np.concatenate(self._y)
 
+    def to_state(self) -> dict:
+        rest = self.remainder()
+        return {"size": self.size, "x": None if rest is None else rest[0], "y": None if rest is None else rest[1]}
+
+    @classmethod
+    def from_state(cls, d: dict) -> ChunkBuffer:
+        buf = cls(d["size"])
+        if d["x"] is not None:
+            buf._x, buf._y, buf.rows = [d["x"]], [d["y"]], d["x"].shape[0]
+        return buf
+
 
 @dataclass
 class ElementMoments:
@@ -109,6 +194,10 @@ class ElementMoments:
         self.m2 = self.m2 + m2 + delta * delta * (self.n * n / total)
         self.mean = self.mean + delta * (n / total)
         self.n = total
+
+    def merge(self, other: ElementMoments) -> None:
+        if other.n:
+            self.merge_batch(other.n, other.mean, other.m2)
 
     def add(self, values: np.ndarray) -> None:
         values = np.asarray(values, np.float64)
@@ -145,6 +234,26 @@ class JvpAccumulator:
             self.jv2_sum += float(np.sum(stats["jv2"], dtype=np.float64))
             self.scatter_sum += float(np.sum(stats["ym2"], dtype=np.float64))
             self.dof += n - 1
+
+    def to_state(self) -> dict:
+        return dataclasses.asdict(self)  # the ElementMoments become dicts of their fields
+
+    @classmethod
+    def from_state(cls, d: dict) -> JvpAccumulator:
+        d = dict(d)
+        d["x"], d["y"] = ElementMoments(**d["x"]), ElementMoments(**d["y"])
+        return cls(**d)
+
+    def merge(self, other: JvpAccumulator) -> None:
+        """Another run's statistics over other examples (a shard): every field is a sum or a Chan merge."""
+        self.x.merge(other.x)
+        self.y.merge(other.y)
+        if other.d2sum is not None:
+            self.d2sum = other.d2sum.copy() if self.d2sum is None else self.d2sum + other.d2sum
+        self.jv2_sum += other.jv2_sum
+        self.scatter_sum += other.scatter_sum
+        self.dof += other.dof
+        self.short_batches += other.short_batches
 
     def traces(self) -> tuple[float, float, int] | None:
         """(E Tr(J Σ_X Jᵀ), Tr Σ_Y, examples), or None before two examples were seen."""

@@ -9,3 +9,7 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (or its type): libraries' messages can be pages long."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Interrupted(OnnxaffError):
+    """SIGINT/SIGTERM stopped a checkpointed run at a batch boundary, after saving its state."""

@@ -58,14 +58,41 @@ class NetworkNLC:
             self.scatter[name] += float(np.sum((y - y.mean(axis=0)) ** 2))
         self.examples += n
 
+    def to_state(self) -> dict:
+        return {"reason": self.reason, "outputs": list(self.output_names), "step": self.step, "limit": self.limit,
+                "jv2": self.jv2, "scatter": self.scatter, "examples": self.examples,
+                "short_batches": self.short_batches}
+
+    def restore(self, d: dict) -> None:
+        self.jv2, self.scatter = dict(d["jv2"]), dict(d["scatter"])
+        self.examples, self.short_batches = d["examples"], d["short_batches"]
+
     def result(self) -> dict:
-        if self.reason is not None:
-            return {"status": "not_applicable", "reason": self.reason}
-        if self.examples < 2:
-            return {"status": "no_data", "reason": "needs batches of at least 2 examples"}
-        values = {}
-        for name in self.output_names:
-            num, den = self.jv2[name], self.scatter[name]
-            values[name] = math.sqrt(num / den) if den > 0 and math.isfinite(num) else None
-        return {"status": "ok", "values": values, "examples": self.examples, "step": self.step,
-                "form": "directional"}
+        return nlc_result(self.to_state())
+
+
+def merge_nlc_states(states: list[dict]) -> dict:
+    """Consecutive parts' sums, taken in order until `limit` examples, as one run would have stopped."""
+    total = dict(states[0], jv2=dict(states[0]["jv2"]), scatter=dict(states[0]["scatter"]))
+    for d in states[1:]:
+        total["short_batches"] += d["short_batches"]
+        if total["examples"] >= total["limit"] or not d["examples"]:
+            continue
+        for name in total["jv2"]:
+            total["jv2"][name] += d["jv2"][name]
+            total["scatter"][name] += d["scatter"][name]
+        total["examples"] += d["examples"]
+    return total
+
+
+def nlc_result(d: dict) -> dict:
+    if d["reason"] is not None:
+        return {"status": "not_applicable", "reason": d["reason"]}
+    if d["examples"] < 2:
+        return {"status": "no_data", "reason": "needs batches of at least 2 examples"}
+    values = {}
+    for name in d["outputs"]:
+        num, den = d["jv2"][name], d["scatter"][name]
+        values[name] = math.sqrt(num / den) if den > 0 and math.isfinite(num) else None
+    return {"status": "ok", "values": values, "examples": d["examples"], "step": d["step"],
+            "form": "directional"}

@@ -53,9 +53,10 @@ class ArraySource(DataSource):
     def __len__(self) -> int:
         return self.n
 
-    def batches(self, batch_size: int, start: int = 0):
-        for i in range(start, self.n, batch_size):
-            j = min(i + batch_size, self.n)
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
+        end = self.n if stop is None else min(stop, self.n)
+        for i in range(start, end, batch_size):
+            j = min(i + batch_size, end)
             yield {
                 spec.name: np.ascontiguousarray(cast_for(spec, np.asarray(self.arrays[spec.name][i:j]), spec.name))
                 for spec in self.inputs

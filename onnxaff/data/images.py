@@ -9,6 +9,7 @@ decoded is skipped, counted and named in the signature; the run goes on.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections import deque
 from pathlib import Path
 
@@ -77,6 +78,12 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
     return (np.stack(arrays) if arrays else None), used, skipped
 
 
+def _ignore_sigint() -> None:
+    """Decoders leave Ctrl-C to the main process, which stops at a batch boundary (a worker killed
+    mid-task would leave its result pending forever)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class ImageFolderSource(DataSource):
     def __init__(self, root: str | Path, spec: InputSpec, preprocess: Preprocess, limit: int | None = None,
                  shuffle: bool = False, seed: int = 0, workers: int = 0, draft: bool = False,
@@ -96,19 +103,19 @@ class ImageFolderSource(DataSource):
     def __len__(self) -> int:
         return len(self.files)
 
-    def _tasks(self, batch_size: int, start: int):
-        for i in range(start, len(self.files), batch_size):
-            yield [str(f) for f in self.files[i:i + batch_size]]
+    def _tasks(self, batch_size: int, start: int, stop: int):
+        for i in range(start, stop, batch_size):
+            yield [str(f) for f in self.files[i:min(i + batch_size, stop)]]
 
-    def batches(self, batch_size: int, start: int = 0):
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
         self.skipped, self.used = [], 0
-        tasks = self._tasks(batch_size, start)
+        tasks = self._tasks(batch_size, start, len(self.files) if stop is None else min(stop, len(self.files)))
         if self.workers <= 0:
             for paths in tasks:
                 yield self._emit(decode_batch(paths, self.p, self.draft))
             return
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds runtime threads
-        with ctx.Pool(self.workers) as pool:
+        with ctx.Pool(self.workers, initializer=_ignore_sigint) as pool:
             pending: deque = deque()
             for paths in tasks:
                 pending.append(pool.apply_async(decode_batch, (paths, self.p, self.draft)))

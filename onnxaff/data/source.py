@@ -84,7 +84,8 @@ class DataSource:
     def __len__(self) -> int:  # number of examples
         raise NotImplementedError
 
-    def batches(self, batch_size: int, start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Examples [start, stop) in batches of `batch_size` (the last one may be short)."""
         raise NotImplementedError
 
     def describe(self) -> dict:

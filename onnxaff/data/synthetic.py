@@ -82,9 +82,10 @@ class SyntheticSource(DataSource):
             a = rng.normal(self.params.get("mean", 0.0), self.params.get("std", 1.0), size=shape)
         return a.astype(spec.dtype)
 
-    def batches(self, batch_size: int, start: int = 0):
-        for i in range(start, self.n, batch_size):
-            j = min(i + batch_size, self.n)
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
+        end = self.n if stop is None else min(stop, self.n)
+        for i in range(start, end, batch_size):
+            j = min(i + batch_size, end)
             if self.kind == "grid":
                 spec = self.inputs[0]
                 yield {spec.name: self._grid[i:j].astype(spec.dtype)}

@@ -1,0 +1,71 @@
+"""Shards on a distributed engine: one Ray task per shard, merged exactly on the driver.
+
+On a cluster, start Ray on every node (`ray start --head` on one, `ray start --address HEAD:6379` on the
+others), make the model, the data and any --plugin file readable at the same absolute path on every
+node (a shared filesystem), and pass `--ray-address auto` (or HEAD:6379). Without an address a local
+Ray instance is started for the run and stopped after it. Each task asks Ray for one GPU when the
+cluster has GPUs and the device is cuda or auto, so tasks spread one per GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from onnxaff.analysis import STATE_KIND_PART, Analysis
+from onnxaff.errors import OnnxaffError
+from onnxaff.signature import Signature
+
+
+def _absolute(path: str) -> str:
+    """Workers may start elsewhere: a local path travels as an absolute one (synthetic specs as they are)."""
+    return str(Path(path).resolve()) if os.path.exists(path) else path
+
+
+def shard_state(model: str, data: str, shard: tuple[int, int], options: dict) -> dict:
+    """One shard's collector state, the body of a Ray task (also callable in-process)."""
+    run = Analysis(model, data, shard=shard, **{**options, "progress": False})
+    run.run()
+    return run.state(STATE_KIND_PART)
+
+
+def run_ray(model: str, data: str, shards: int, options: dict, address: str | None = None,
+            progress: bool = True) -> Signature:
+    try:
+        import ray
+    except ImportError:
+        raise OnnxaffError("--executor ray needs Ray: pip install 'onnxaff[ray]'") from None
+    from onnxaff.progress import Progress
+    from onnxaff.shards import merge_states
+
+    if shards < 1:
+        raise OnnxaffError(f"--shards must be positive, got {shards}")
+    options = dict(options, plugins=[_absolute(p) for p in options.get("plugins", [])])
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        use_gpu = gpus >= 1 and options.get("device", "auto") in ("auto", "cuda")
+        task = ray.remote(num_gpus=1 if use_gpu else 0, num_cpus=1, max_retries=0)(shard_state)
+        refs = [task.remote(_absolute(model), _absolute(data), (i, shards), options) for i in range(shards)]
+        bar = Progress(shards, label="ray", enabled=progress, unit="shards")
+        waiting = list(refs)
+        while waiting:
+            done, waiting = ray.wait(waiting, num_returns=1)
+            ray.get(done)  # raise a failed shard's error now
+            bar.update(len(done))
+        bar.close()
+        states = ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, OnnxaffError):
+            raise OnnxaffError(f"a Ray shard failed: {cause}") from None
+        raise OnnxaffError(f"a Ray shard failed: {type(cause).__name__ if cause else 'error'}: "
+                           f"{str(cause or exc).splitlines()[0]}") from None
+    finally:
+        if started_here:
+            ray.shutdown()
+    sig = merge_states(states)
+    sig.runtime["executor"] = {"engine": "ray", "ray": ray.__version__, "shards": shards, "gpus_per_task": int(use_gpu)}
+    return sig

@@ -1,0 +1,246 @@
+"""What one run has collected for one site, and how it is saved, restored and merged.
+
+A checkpoint and a shard part are both this state for every site. Merging the parts of consecutive,
+chunk-aligned slices of the data gives exactly the state of one run over all of it: chunk scores are
+concatenated in order, moments and NLC statistics merge exactly, and a chunk_pair metric scores the one
+pair that straddles each boundary (the last chunk of a part with the first chunk of the next).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator
+from onnxaff.errors import OnnxaffError
+from onnxaff.graph.rewrite import SiteOutputs
+from onnxaff.graph.sites import Site
+from onnxaff.metrics import Chunk, JvpStats, Metric
+from onnxaff.scoring import ChunkScorer, evaluate
+
+
+def _chunk_state(c: Chunk | None) -> dict | None:
+    return None if c is None else {"x": c.x, "y": c.y}
+
+
+def _chunk_from(d: dict | None) -> Chunk | None:
+    return None if d is None else Chunk(d["x"], d["y"])
+
+
+@dataclass
+class SiteState:
+    """Everything collected for one site during a run (site/outputs are None for a merged part)."""
+
+    site: Site | None
+    outputs: SiteOutputs | None
+    buffer: ChunkBuffer
+    moments: BlockMoments | None = None
+    values: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    rows: int = 0
+    nonfinite_rows: int = 0
+    chunks: int = 0
+    chunk_rows: int = 0
+    dims: tuple[int, int] | None = None
+    first: Chunk | None = None  # for chunk_pair metrics across a shard boundary
+    previous: Chunk | None = None  # for chunk_pair metrics
+    jvp: JvpAccumulator | None = None
+    pending: list[Future] = field(default_factory=list)  # chunk scores still being computed, in chunk order
+    partial: bool = False  # the one partial chunk was scored (no full chunk)
+
+    def output_names(self) -> list[str]:
+        names = [self.outputs.x, self.outputs.y]
+        if self.jvp is not None:
+            names += list(self.outputs.jvp.names.values())
+        return names
+
+    def add_jvp(self, n: int, arrays: list[np.ndarray]) -> None:
+        if self.jvp is None or self.nonfinite_rows:
+            return
+        stats = dict(zip(self.outputs.jvp.names, arrays, strict=True))
+        if not all(np.isfinite(a).all() for a in stats.values()):
+            self.nonfinite_rows = max(self.nonfinite_rows, 1)
+            return
+        self.jvp.add(n, stats)
+
+    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer, block: int = 0) -> None:
+        """Rows of one batch; `block` numbers the shard unit the batch lies in (for exact pooled merges)."""
+        if self.dims is None:
+            self.dims = (x.shape[1], y.shape[1])
+        if x.shape[0] != y.shape[0]:
+            raise OnnxaffError(f"site {self.site.id}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
+        self.rows += x.shape[0]
+        bad = ~(np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1))
+        if bad.any():
+            self.nonfinite_rows += int(bad.sum())
+        if self.nonfinite_rows:
+            return  # a flagged site gets no number at all
+        if any(m.needs == "moments" for m in metrics):  # d² float64 work per batch: only when a metric pools
+            if self.moments is None:
+                self.moments = BlockMoments(*self.dims)
+            self.moments.update(x, y, block)
+        for cx, cy in self.buffer.add(x, y):
+            self.score(cx, cy, metrics, scorer)
+
+    def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
+        self.chunks += 1
+        self.chunk_rows = x.shape[0]
+        chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
+        jobs = []
+        for m in metrics:
+            if self._not_applicable(m):
+                continue
+            if m.needs == "chunk":
+                jobs.append((m, chunk))
+            elif m.needs == "chunk_pair" and self.previous is not None:
+                jobs.append((m, (self.previous, chunk)))
+        if jobs:
+            self.pending.append(scorer.submit(jobs))
+        if any(m.needs == "chunk_pair" for m in metrics):
+            self.previous = chunk  # kept only when asked for: a chunk per site is real memory
+            if self.first is None:
+                self.first = chunk
+
+    def collect(self) -> None:
+        """Record the finished chunk scores in chunk order (the first error of a metric is kept)."""
+        for future in self.pending:
+            for name, value, error in future.result():
+                self._store(name, value, error)
+        self.pending = []
+
+    def _not_applicable(self, m: Metric) -> str | None:
+        if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
+            return f"needs equal feature dimensions (X: {self.dims[0]}, Y: {self.dims[1]})"
+        if m.needs == "jvp" and self.jvp is None:
+            return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
+        return None
+
+    def _store(self, name: str, value: float | None, error: str | None) -> None:
+        if error is not None:
+            self.errors.setdefault(name, error)
+        else:
+            self.values.setdefault(name, []).append(value)
+
+    def _record(self, m: Metric, sample) -> None:
+        self._store(m.name, *evaluate(m, sample))
+
+    def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
+        """Score the partial chunk if it is all there is (sets `partial`), collect the chunks, then the pooled."""
+        rest = self.buffer.remainder()
+        if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
+            self.score(*rest, metrics, scorer)
+            self.partial = True
+        self.collect()
+        if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
+            pooled = self.moments.total()
+            for m in metrics:
+                if m.needs == "moments" and not self._not_applicable(m):
+                    self._record(m, pooled)
+        traces = self.jvp.traces() if self.jvp is not None and not self.nonfinite_rows else None
+        if traces is not None:
+            stats = JvpStats(self.jvp.form, *traces)
+            for m in metrics:
+                if m.needs == "jvp":
+                    self._record(m, stats)
+
+    def entry(self, m: Metric, partial: bool) -> dict:
+        values = self.values.get(m.name, [])
+        out = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
+        if self.nonfinite_rows:
+            out["status"] = "nonfinite"
+        elif (reason := self._not_applicable(m)) is not None:
+            out.update(status="not_applicable", reason=reason)
+        elif m.name in self.errors:
+            out.update(status="error", error=self.errors[m.name])
+        elif not values and m.needs == "chunk_pair" and self.chunks < 2:
+            out.update(status="no_data", reason="needs at least two chunks")
+        elif not values and m.needs == "jvp" and self.jvp is not None and self.jvp.short_batches:
+            out.update(status="no_data", reason="needs batches of at least 2 examples")
+        elif not values:
+            out["status"] = "no_data"
+        if values and out["status"] == "ok":
+            out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
+            if partial and m.needs in ("chunk", "chunk_pair"):
+                out["partial"] = True
+            if m.needs in ("moments", "jvp"):
+                out.update(chunks=0, std=None, pooled_rows=self.rows)
+            if self.dims and (note := m.caveat(self.chunk_rows or self.rows, *self.dims)):
+                out["caveat"] = note
+        return out
+
+    # --- checkpoints and shards ---
+
+    def to_state(self) -> dict:
+        """The collected state between batches (pending chunk scores are collected first)."""
+        self.collect()
+        return {
+            "index": None if self.site is None else self.site.index,
+            "buffer": self.buffer.to_state(),
+            "moments": None if self.moments is None else self.moments.to_state(),
+            "values": self.values, "errors": self.errors, "rows": self.rows, "nonfinite_rows": self.nonfinite_rows,
+            "chunks": self.chunks, "chunk_rows": self.chunk_rows,
+            "dims": None if self.dims is None else list(self.dims),
+            "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
+            "jvp": None if self.jvp is None else self.jvp.to_state(),
+        }
+
+    def restore(self, d: dict) -> None:
+        """Continue from a saved state (this object comes from the same site of the same prepared run)."""
+        self.buffer = ChunkBuffer.from_state(d["buffer"])
+        self.moments = None if d["moments"] is None else BlockMoments.from_state(d["moments"])
+        self.values = {k: list(v) for k, v in d["values"].items()}
+        self.errors = dict(d["errors"])
+        self.rows, self.nonfinite_rows = d["rows"], d["nonfinite_rows"]
+        self.chunks, self.chunk_rows = d["chunks"], d["chunk_rows"]
+        self.dims = None if d["dims"] is None else tuple(d["dims"])
+        self.first, self.previous = _chunk_from(d["first"]), _chunk_from(d["previous"])
+        self.jvp = None if d["jvp"] is None else JvpAccumulator.from_state(d["jvp"])
+
+    @classmethod
+    def from_state(cls, d: dict) -> SiteState:
+        st = cls(None, None, ChunkBuffer(d["buffer"]["size"]))
+        st.restore(d)
+        return st
+
+    def merge(self, other: SiteState, metrics: list[Metric], scorer: ChunkScorer) -> None:
+        """Append the state of the next slice of the data (self covers the examples just before it)."""
+        if self.dims is not None and other.dims is not None and self.dims != other.dims:
+            raise OnnxaffError(f"parts disagree on feature dimensions ({self.dims} vs {other.dims})")
+        self.dims = self.dims or other.dims
+        boundary = {}
+        if self.previous is not None and other.first is not None and not (self.nonfinite_rows or other.nonfinite_rows):
+            boundary = {m.name: evaluate(m, (self.previous, other.first)) for m in metrics
+                        if m.needs == "chunk_pair" and not self._not_applicable(m)}
+        for name in {*self.values, *other.values, *boundary}:
+            merged = list(self.values.get(name, []))
+            if name in boundary:
+                value, error = boundary[name]
+                if error is None:
+                    merged.append(value)
+                else:
+                    self.errors.setdefault(name, error)
+            self.values[name] = merged + other.values.get(name, [])
+        for name, error in other.errors.items():
+            self.errors.setdefault(name, error)
+        self.rows += other.rows
+        self.nonfinite_rows += other.nonfinite_rows
+        self.chunks += other.chunks
+        self.chunk_rows = max(self.chunk_rows, other.chunk_rows)
+        self.first = self.first or other.first
+        self.previous = other.previous or self.previous
+        if other.moments is not None:
+            if self.moments is None:
+                self.moments = other.moments
+            else:
+                self.moments.merge(other.moments)
+        if other.jvp is not None:
+            if self.jvp is None:
+                self.jvp = other.jvp
+            else:
+                self.jvp.merge(other.jvp)
+        rest = other.buffer.remainder()
+        if rest is not None:  # only a slice that is not chunk-aligned leaves rows behind before the last part
+            for cx, cy in self.buffer.add(*rest):
+                self.score(cx, cy, metrics, scorer)

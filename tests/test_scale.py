@@ -1,0 +1,301 @@
+"""Checkpoints, resume, shards and their merge, the Ray executor: all equal one uninterrupted run."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxaff.analysis import Analysis, analyze, shard_window
+from onnxaff.errors import Interrupted, OnnxaffError
+from onnxaff.executors import shard_state
+from onnxaff.shards import merge_parts, merge_states
+from onnxaff.signature import read_signature
+from onnxaff.state import load_state, save_state
+from onnxaff_models import shipped_models
+from tests.conftest import parse
+
+# Every kind of collector state: chunk scores, a chunk_pair metric, pooled moments and NLC statistics.
+METRICS = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled", "nlc"]
+OPTIONS = dict(metrics=METRICS, chunk_size=128, batch_size=32, progress=False)
+TOL = 1e-12
+
+
+@pytest.fixture(scope="module")
+def rescnn():
+    """The shipped residual CNN and its 1024 digits: 10 sites of several widths, 8 chunks of 128."""
+    m = next(x for x in shipped_models() if x.name == "torch_rescnn_relu")
+    return str(m.path), str(m.data)
+
+
+@pytest.fixture(scope="module")
+def reference(rescnn):
+    return analyze(*rescnn, **OPTIONS)
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
+                          **kw)
+
+
+def assert_same(a, b, tol=TOL):
+    """Every site, metric, status, chunk score and mean of two signatures, to tol."""
+    assert [s["id"] for s in a.sites] == [s["id"] for s in b.sites]
+    checked = 0
+    for sa, sb in zip(a.sites, b.sites, strict=True):
+        assert (sa["status"], sa.get("rows"), sa.get("chunks")) == (sb["status"], sb.get("rows"), sb.get("chunks"))
+        assert sa["metrics"].keys() == sb["metrics"].keys()
+        for name, ea in sa["metrics"].items():
+            eb = sb["metrics"][name]
+            assert ea["status"] == eb["status"], (sa["id"], name)
+            assert ea["chunks"] == eb["chunks"], (sa["id"], name)
+            if ea["mean"] is not None:
+                np.testing.assert_allclose(ea["values"], eb["values"], rtol=0, atol=tol)
+                assert abs(ea["mean"] - eb["mean"]) <= tol
+                checked += 1
+    assert checked > 0
+    assert a.network == b.network or _close_nlc(a.network, b.network, tol)
+    assert a.data["samples"] == b.data["samples"]
+
+
+def _close_nlc(x, y, tol):
+    vx, vy = x["nlc"]["values"], y["nlc"]["values"]
+    return vx.keys() == vy.keys() and all(abs(vx[k] - vy[k]) <= tol for k in vx)
+
+
+def test_reference_exercises_every_kind_of_state(reference):
+    site = next(s for s in reference.sites if s["status"] == "ok")
+    assert site["chunks"] == 8
+    m = site["metrics"]
+    assert m["affinity"]["chunks"] == 8 and m["r2_heldout"]["chunks"] == 7  # pairs of consecutive chunks
+    assert m["cka_pooled"]["pooled_rows"] == 1024 and m["nlc"]["status"] == "ok"
+    assert reference.network["nlc"]["status"] == "ok"
+
+
+# --- state files ---
+
+def test_state_file_round_trips_bit_for_bit(tmp_path, rng):
+    state = {"a": rng.standard_normal((5, 3)), "b": [rng.standard_normal(4).astype(np.float32), None, 1.5],
+             "c": {"x": 0.1 + 0.2, "n": 7, "s": "text", "empty": np.zeros((0, 2), np.float32)}}
+    back = load_state(save_state(tmp_path / "s.npz", state))
+    assert back["a"].dtype == np.float64 and np.array_equal(back["a"], state["a"])
+    assert back["b"][0].dtype == np.float32 and np.array_equal(back["b"][0], state["b"][0])
+    assert back["b"][1:] == [None, 1.5] and back["c"]["x"] == 0.1 + 0.2 and back["c"]["s"] == "text"
+    assert back["c"]["empty"].shape == (0, 2)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a zip at all", b"PK\x03\x04broken"])
+def test_unreadable_state_is_a_clear_error(tmp_path, content):
+    path = tmp_path / "bad.npz"
+    path.write_bytes(content)
+    with pytest.raises(OnnxaffError, match="not a readable onnxaff state file"):
+        load_state(path)
+
+
+# --- checkpoints and resume ---
+
+def interrupt_after(run: Analysis, batches: int) -> None:
+    """Deliver a real SIGINT to this process while batch `batches` is in the runtime."""
+    original, count = run.runner.run, [0]
+
+    def runner(names, feed):
+        count[0] += 1
+        if count[0] == batches:
+            signal.raise_signal(signal.SIGINT)
+        return original(names, feed)
+
+    run.runner.run = runner
+
+
+@pytest.mark.parametrize("batches, every", [(1, 0), (7, 3), (31, 1)])
+def test_interrupt_then_resume_equals_one_run(rescnn, reference, tmp_path, batches, every):
+    ckpt = tmp_path / "run.ckpt.npz"
+    run = Analysis(*rescnn, **OPTIONS)
+    interrupt_after(run, batches)
+    with pytest.raises(Interrupted, match=f"SIGINT after {32 * batches} of 1024 examples"):
+        run.run(ckpt, every)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+    assert ckpt.exists() and not list(tmp_path.glob(".*.tmp"))
+    resumed = analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
+    assert_same(reference, resumed, tol=0)  # the same batches in the same order: bit for bit
+    assert resumed.data["samples"] == 1024
+
+
+def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
+    """A kill -9 leaves only the last periodic checkpoint: resuming from it redoes the batches after it."""
+    ckpt = tmp_path / "run.ckpt.npz"
+    run = Analysis(*rescnn, **OPTIONS)
+    original, count = run.runner.run, [0]
+
+    def crash(names, feed):
+        count[0] += 1
+        if count[0] == 12:
+            raise RuntimeError("simulated crash")
+        return original(names, feed)
+
+    run.runner.run = crash
+    with pytest.raises(RuntimeError):
+        run.run(ckpt, 5)
+    assert load_state(ckpt)["cursor"] == 10 * 32
+    assert_same(reference, analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS), tol=0)
+
+
+def test_checkpoint_of_another_run_is_refused(rescnn, tmp_path):
+    ckpt = tmp_path / "run.ckpt.npz"
+    run = Analysis(*rescnn, **OPTIONS)
+    interrupt_after(run, 2)
+    with pytest.raises(Interrupted):
+        run.run(ckpt)
+    other_model = next(x for x in shipped_models() if x.name == "torch_cnn_relu")
+    with pytest.raises(OnnxaffError, match="from another model"):
+        analyze(str(other_model.path), rescnn[1], checkpoint=ckpt, resume=True, **OPTIONS)
+    with pytest.raises(OnnxaffError, match=r"from other options \(chunk_size\)"):
+        analyze(*rescnn, checkpoint=ckpt, resume=True, **{**OPTIONS, "chunk_size": 256})
+    data = np.load(rescnn[1])
+    fewer = tmp_path / "fewer.npz"
+    np.savez(fewer, **{k: v[:512] for k, v in data.items()})
+    with pytest.raises(OnnxaffError, match="from another data set"):
+        analyze(rescnn[0], str(fewer), checkpoint=ckpt, resume=True, **OPTIONS)
+    with pytest.raises(OnnxaffError, match="another --shard"):
+        analyze(*rescnn, checkpoint=ckpt, resume=True, shard=(0, 2), **OPTIONS)
+    with pytest.raises(OnnxaffError, match="no checkpoint to resume"):
+        analyze(*rescnn, checkpoint=tmp_path / "none.npz", resume=True, **OPTIONS)
+
+
+def test_sigint_from_another_process_then_resume_via_cli(tmp_path):
+    """The CLI as a user runs it: SIGINT arrives from outside, exit 130 with one line, --resume finishes."""
+    model = tmp_path / "m.onnx"
+    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 8] x) => (float[N, 8] y) { h = Relu(x)  y = Tanh(h) }"""), model)
+    args = [model, "--data", "synthetic:gaussian:n=60000", "--metrics", "affinity,cka", "--chunk-size", 256,
+            "--batch-size", 4, "--quiet"]
+    ref = tmp_path / "ref.json"
+    assert cli("analyze", *args, "--out", ref).returncode == 0
+    out = tmp_path / "sig.json"
+    ckpt = tmp_path / "sig.json.ckpt.npz"
+    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out),
+                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().count("\n") == 0 and err.startswith("onnxaff: interrupted: SIGINT after"), err
+    assert not out.exists() and ckpt.exists()
+    done = cli("analyze", *args, "--out", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert not ckpt.exists()  # removed once the signature is written
+    assert_same(read_signature(ref), read_signature(out), tol=0)
+
+
+def test_resume_keeps_unreadable_files_counted(tmp_path):
+    from tests.test_images import image_model, sample_photos
+
+    root = tmp_path / "photos"
+    root.mkdir()
+    for k in range(3):
+        for src in sample_photos():
+            shutil.copy(src, root / f"{k}_{src.name}")
+    (root / "1_broken.jpg").write_bytes(b"not an image")
+    (root / "2_empty.jpg").write_bytes(b"")
+    model = image_model(["N", 3, 16, 16])
+    opts = dict(metrics=["affinity"], chunk_size=2, batch_size=2, images={"preprocess": "raw", "workers": 0},
+                progress=False)
+    ref = analyze(model, str(root), **opts)
+    run = Analysis(model, str(root), **opts)
+    interrupt_after(run, 4)  # after the first unreadable file (sorted order: 0_*, 1_broken, ...)
+    with pytest.raises(Interrupted):
+        run.run(tmp_path / "c.npz")
+    resumed = analyze(model, str(root), checkpoint=tmp_path / "c.npz", resume=True, **opts)
+    assert sorted(s["file"] for s in resumed.data["skipped"]) == ["1_broken.jpg", "2_empty.jpg"]
+    assert_same(ref, resumed, tol=0)
+
+
+# --- shards ---
+
+@pytest.mark.parametrize("total, n, unit", [(1024, 3, 128), (1000, 3, 128), (100, 4, 64), (5, 3, 2), (0, 2, 8)])
+def test_shard_windows_tile_the_data_on_unit_boundaries(total, n, unit):
+    windows = [shard_window(total, (i, n), unit) for i in range(n)]
+    assert windows[0][0] == 0 and windows[-1][1] == total
+    for (a, b), (c, _) in zip(windows, windows[1:], strict=False):
+        assert b == c and a <= b and a % unit == 0
+    assert shard_window(total, None, unit) == (0, total)
+
+
+@pytest.fixture(scope="module")
+def parts(rescnn):
+    return [shard_state(*rescnn, (i, 3), {k: v for k, v in OPTIONS.items() if k != "progress"}) for i in range(3)]
+
+
+def test_three_shards_merged_equal_one_run(reference, parts):
+    assert [(p["start"], p["stop"]) for p in parts] == [(0, 256), (256, 640), (640, 1024)]
+    merged = merge_states(parts[::-1])  # any order given
+    assert_same(reference, merged)
+    assert merged.data["merged_from"]["shards"] == 3 and "shard" not in merged.data
+
+
+def test_merge_refuses_incomplete_or_mixed_parts(parts, rescnn):
+    with pytest.raises(OnnxaffError, match="missing 1/3"):
+        merge_states([parts[0], parts[2]])
+    with pytest.raises(OnnxaffError, match="given twice: 0/3"):
+        merge_states([parts[0], parts[0], parts[2]])
+    other = dict(parts[1], key=dict(parts[1]["key"], model_sha256="0" * 64))
+    with pytest.raises(OnnxaffError, match="different models"):
+        merge_states([parts[0], other, parts[2]])
+    with pytest.raises(OnnxaffError, match="different shard counts"):
+        merge_states([parts[0], dict(parts[1], shard=[1, 4])])
+
+
+def test_shards_and_merge_through_the_cli(rescnn, reference, tmp_path):
+    common = ["--metrics", ",".join(METRICS), "--chunk-size", 128, "--batch-size", 32, "--quiet"]
+    outs = []
+    for i in range(3):
+        out = tmp_path / f"part{i}.json"
+        r = cli("analyze", rescnn[0], "--data", rescnn[1], *common, "--shard", f"{i}/3", "--out", out)
+        assert r.returncode == 0, r.stderr
+        part = json.loads(out.read_text())
+        assert part["data"]["shard"]["index"] == i and (tmp_path / f"part{i}.state.npz").exists()
+        outs.append(out)
+    merged = tmp_path / "merged.json"
+    r = cli("merge", *outs, "--out", merged, "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert_same(reference, read_signature(merged))
+    # a part whose state file changed afterwards is refused
+    (tmp_path / "part1.state.npz").write_bytes((tmp_path / "part1.state.npz").read_bytes() + b"\0")
+    r = cli("merge", *outs, "--out", tmp_path / "again.json")
+    assert r.returncode == 2 and "has changed since the part was written" in r.stderr
+    r = cli("analyze", rescnn[0], "--data", rescnn[1], "--shard", "3/3")
+    assert r.returncode == 2 and "0 <= i < n" in r.stderr
+
+
+def test_shard_with_no_full_chunk_merges_to_the_partial_rule(tmp_path):
+    """Fewer rows than a chunk: all shards but the last are empty, the merge scores the lone partial chunk."""
+    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 2] x) => (float[N, 2] y) { y = Relu(x) }""")
+    opts = dict(metrics=["affinity"], chunk_size=512, batch_size=16)
+    ref = analyze(model, "synthetic:gaussian:n=100", progress=False, **opts)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    merged = merge_states([shard_state(str(path), "synthetic:gaussian:n=100", (i, 3), opts) for i in range(3)])
+    assert merged.sites[0]["metrics"]["affinity"]["partial"] is True
+    assert_same(ref, merged)
+
+
+def test_ray_executor_equals_one_run(rescnn, reference, tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "ray.json"
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    r = cli("analyze", rescnn[0], "--data", rescnn[1], "--metrics", ",".join(METRICS), "--chunk-size", 128,
+            "--batch-size", 32, "--executor", "ray", "--shards", 3, "--quiet", "--out", out, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    sig = read_signature(out)
+    assert sig.runtime["executor"]["engine"] == "ray" and sig.runtime["executor"]["shards"] == 3
+    assert_same(reference, sig)
+    assert merge_parts  # the CLI path and merge_states share one implementation
