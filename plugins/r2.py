@@ -38,20 +38,21 @@ def r2_held_out(train: Chunk, test: Chunk) -> float:
     return _r2(y, x @ w + b, y.mean(axis=0))
 
 
-# Features come out of float32 inference: directions of Σ_X whose variance is below this share of the
-# largest (times d) hold rounding noise, and inverting them would make R² a function of that noise.
+# Features come out of float32 inference: a direction of Σ_X whose standard deviation is below
+# d·eps(float32) of the largest one's is at the rounding level of the features themselves.
 FLOAT32_NOISE = float(np.finfo(np.float32).eps)
 
 
 def r2_pooled(m: Moments) -> float:
     """From moments: residual covariance Σ_Y − Σ_YX Σ_X⁺ Σ_XY; R²_j = 1 − res_jj/(Σ_Y)_jj.
 
-    Σ_X⁺ drops eigenvalues under d·eps(float32)·λ_max: a rank-deficient Σ_X (common: a site's input
-    channels are linear mixes of fewer signals) otherwise inverts rounding noise.
+    Σ_X⁺ drops eigenvalues under (d·eps32)²·λ_max. A rank-deficient Σ_X (common: a stem conv's channels
+    are mixes of a few signals) otherwise has eigenvalues at 1e-14 of the largest, pure rounding, and
+    inverting them let 1e-16 changes of the moments move R² by 1e-4.
     """
     sx, sy, sxy = m.cov_x(), m.cov_y(), m.cov_xy()
     w, v = np.linalg.eigh(sx)
-    keep_dirs = w > sx.shape[0] * FLOAT32_NOISE * max(w[-1], 0.0)
+    keep_dirs = w > (sx.shape[0] * FLOAT32_NOISE) ** 2 * max(w[-1], 0.0)
     proj = sxy.T @ v[:, keep_dirs]
     res = sy - (proj / w[keep_dirs]) @ proj.T
     var = np.diag(sy)

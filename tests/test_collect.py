@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from onnxaff.collect import ChunkBuffer, Moments
+from onnxaff.collect import BlockMoments, ChunkBuffer, Moments
 
 
 def stream(x, y, sizes):
@@ -51,3 +51,30 @@ def test_chunks_are_consecutive_rows(batch, rng):
         np.testing.assert_array_equal(cy, -cx)
     rest = buf.remainder()
     np.testing.assert_array_equal(rest[0][:, 0], np.arange(896, 1000))
+
+
+@pytest.mark.parametrize("cuts", [[3], [1, 2], [5, 6, 7], [2, 4, 9, 10]])
+def test_block_moments_are_bitwise_independent_of_splits(cuts, rng):
+    """Any split into consecutive parts, merged, performs the additions one pass does: equal bits."""
+    blocks = [(rng.standard_normal((16, 4)) * 10 ** rng.uniform(-3, 3), rng.standard_normal((16, 3)))
+              for _ in range(11)]
+    one = BlockMoments(4, 3)
+    for k, (x, y) in enumerate(blocks):
+        one.update(x[:9], y[:9], k)  # two batches per block
+        one.update(x[9:], y[9:], k)
+    parts, bounds = [], [0, *cuts, len(blocks)]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        part = BlockMoments(4, 3)
+        for k in range(a, b):
+            part.update(blocks[k][0][:9], blocks[k][1][:9], k)
+            part.update(blocks[k][0][9:], blocks[k][1][9:], k)
+        parts.append(BlockMoments.from_state(part.to_state()))  # through the saved form too
+    merged = parts[0]
+    for p in parts[1:]:
+        merged.merge(p)
+    t1, t2 = one.total(), merged.total()
+    assert t1.n == t2.n == 176
+    for attr in ("mean_x", "mean_y", "m_xx", "m_yy", "m_xy"):
+        assert np.array_equal(getattr(t1, attr), getattr(t2, attr)), attr
+    x, y = np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+    np.testing.assert_allclose(t1.cov_x(), np.cov(x, rowvar=False), rtol=1e-10, atol=1e-6)
