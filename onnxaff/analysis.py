@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from onnxaff import __version__
@@ -30,7 +31,9 @@ from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import Interrupted, OnnxaffError
 from onnxaff.graph import augment_model, discover_sites, load_model
-from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
+from onnxaff.graph.blocks import discover_blocks, residual_stages, stage_tracks
+from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
+from onnxaff.graph.pairs import block_sites, pair_sites, tensor_probe
 from onnxaff.graph.rewrite import REDUCTIONS, numpy_features
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
@@ -47,6 +50,7 @@ from onnxaff.state import load_state, save_state
 DEFAULT_METRICS = ("affinity", "affinity_lw")
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
+TRACK_METRICS = ("lss", "ots")
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -72,6 +76,52 @@ def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[
     start = (i * units // n) * unit
     stop = total if i == n - 1 else ((i + 1) * units // n) * unit
     return start, stop
+
+
+def _dedupe(sites: list[Site]) -> list[Site]:
+    """A pair named twice, or a block that is also a pair, is one site (the first)."""
+    seen, out = set(), []
+    for s in sites:
+        if (s.input, s.output) not in seen:
+            seen.add((s.input, s.output))
+            out.append(s)
+    return out
+
+
+def _stage_entries(model: onnx.ModelProto, stages: list[list], layout: str, first_index: int) -> list[dict]:
+    """Residual stages with a probe site per track tensor (h⁰ … h^L), numbered after the real sites."""
+    view = GraphView(model.graph, opset=default_opset(model))
+    entries, index = [], first_index
+    for k, stage in enumerate(stages):
+        tensors = stage_tracks(stage)
+        probes = []
+        for t in tensors:
+            probes.append(tensor_probe(view, t, layout, index))
+            index += 1
+        bad = next((p for p in probes if not p.ok), None)
+        entries.append({
+            "index": k, "id": f"stage:{stage[0].id}..{stage[-1].id}", "blocks": [b.id for b in stage],
+            "tensors": tensors, "status": "ok" if bad is None else "skipped",
+            "reason": "" if bad is None else f"{bad.input}: {bad.reason}", "probes": probes,
+        })
+    return entries
+
+
+def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Metric]) -> list[dict]:
+    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff.trajectory)."""
+    out, ok = [], iter(states)
+    for stage in stages:
+        d = {k: v for k, v in stage.items() if k != "probes"}
+        d["length"] = len(stage["blocks"])
+        if stage["status"] == "ok":
+            st = next(ok)
+            d.update(rows=st.rows, chunks=st.chunks, partial_chunk=st.partial,
+                     dim=st.dims[0] // st.tracks if st.dims else None)
+            d["metrics"] = {m.name: st.entry(m, st.partial) for m in metrics}
+        else:
+            d["metrics"] = {}
+        out.append(d)
+    return out
 
 
 def site_entries(bases: list[dict], states: dict[int, SiteState], metrics: list[Metric],
@@ -149,7 +199,7 @@ class Analysis:
                  limit: int | None = None, reduce: str = "mean", device: str = "auto", layout: str = "auto",
                  seed: int = 0, input_shapes: dict | None = None, images: dict | None = None, plugins=(),
                  progress: bool = True, reduce_in: str = "graph", chunk_workers: int | None = None,
-                 shard: tuple[int, int] | None = None):
+                 shard: tuple[int, int] | None = None, pairs=(), blocks=()):
         self.started = time.perf_counter()
         if chunk_size < 2:
             raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
@@ -162,11 +212,26 @@ class Analysis:
         self.data_spec, self.chunk_size, self.device, self.progress = data, chunk_size, device, progress
         self.chunk_workers, self.reduce = chunk_workers, reduce
         self.loaded = loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
-        self.sites = sites = discover_sites(loaded.model, layout=layout, infer_shapes=False)
+        activations = discover_sites(loaded.model, layout=layout, infer_shapes=False)
+        self.pairs, self.blocks = [tuple(p) for p in pairs], list(blocks)
+        extra = pair_sites(loaded.model, self.pairs, layout) if self.pairs else []
+        stages: list[list] = []
+        if self.blocks:
+            found = discover_blocks(loaded.model, kinds=self.blocks, infer_shapes=False, sites=activations)
+            extra += block_sites(loaded.model, found, layout)
+            stages = residual_stages(found)
+        self.sites = sites = activations + _dedupe(extra)
+        for k, s in enumerate(sites):
+            s.index = k
         if not sites:
-            raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found)")
+            raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
+                               "--pairs IN:OUT scores any two tensors)")
         self.registry = registry(plugins)
-        self.metrics = resolve(list(metrics), available=self.registry)
+        asked = resolve(list(metrics), available=self.registry)
+        self.metrics = [m for m in asked if m.needs != "tracks"]
+        self.track_metrics = [m for m in asked if m.needs == "tracks"]
+        if stages and not self.track_metrics:  # residual stages get the trajectory metrics unasked
+            self.track_metrics = resolve([n for n in TRACK_METRICS if n in self.registry], available=self.registry)
         self.inputs = inputs = model_inputs(loaded.model)
         self.source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes, images=images)
 
@@ -187,7 +252,13 @@ class Analysis:
             raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
         needs_jvp = any(m.needs == "jvp" for m in self.metrics)
         self.host_reduce = reduce if reduce_in == "numpy" else None
-        augmented, outputs = augment_model(loaded.model, ok_sites, reduce, raw=reduce_in == "numpy", jvp=needs_jvp)
+        self.stages = _stage_entries(loaded.model, stages, layout, first_index=len(sites))
+        track_sites = [t for stage in self.stages if stage["status"] == "ok" for t in stage["probes"]]
+        augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, reduce, raw=reduce_in == "numpy",
+                                           jvp=needs_jvp)
+        if needs_jvp:
+            for t in track_sites:
+                outputs[t.index] = dataclasses.replace(outputs[t.index], jvp=None)
         self.runner = Runner(loaded, augmented, device=device)
         self.states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
         for st in self.states:
@@ -197,6 +268,18 @@ class Analysis:
         for st in self.states:
             own = st.output_names()
             self.slices.append(slice(len(self.names), len(self.names) + len(own)))
+            self.names += own
+        # A residual stage: its tracks' features side by side as X (h⁰ … h^L), chunked like a site.
+        self.stage_states: list[SiteState] = []
+        self.stage_slices: list[slice] = []
+        self.stage_probes: list[list[Site]] = []
+        for stage in self.stages:
+            if stage["status"] != "ok":
+                continue
+            self.stage_probes.append(stage["probes"])
+            own = [outputs[t.index].x for t in stage["probes"]]
+            self.stage_states.append(SiteState(None, None, ChunkBuffer(chunk_size), tracks=len(own)))
+            self.stage_slices.append(slice(len(self.names), len(self.names) + len(own)))
             self.names += own
         self.network = NetworkNLC(loaded, inputs, device) if needs_jvp else None
         if self.network is not None:
@@ -212,10 +295,13 @@ class Analysis:
             "metrics": list(metrics), "chunk_size": chunk_size, "batch_size": self.batch_size, "limit": limit,
             "reduce": reduce, "reduce_in": reduce_in, "device": device, "layout": layout, "seed": seed,
             "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+            "pairs": [list(p) for p in self.pairs], "blocks": self.blocks,
             "plugins": [str(Path(p)) for p in plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
             "std": "population std (ddof=0) over chunk scores",
         }
-        self.model_info = {**_model_info(loaded, sites), "stats": model_stats(loaded.model, sites)}
+        self.model_info = {**_model_info(loaded, activations), "stats": model_stats(loaded.model, activations)}
+        if extra:
+            self.model_info["extra_sites"] = {g: sum(s.group == g for s in extra) for g in ("pair", "block")}
         self._stop_signal: int | None = None
         self._finished = False
 
@@ -279,9 +365,16 @@ class Analysis:
         for st, part in zip(self.states, self.slices, strict=True):
             x, y, *jvp = arrays[part]
             if self.host_reduce is not None:
-                x, y = numpy_features(x, st.site, self.host_reduce), numpy_features(y, st.site, self.host_reduce)
+                x = numpy_features(x, st.site, self.host_reduce)
+                y = numpy_features(y, st.site.side("y"), self.host_reduce)
             st.add(x, y, self.metrics, scorer, block=self.cursor // self.unit)
             st.add_jvp(n, jvp)
+        for st, part, probes in zip(self.stage_states, self.stage_slices, self.stage_probes, strict=True):
+            h = arrays[part]
+            if self.host_reduce is not None:
+                h = [numpy_features(a, probe, self.host_reduce) for a, probe in zip(h, probes, strict=True)]
+            x = np.concatenate(h, axis=1)
+            st.add(x, x[:, :0], self.track_metrics, scorer, block=self.cursor // self.unit)
         if self.network is not None:
             self.network.add(batch, arrays[len(arrays) - len(self.network.output_names):])
         self.used += n
@@ -307,6 +400,8 @@ class Analysis:
             "shard": None if self.shard is None else list(self.shard), "used": self.used, "dropped": self.dropped,
             "skipped": [list(s) for s in self._skipped()], "seconds": self.seconds_before,
             "sites": [st.to_state() for st in self.states],
+            "stages": [st.to_state() for st in self.stage_states],
+            "stages_base": [{k: v for k, v in st.items() if k != "probes"} for st in self.stages],
             "sites_base": [s.to_dict() for s in self.sites],
             "network": None if self.network is None else self.network.to_state(),
             "signature": self._header(),
@@ -334,9 +429,9 @@ class Analysis:
         if (saved["start"], saved["stop"]) != (self.start, self.stop):
             raise OnnxaffError(f"checkpoint {path} covers examples [{saved['start']}, {saved['stop']}), "
                                f"this run [{self.start}, {self.stop}) (another --shard)")
-        if len(saved["sites"]) != len(self.states):
+        if (len(saved["sites"]), len(saved["stages"])) != (len(self.states), len(self.stage_states)):
             raise OnnxaffError(f"checkpoint {path} has {len(saved['sites'])} sites, this run {len(self.states)}")
-        for st, d in zip(self.states, saved["sites"], strict=True):
+        for st, d in zip(self.states + self.stage_states, saved["sites"] + saved["stages"], strict=True):
             st.restore(d)
         if self.network is not None and saved["network"] is not None:
             self.network.restore(saved["network"])
@@ -363,7 +458,8 @@ class Analysis:
         return {
             "model": self.model_info, "data": description, "options": self.options,
             "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__},
-            "metrics": {m.name: {**m.info(), "origin": self.registry[m.name].origin} for m in self.metrics},
+            "metrics": {m.name: {**m.info(), "origin": self.registry[m.name].origin}
+                        for m in self.metrics + self.track_metrics},
             "warnings": list(self.warnings),
         }
 
@@ -374,6 +470,8 @@ class Analysis:
         with ChunkScorer(self.chunk_workers) as scorer:
             for st in self.states:
                 st.finish(self.metrics, scorer)
+            for st in self.stage_states:
+                st.finish(self.track_metrics, scorer)
         self._finished = True
 
     def signature(self) -> Signature:
@@ -385,6 +483,7 @@ class Analysis:
         network = {"nlc": self.network.result()} if self.network is not None else {}
         states = {st.site.index: st for st in self.states}
         sig = assemble(header, [s.to_dict() for s in self.sites], states, self.metrics, network)
+        sig.stages = stage_results(self.stages, self.stage_states, self.track_metrics)
         if self.used == 0 and self.shard is None:
             raise OnnxaffError(f"no usable example in {self.data_spec}")
         return sig

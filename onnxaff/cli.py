@@ -69,13 +69,20 @@ def _fmt_score(entry: dict | None) -> str:
 
 def print_summary(sig) -> None:
     """The per-site table and signature statistics a person reads after a run."""
-    names = list(sig.metrics)
+    names = [n for n, info in sig.metrics.items() if info.get("needs") != "tracks"]
+    track_names = [n for n in sig.metrics if n not in names]
     rows = []
     for s in sig.sites:
         cells = [_fmt_score(s["metrics"].get(n)) for n in names]
         rows.append([s["index"], s["id"][:40], s["kind"], s.get("dim") or "-", s["status"], *cells])
     click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±std (chunks)" for n in names]]))
     click.echo("")
+    if sig.stages:
+        click.echo(_table([[st["index"], st["id"][:40], st["length"], st.get("dim") or "-", st["status"],
+                            *[_fmt_score(st["metrics"].get(n)) for n in track_names]] for st in sig.stages],
+                          ["#", "residual stage", "blocks", "D", "status", *[f"{n} mean±std (chunks)"
+                                                                              for n in track_names]]))
+        click.echo("")
     stats_rows = []
     for n, st in sig.summary().items():
         if st.get("sites"):
@@ -124,6 +131,11 @@ def _analysis_options(f):
         click.option("--shuffle", is_flag=True, help="A seeded subset spread over classes (images)."),
         click.option("--workers", type=int, default=None, help="Decoding processes [default: min(4, cores)]."),
         click.option("--fast-decode", is_flag=True, help="JPEG draft-mode decoding (faster, not bit-exact)."),
+        click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]",
+                     help="Also score these tensor pairs as sites (any two tensors of the model)."),
+        click.option("--blocks", default=None, metavar="KINDS",
+                     help="Also score discovered blocks: residual, attention, mlp or all (comma-separated); "
+                          "residual stages get trajectory metrics."),
         click.option("--quiet", is_flag=True, help="No progress bar or summary."),
     ]
     for option in reversed(options):
@@ -142,10 +154,11 @@ def _floats(text: str | None, option: str):
 
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
                   layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle,
-                  workers, fast_decode, quiet, shard=None, executor="local", shards=4, ray_address=None,
+                  workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4, ray_address=None,
                   checkpoint=None, checkpoint_every=0, resume=False):
     from onnxaff.analysis import analyze, parse_shard
     from onnxaff.data import parse_input_shapes
+    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
               "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
@@ -157,7 +170,7 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
         batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
         input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
-        reduce_in=reduce_in, chunk_workers=chunk_workers,
+        reduce_in=reduce_in, chunk_workers=chunk_workers, pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
     )
     if executor == "ray":
         from onnxaff.executors import run_ray

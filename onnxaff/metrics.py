@@ -34,8 +34,9 @@ from onnxaff.errors import OnnxaffError
 
 ENTRY_POINT_GROUP = "onnxaff.metrics"
 # What compute() receives: a Chunk; two consecutive Chunks (earlier, later); the site's pooled Moments;
-# or the site's JvpStats (finite-difference Jacobian-vector products of the site's own subgraph).
-NEEDS = ("chunk", "chunk_pair", "moments", "jvp")
+# the site's JvpStats (finite-difference Jacobian-vector products of the site's own subgraph); or the
+# Tracks of a residual stage (the same rows through every block of the stage).
+NEEDS = ("chunk", "chunk_pair", "moments", "jvp", "tracks")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,17 @@ class Chunk:
     @property
     def n(self) -> int:
         return self.x.shape[0]
+
+
+@dataclass(frozen=True)
+class Tracks:
+    """One chunk of a residual stage: h⁰ … h^L, each [n, D] float64, row i the same example throughout."""
+
+    arrays: list
+
+    @property
+    def n(self) -> int:
+        return self.arrays[0].shape[0]
 
 
 @dataclass

@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from onnxaff.analysis import STATE_KIND_PART, Analysis, assemble
+from onnxaff.analysis import STATE_KIND_PART, Analysis, assemble, stage_results
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import registry, resolve
 from onnxaff.network import merge_nlc_states, nlc_result
@@ -93,7 +93,7 @@ def merge_states(parts: list[dict]) -> Signature:
     first = parts[0]
     header = first["signature"]
     options = header["options"]
-    metrics = resolve(options["metrics"], available=registry(options["plugins"]))
+    metrics = [m for m in resolve(options["metrics"], available=registry(options["plugins"])) if m.needs != "tracks"]
     with ChunkScorer(0) as scorer:
         merged = [SiteState.from_state(d) for d in first["sites"]]
         for p in parts[1:]:
@@ -101,6 +101,15 @@ def merge_states(parts: list[dict]) -> Signature:
                 st.merge(SiteState.from_state(d), metrics, scorer)
         for st in merged:
             st.finish(metrics, scorer)
+    track_metrics = resolve([n for n in first["signature"]["metrics"] if n not in {m.name for m in metrics}],
+                            available=registry(options["plugins"]))
+    with ChunkScorer(0) as scorer:
+        stages = [SiteState.from_state(d) for d in first["stages"]]
+        for p in parts[1:]:
+            for st, d in zip(stages, p["stages"], strict=True):
+                st.merge(SiteState.from_state(d), track_metrics, scorer)
+        for st in stages:
+            st.finish(track_metrics, scorer)
     states = {d["index"]: st for d, st in zip(first["sites"], merged, strict=True)}
 
     data = dict(header["data"])
@@ -118,6 +127,7 @@ def merge_states(parts: list[dict]) -> Signature:
     if first["network"] is not None:
         network = {"nlc": nlc_result(merge_nlc_states([p["network"] for p in parts]))}
     sig = assemble({**header, "data": data, "runtime": runtime}, first["sites_base"], states, metrics, network)
+    sig.stages = stage_results(first["stages_base"], stages, track_metrics)
     if data["samples"] == 0:
         raise OnnxaffError("the merged parts hold no usable example")
     return sig

@@ -45,12 +45,14 @@ class Signature:
     sites: list[dict]
     network: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    stages: list[dict] = field(default_factory=list)  # residual stages' trajectory metrics (--blocks)
     onnxaff_version: str = ""
     created: str = ""
 
     def scores(self, metric: str = "affinity") -> list[float | None]:
-        """The signature: one value per ok site, in order."""
-        return [s["metrics"][metric]["mean"] for s in self.sites if s["status"] == "ok" and metric in s["metrics"]]
+        """The signature: one value per ok activation site, in order (pairs and blocks are not part of it)."""
+        return [s["metrics"][metric]["mean"] for s in self.sites
+                if s["status"] == "ok" and metric in s["metrics"] and s.get("group", "activation") == "activation"]
 
     def summary(self) -> dict:
         return {name: signature_stats(self.scores(name)) for name in self.metrics}
@@ -60,7 +62,7 @@ class Signature:
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "onnxaff_version": self.onnxaff_version,
             "created": self.created, "model": self.model, "data": self.data, "options": self.options,
             "runtime": self.runtime, "metrics": self.metrics, "network": self.network, "summary": self.summary(),
-            "warnings": self.warnings, "sites": self.sites,
+            "warnings": self.warnings, "sites": self.sites, "stages": self.stages,
         }
 
     @classmethod
@@ -71,7 +73,7 @@ class Signature:
             raise OnnxaffError(f"signature schema version {d.get('schema_version')} is not {SCHEMA_VERSION}")
         return cls(model=d["model"], data=d["data"], options=d["options"], runtime=d["runtime"],
                    metrics=d["metrics"], sites=d["sites"], network=d.get("network", {}),
-                   warnings=d.get("warnings", []),
+                   warnings=d.get("warnings", []), stages=d.get("stages", []),
                    onnxaff_version=d.get("onnxaff_version", ""), created=d.get("created", ""))
 
     def write(self, path: str | Path) -> Path:

@@ -17,7 +17,7 @@ from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
-from onnxaff.metrics import Chunk, JvpStats, Metric
+from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks
 from onnxaff.scoring import ChunkScorer, evaluate
 
 
@@ -49,6 +49,7 @@ class SiteState:
     jvp: JvpAccumulator | None = None
     pending: list[Future] = field(default_factory=list)  # chunk scores still being computed, in chunk order
     partial: bool = False  # the one partial chunk was scored (no full chunk)
+    tracks: int | None = None  # a residual stage: X is h⁰ … h^L side by side, Y is empty
 
     def output_names(self) -> list[str]:
         names = [self.outputs.x, self.outputs.y]
@@ -96,6 +97,8 @@ class SiteState:
                 jobs.append((m, chunk))
             elif m.needs == "chunk_pair" and self.previous is not None:
                 jobs.append((m, (self.previous, chunk)))
+            elif m.needs == "tracks" and self.tracks:
+                jobs.append((m, Tracks(np.split(chunk.x, self.tracks, axis=1))))
         if jobs:
             self.pending.append(scorer.submit(jobs))
         if any(m.needs == "chunk_pair" for m in metrics):
@@ -183,7 +186,7 @@ class SiteState:
             "chunks": self.chunks, "chunk_rows": self.chunk_rows,
             "dims": None if self.dims is None else list(self.dims),
             "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
-            "jvp": None if self.jvp is None else self.jvp.to_state(),
+            "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
         }
 
     def restore(self, d: dict) -> None:
@@ -197,6 +200,7 @@ class SiteState:
         self.dims = None if d["dims"] is None else tuple(d["dims"])
         self.first, self.previous = _chunk_from(d["first"]), _chunk_from(d["previous"])
         self.jvp = None if d["jvp"] is None else JvpAccumulator.from_state(d["jvp"])
+        self.tracks = d["tracks"]
 
     @classmethod
     def from_state(cls, d: dict) -> SiteState:

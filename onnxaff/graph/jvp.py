@@ -88,10 +88,10 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP) -> JvpOutputs 
         plus = _clone(builder, site, builder.node("Add", [x, hv], p), f"{p}.plus")
         minus = _clone(builder, site, builder.node("Sub", [x, hv], p), f"{p}.minus")
         jv = builder.node("Div", [builder.node("Sub", [plus, minus], p), builder.scalar(2 * step, elem, p)], p)
-        names["jv2"] = builder.reduce("ReduceSumSquare", jv, list(range(1, site.rank)), p)
+        names["jv2"] = builder.reduce("ReduceSumSquare", jv, list(range(1, site.side("y").rank)), p)
         form = "directional"
     names["ymean"], names["ym2"] = _batch_moments(builder, site.output, p)
     for key, name in names.items():
-        rank = 1 if key == "jv2" else site.rank - 1  # per example, or per element of one example
+        rank = 1 if key == "jv2" else site.side("y" if key.startswith("y") else "x").rank - 1  # per example or element
         builder.new_outputs.append(helper.make_tensor_value_info(name, elem, [None] * rank))
     return JvpOutputs(form, names)

@@ -204,13 +204,13 @@ def augment_model(
         names = []
         for side, tensor in (("x", site.input), ("y", site.output)):
             inner = builder.raw(tensor, f"{prefix}.{side}") if raw else builder.features(
-                tensor, site, reduce, f"{prefix}.{side}"
+                tensor, site.side(side), reduce, f"{prefix}.{side}"
             )
             if inner not in exported:
                 exported[inner] = inner
                 elem = builder.view.elem_type(tensor)
                 elem = elem if (raw or elem in _FLOAT_TYPES) else TensorProto.FLOAT
-                shape = builder.view.shape(tensor) if raw else [None, feature_dim(site, reduce)]
+                shape = builder.view.shape(tensor) if raw else [None, feature_dim(site.side(side), reduce)]
                 shape = [None if d == "?" else d for d in shape] if shape is not None else None
                 new_outputs.append(helper.make_tensor_value_info(inner, elem or TensorProto.FLOAT, shape))
             names.append(inner)

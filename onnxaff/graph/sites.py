@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import onnx
 
@@ -47,6 +47,19 @@ class Site:
     elementwise: bool = True
     params: dict = field(default_factory=dict)
     node_indices: list[int] = field(default_factory=list, repr=False)
+    # "activation" sites make the non-linearity signature; "pair" and "block" sites (a chosen or found
+    # sub-network) are scored beside them. Those may join tensors of different ranks: Y's own shape.
+    group: str = "activation"
+    output_rank: int | None = None
+    output_feature_axis: int | None = None
+    output_layout: str | None = None
+
+    def side(self, which: str) -> Site:
+        """The site as the reduction of X ("x") or Y ("y") sees it."""
+        if which == "x" or self.output_rank is None:
+            return self
+        return replace(self, rank=self.output_rank, feature_axis=self.output_feature_axis, layout=self.output_layout,
+                       input_shape=self.output_shape)
 
     def to_dict(self) -> dict:
         d = asdict(self)

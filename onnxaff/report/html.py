@@ -130,10 +130,17 @@ def single_page(sig: Signature, metric: str = "affinity") -> str:
     if values:
         parts.append(_img(plots.signatures({name: values}, metric), "signature"))
         parts.append(_img(plots.histograms({name: values}, metric), "histogram"))
-    metrics = list(sig.metrics)
+    metrics = [m for m, info in sig.metrics.items() if info.get("needs") != "tracks"]
     rows = [[s["index"], s["id"], s["kind"], str(s.get("input_shape")), s.get("dim"), s["status"],
              *[s["metrics"].get(m, {}).get("mean") for m in metrics]] for s in sig.sites]
     parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics], rows, left=4))
+    if sig.stages:
+        track = [m for m in sig.metrics if m not in metrics]
+        rows = [[st["index"], st["id"], st["length"], st.get("dim"), st["status"],
+                 *[st["metrics"].get(m, {}).get("mean") for m in track]] for st in sig.stages]
+        parts.append("<h2>Residual stages</h2><p>Trajectory metrics: lss = path length / net displacement per "
+                     "example (1 = straight), ots = W2²(h⁰, h^L) / mean ‖h^L − h⁰‖² (1 = optimal-transport-like)."
+                     "</p>" + _table(["#", "stage", "blocks", "D", "status", *track], rows, left=2))
     stats = sig.model.get("stats", {})
     parts.append("<h2>Model</h2>" + _table(["field", "value"], [[k, v] for k, v in sig.model.items() if k != "stats"]
                                             + [[k, v] for k, v in stats.items()]))
