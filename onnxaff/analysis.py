@@ -200,7 +200,6 @@ class Analysis:
                  seed: int = 0, input_shapes: dict | None = None, images: dict | None = None, plugins=(),
                  progress: bool = True, reduce_in: str = "graph", chunk_workers: int | None = None,
                  shard: tuple[int, int] | None = None, pairs=(), blocks=()):
-        self.started = time.perf_counter()
         if chunk_size < 2:
             raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
         if batch_size < 1:
@@ -256,9 +255,6 @@ class Analysis:
         track_sites = [t for stage in self.stages if stage["status"] == "ok" for t in stage["probes"]]
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, reduce, raw=reduce_in == "numpy",
                                            jvp=needs_jvp)
-        if needs_jvp:
-            for t in track_sites:
-                outputs[t.index] = dataclasses.replace(outputs[t.index], jvp=None)
         self.runner = Runner(loaded, augmented, device=device)
         self.states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
         for st in self.states:
