@@ -74,6 +74,19 @@ def test_exact_ot_equals_linear_program(seed):
     assert exact_w2_squared(a, b) == pytest.approx(lp_w2(cost), rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_one_dimensional_ot_by_sorting_equals_the_assignment(ties, rng):
+    """d = 1 takes the sorted matching; the assignment problem on the same points agrees (ties too)."""
+    from scipy.optimize import linear_sum_assignment
+
+    a = rng.standard_normal((300, 1))
+    b = np.maximum(rng.standard_normal((300, 1)), 0) if ties else rng.standard_normal((300, 1)) ** 3
+    rows, cols = linear_sum_assignment((a - b.T) ** 2)
+    assert exact_w2_squared(a, b) == pytest.approx(np.mean((a[rows, 0] - b[cols, 0]) ** 2), rel=1e-12, abs=1e-15)
+    cost = ((a[:9, None] - b[None, :9]) ** 2).sum(-1)
+    assert exact_w2_squared(a[:9], b[:9]) == pytest.approx(lp_w2(cost), rel=1e-9, abs=1e-12)
+
+
 @pytest.mark.parametrize("n,d,f", [(6, 2, np.tanh), (7, 3, lambda v: np.maximum(v, 0)), (40, 4, np.sin),
                                    (60, 1, lambda v: v**3)])
 def test_matches_independent_brute_force(n, d, f, rng):
