@@ -8,13 +8,14 @@ workable. The runtime later opens the augmented graph next to the original data 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
-from onnx import external_data_helper
+from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph.view import iter_tensors
@@ -70,6 +71,42 @@ def _external_locations(model: onnx.ModelProto) -> list[str]:
     return locations
 
 
+# Types whose elements take whole bytes, so inline data must be numel · itemsize bytes (packed 2/4/6-bit
+# types are left unchecked).
+_BYTE_ALIGNED = {getattr(TensorProto, n) for n in (
+    "FLOAT", "DOUBLE", "FLOAT16", "BFLOAT16", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
+    "UINT64", "BOOL", "STRING", "COMPLEX64", "COMPLEX128", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2",
+    "FLOAT8E5M2FNUZ", "FLOAT8E8M0") if hasattr(TensorProto, n)}
+
+
+def tensor_problem(tensor: onnx.TensorProto) -> str | None:
+    """Why an inline tensor's data cannot be its declared type and dims, or None.
+
+    The checker does not compare the two, so a changed data type or truncated raw data would pass it and
+    later fail deep inside numpy or onnxruntime.
+    """
+    label = f"tensor {tensor.name!r}" if tensor.name else "a Constant tensor"
+    if tensor.data_type not in TensorProto.DataType.values():
+        return f"{label} has unknown data type {tensor.data_type}"
+    if tensor.data_location == TensorProto.EXTERNAL or tensor.data_type not in _BYTE_ALIGNED or tensor.HasField("segment"):
+        return None
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    if any(d < 0 for d in tensor.dims):
+        return f"{label} has negative dims {list(tensor.dims)}"
+    numel = math.prod(tensor.dims)
+    kind = f"{helper.tensor_dtype_to_string(tensor.data_type).removeprefix('TensorProto.').lower()}{list(tensor.dims)}"
+    if tensor.data_type == TensorProto.STRING:
+        have, want, unit = len(tensor.string_data), numel, "strings"
+    elif tensor.HasField("raw_data"):
+        have, want, unit = len(tensor.raw_data), numel * dtype.itemsize, "bytes"
+    else:
+        field_ = helper.tensor_dtype_to_field(tensor.data_type)
+        have, want, unit = len(getattr(tensor, field_)), numel * (2 if dtype.kind == "c" else 1), "values"
+    if have != want:
+        return f"{label} declared {kind} holds {have} {unit} of data, not {want}"
+    return None
+
+
 def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedModel:
     """Parse and check a model file; raise OnnxaffError with a one-line reason when it is unusable."""
     path = Path(path)
@@ -92,6 +129,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
         onnx.checker.check_model(str(path))
     except Exception as exc:
         raise OnnxaffError(f"invalid ONNX model {path.name}: {first_line(exc)}") from None
+    _check_tensors(model, path.name)
     loaded = LoadedModel(model=model, path=path, external_locations=locations)
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, path)
@@ -103,9 +141,16 @@ def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel
     loaded = LoadedModel(model=model, path=None, external_locations=_external_locations(model))
     if loaded.external_locations:
         raise OnnxaffError("an in-memory model cannot reference external data; load it by path")
+    _check_tensors(model, model.graph.name or "model")
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, None)
     return loaded
+
+
+def _check_tensors(model: onnx.ModelProto, name: str) -> None:
+    for tensor in iter_tensors(model.graph):
+        if (problem := tensor_problem(tensor)) is not None:
+            raise OnnxaffError(f"invalid ONNX model {name}: {problem}")
 
 
 def _infer(model: onnx.ModelProto, path: Path | None) -> tuple[onnx.ModelProto, bool]:
