@@ -100,14 +100,14 @@ def test_unreadable_state_is_a_clear_error(tmp_path, content):
 
 # --- checkpoints and resume ---
 
-def interrupt_after(run: Analysis, batches: int) -> None:
-    """Deliver a real SIGINT to this process while batch `batches` is in the runtime."""
+def interrupt_after(run: Analysis, batches: int, signum: int = signal.SIGINT) -> None:
+    """Deliver a real signal to this process while batch `batches` is in the runtime."""
     original, count = run.runner.run, [0]
 
     def runner(names, feed):
         count[0] += 1
         if count[0] == batches:
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signum)
         return original(names, feed)
 
     run.runner.run = runner
@@ -125,6 +125,16 @@ def test_interrupt_then_resume_equals_one_run(rescnn, reference, tmp_path, batch
     resumed = analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
     assert_same(reference, resumed, tol=0)  # the same batches in the same order: bit for bit
     assert resumed.data["samples"] == 1024
+
+
+def test_sigterm_also_saves_and_resumes(rescnn, reference, tmp_path):
+    ckpt = tmp_path / "run.ckpt.npz"
+    run = Analysis(*rescnn, **OPTIONS)
+    interrupt_after(run, 9, signal.SIGTERM)
+    with pytest.raises(Interrupted, match="SIGTERM after 288 of 1024"):
+        run.run(ckpt)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert_same(reference, analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS), tol=0)
 
 
 def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
