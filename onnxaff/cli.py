@@ -159,7 +159,11 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
     from onnxaff.analysis import analyze, parse_shard
     from onnxaff.data import parse_input_shapes
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
+    from onnxaff.signature import check_writable
 
+    check_writable(out)  # before the run: a long analysis must not end on a folder it cannot write
+    if not any(m.strip() for m in metrics.split(",")):
+        raise OnnxaffError(f"--metrics {metrics!r} names no metric")
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
               "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
     for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std")), ("resize", resize),

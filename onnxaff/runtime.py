@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 
@@ -13,6 +15,12 @@ CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
 
+def _log_severity() -> int:
+    """Fatal only: every onnxruntime error reaches the user as our one-line message, and its own log line
+    on stderr would only repeat it (errors too with ONNXAFF_DEBUG=1)."""
+    return 3 if os.environ.get("ONNXAFF_DEBUG") else 4
+
+
 def ort():
     try:
         import onnxruntime
@@ -20,13 +28,13 @@ def ort():
         raise OnnxaffError(
             "onnxruntime is not installed: pip install 'onnxaff[cpu]' (or 'onnxaff[gpu]' on a CUDA machine)"
         ) from None
-    onnxruntime.set_default_logger_severity(3)  # ORT's warnings (unused initializers, ...) are not ours
+    onnxruntime.set_default_logger_severity(_log_severity())  # ORT's warnings (unused initializers, ...) are not ours
     return onnxruntime
 
 
 def _options(threads: int | None = None):
     so = ort().SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = _log_severity()
     if threads:
         so.intra_op_num_threads = threads
     return so
@@ -53,7 +61,7 @@ def cuda_usable() -> bool:
             except Exception:
                 _cuda_usable = False
             finally:
-                rt.set_default_logger_severity(3)
+                rt.set_default_logger_severity(_log_severity())
     return _cuda_usable
 
 

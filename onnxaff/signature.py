@@ -33,6 +33,10 @@ def signature_stats(values: list[float]) -> dict:
     }
 
 
+# What every reader of a signature relies on (a hand-edited or truncated file fails here, in one line).
+_REQUIRED = {"model": dict, "data": dict, "options": dict, "runtime": dict, "metrics": dict, "sites": list}
+
+
 @dataclass
 class Signature:
     """A network's non-linearity signature: per site, in forward order, every metric's score."""
@@ -67,10 +71,15 @@ class Signature:
 
     @classmethod
     def from_dict(cls, d: dict) -> Signature:
-        if d.get("schema") != SCHEMA:
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise OnnxaffError("not an onnxaff signature (missing schema field)")
         if d.get("schema_version") != SCHEMA_VERSION:
             raise OnnxaffError(f"signature schema version {d.get('schema_version')} is not {SCHEMA_VERSION}")
+        for key, kind in _REQUIRED.items():
+            if not isinstance(d.get(key), kind):
+                raise OnnxaffError(f"damaged signature: field {key!r} is missing or not a {kind.__name__}")
+        if not all(isinstance(s, dict) for s in d["sites"]):
+            raise OnnxaffError("damaged signature: an entry of 'sites' is not an object")
         return cls(model=d["model"], data=d["data"], options=d["options"], runtime=d["runtime"],
                    metrics=d["metrics"], sites=d["sites"], network=d.get("network", {}),
                    warnings=d.get("warnings", []), stages=d.get("stages", []),
@@ -97,12 +106,37 @@ def write_json_atomic(path: str | Path, payload: dict) -> Path:
     return write_text_atomic(path, json.dumps(_clean(payload), indent=1, allow_nan=False) + "\n")
 
 
+def _output_folder(path: Path) -> Path:
+    """The folder `path` will be written in, or a one-line reason why it cannot be."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OnnxaffError(f"output path is a folder, not a file: {path}")
+    if not folder.is_dir():
+        raise OnnxaffError(f"output folder does not exist: {folder}")
+    return folder
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail before a long run, not after it, when its output could not be written.
+
+    A real temporary file is created and removed: permission bits alone miss read-only mounts and ACLs,
+    and say nothing true for root.
+    """
+    path = Path(path)
+    folder = _output_folder(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(tmp)
+    return path
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write to a temporary file beside the target, then rename: a reader never sees half a file."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise OnnxaffError(f"output folder does not exist: {folder}")
+    folder = _output_folder(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:

@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from onnxaff.data.source import DataSource, InputSpec, cast_for, check_example_shape
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, first_line
+
+# A file without its format's magic is not an array file: numpy would call it pickled data and refuse that.
+_MAGIC = {".npy": (b"\x93NUMPY", "NumPy"), ".npz": (b"PK", "zip")}
 
 
 def _read(path: Path) -> dict[str, np.ndarray]:
+    suffix = path.suffix.lower()
+    magic, kind = _MAGIC[suffix]
+    if not path.is_file():
+        raise OnnxaffError(f"data path is not a file: {path}")
     try:
-        if path.suffix == ".npy":
+        with open(path, "rb") as f:
+            if f.read(len(magic)) != magic:
+                raise OnnxaffError(f"not a {suffix} file (no {kind} header): {path}")
+        if suffix == ".npy":
             return {"": np.load(path, mmap_mode="r", allow_pickle=False)}
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise OnnxaffError(f"cannot read array file {path}: {exc}") from None
+    except (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise OnnxaffError(f"cannot read array file {path}: {first_line(exc)}") from None
 
 
 class ArraySource(DataSource):

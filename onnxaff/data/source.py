@@ -66,16 +66,21 @@ def check_example_shape(spec: InputSpec, shape: tuple, what: str) -> None:
 
 
 def cast_for(spec: InputSpec, array: np.ndarray, what: str) -> np.ndarray:
-    """Cast data to the input's dtype when that loses nothing essential; refuse float → int."""
+    """Cast data to the input's dtype when that loses nothing essential; refuse float → int and complex → real."""
     if array.dtype == spec.dtype:
         return array
-    if np.issubdtype(spec.dtype, np.floating) and np.issubdtype(array.dtype, np.number):
-        return array.astype(spec.dtype)
+    if np.issubdtype(spec.dtype, np.floating) and np.issubdtype(array.dtype, np.number) and array.dtype.kind != "c":
+        with np.errstate(over="ignore"):  # values beyond the input's range become ±inf: the sites say NaN/Inf
+            return array.astype(spec.dtype)
     if np.issubdtype(spec.dtype, np.integer) and np.issubdtype(array.dtype, np.integer):
+        info = np.iinfo(spec.dtype)
+        if not np.can_cast(array.dtype, spec.dtype) and array.size and (array.min() < info.min or
+                                                                        array.max() > info.max):
+            raise OnnxaffError(f"{what} holds values in [{array.min()}, {array.max()}] that model input "
+                               f"{spec.describe()} cannot hold (its range is [{info.min}, {info.max}])")
         return array.astype(spec.dtype)
-    if spec.dtype == np.bool_ and array.dtype == np.bool_:
-        return array
-    raise OnnxaffError(f"{what} has dtype {array.dtype} but model input {spec.describe()} needs {spec.dtype}")
+    raise OnnxaffError(f"{what} has dtype {array.dtype} but model input {spec.describe()} needs {spec.dtype}: "
+                       f"only ints and floats to floats, and ints to ints, are cast")
 
 
 class DataSource:

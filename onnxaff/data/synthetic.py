@@ -33,7 +33,20 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     extra = set(params) - allowed
     if extra:
         raise OnnxaffError(f"unknown synthetic option {sorted(extra)[0]!r}; allowed: {', '.join(sorted(allowed))}")
+    _check_params(params)
     return kind, params
+
+
+def _check_params(params: dict) -> None:
+    """Refuse values numpy would reject mid-run (or silently round): one line naming the option."""
+    for key, value in params.items():
+        if not np.isfinite(value):
+            raise OnnxaffError(f"synthetic option {key}={value} is not a finite number")
+    for key, least in (("n", 1), ("seed", 0)):
+        if key in params and (params[key] != int(params[key]) or params[key] < least):
+            raise OnnxaffError(f"synthetic option {key}={params[key]:g} must be an integer ≥ {least}")
+    if params.get("std", 1.0) < 0:
+        raise OnnxaffError(f"synthetic option std={params['std']:g} must not be negative")
 
 
 class SyntheticSource(DataSource):
@@ -42,6 +55,8 @@ class SyntheticSource(DataSource):
         self.spec = spec
         self.kind, self.params = parse_spec(spec)
         self.seed = int(self.params.get("seed", seed))
+        if self.seed < 0:
+            raise OnnxaffError(f"--seed {self.seed}: synthetic data need a seed ≥ 0")
         n = int(self.params.get("n", limit or DEFAULT_N))
         self.n = min(n, limit) if limit else n
         self.inputs = inputs
@@ -56,6 +71,10 @@ class SyntheticSource(DataSource):
                         str(d) if isinstance(d, int) and d > 0 else "D" for d in shape)
                 )
             self.shapes[spec_.name] = shape
+            lo, hi = self._range(spec_)
+            if lo >= hi and (self.kind != "gaussian" or np.issubdtype(spec_.dtype, np.integer)):
+                raise OnnxaffError(f"synthetic data for input {spec_.name!r} needs low < high "
+                                   f"(low={lo:g}, high={hi:g})")
         if self.kind == "grid":
             if len(inputs) != 1 or self.shapes[inputs[0].name] != (2,):
                 raise OnnxaffError("synthetic:grid needs a model with one input of shape [N, 2]")
@@ -69,15 +88,20 @@ class SyntheticSource(DataSource):
     def __len__(self) -> int:
         return self.n
 
+    def _range(self, spec: InputSpec) -> tuple:
+        """[low, high) of uniform and grid data, and of integer inputs' values (high excluded there)."""
+        if np.issubdtype(spec.dtype, np.integer):
+            return int(self.params.get("low", 0)), int(self.params.get("high", 10))
+        return self.params.get("low", -1.0), self.params.get("high", 1.0)
+
     def _draw(self, spec: InputSpec, rng: np.random.Generator, count: int) -> np.ndarray:
         shape = (count, *self.shapes[spec.name])
         if np.issubdtype(spec.dtype, np.integer):
-            lo, hi = int(self.params.get("low", 0)), int(self.params.get("high", 10))
-            return rng.integers(lo, hi, size=shape).astype(spec.dtype)
+            return rng.integers(*self._range(spec), size=shape).astype(spec.dtype)
         if spec.dtype == np.bool_:
             return rng.integers(0, 2, size=shape).astype(bool)
         if self.kind == "uniform":
-            a = rng.uniform(self.params.get("low", -1.0), self.params.get("high", 1.0), size=shape)
+            a = rng.uniform(*self._range(spec), size=shape)
         else:
             a = rng.normal(self.params.get("mean", 0.0), self.params.get("std", 1.0), size=shape)
         return a.astype(spec.dtype)

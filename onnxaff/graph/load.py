@@ -82,13 +82,14 @@ _BYTE_ALIGNED = {getattr(TensorProto, n) for n in (
 def tensor_problem(tensor: onnx.TensorProto) -> str | None:
     """Why an inline tensor's data cannot be its declared type and dims, or None.
 
-    The checker does not compare the two, so a changed data type or truncated raw data would pass it and
-    later fail deep inside numpy or onnxruntime.
+    The checker only catches raw data too short for them: a tensor relabelled as a narrower type passes it
+    and then fails deep inside numpy (reading constants) or onnxruntime.
     """
     label = f"tensor {tensor.name!r}" if tensor.name else "a Constant tensor"
     if tensor.data_type not in TensorProto.DataType.values():
         return f"{label} has unknown data type {tensor.data_type}"
-    if tensor.data_location == TensorProto.EXTERNAL or tensor.data_type not in _BYTE_ALIGNED or tensor.HasField("segment"):
+    external = tensor.data_location == TensorProto.EXTERNAL
+    if external or tensor.data_type not in _BYTE_ALIGNED or tensor.HasField("segment"):
         return None
     dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
     if any(d < 0 for d in tensor.dims):
@@ -120,6 +121,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
         raise OnnxaffError(f"not a readable ONNX model: {path} ({type(exc).__name__})") from None
     if not model.graph.node and not model.graph.output:
         raise OnnxaffError(f"not an ONNX model (empty graph): {path}")
+    _check_text(model, path.name)
     locations = _external_locations(model)
     for loc in locations:
         if not (path.parent / loc).exists():
@@ -138,6 +140,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
 
 def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel:
     """Wrap an in-memory model (tests, API users); it must carry its weights inline."""
+    _check_text(model, model.graph.name or "model")
     loaded = LoadedModel(model=model, path=None, external_locations=_external_locations(model))
     if loaded.external_locations:
         raise OnnxaffError("an in-memory model cannot reference external data; load it by path")
@@ -145,6 +148,34 @@ def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, None)
     return loaded
+
+
+def _texts(graph: onnx.GraphProto):
+    """The string fields onnxaff reads (names, op types, dims, external data references), subgraphs included."""
+    yield graph.name
+    for vi in (*graph.input, *graph.output, *graph.value_info):
+        yield vi.name
+        yield from (d.dim_param for d in vi.type.tensor_type.shape.dim)
+    tensors = list(graph.initializer)
+    for node in graph.node:
+        yield from (node.name, node.op_type, node.domain, *node.input, *node.output)
+        for attr in node.attribute:
+            yield attr.name
+            tensors.append(attr.t)
+            for sub in (attr.g, *attr.graphs):
+                yield from _texts(sub)
+    for tensor in tensors:
+        yield tensor.name
+        for entry in tensor.external_data:
+            yield from (entry.key, entry.value)
+
+
+def _check_text(model: onnx.ModelProto, name: str) -> None:
+    """Protobuf hands out a string field that is not UTF-8 as bytes, which breaks paths and the JSON output."""
+    meta = (model.producer_name, model.producer_version, *(imp.domain for imp in model.opset_import))
+    for text in (*meta, *_texts(model.graph)):
+        if not isinstance(text, str):
+            raise OnnxaffError(f"invalid ONNX model {name}: a name or string that is not UTF-8 text ({text!r})")
 
 
 def _check_tensors(model: onnx.ModelProto, name: str) -> None:
