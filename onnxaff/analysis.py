@@ -178,14 +178,22 @@ def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:
     m = loaded.model
     if loaded.path is not None:
         digest, path, name = sha256_of(loaded.path), str(loaded.path.resolve()), loaded.path.stem
+        # The .onnx of an external-data model holds no weights: each weight file is identified too, so a
+        # signature names the network it measured and a checkpoint refuses swapped weights.
+        external = [{"location": loc, "bytes": (loaded.path.parent / loc).stat().st_size,
+                     "sha256": sha256_of(loaded.path.parent / loc)} for loc in loaded.external_locations]
     else:
         digest, path, name = hashlib.sha256(m.SerializeToString()).hexdigest(), None, m.graph.name or "model"
-    return {
+        external = []
+    info = {
         "name": name, "path": path, "sha256": digest, "producer": m.producer_name,
         "producer_version": m.producer_version, "opset": loaded.opset, "ir_version": m.ir_version,
         "inputs": [i.describe() for i in model_inputs(m)], "nodes": len(m.graph.node),
         "sites": len(sites), "sites_ok": sum(s.ok for s in sites),
     }
+    if external:
+        info["external_data"] = external
+    return info
 
 
 class Analysis:
@@ -244,7 +252,7 @@ class Analysis:
         if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
             first = next((b for b in self.source.batches(self.batch_size) if next(iter(b.values())).shape[0]), None)
             if first is None:
-                raise OnnxaffError(f"no usable example in {data}")
+                raise _no_usable(data, self.source)
             _resolve_unknown_ranks(loaded, sites, first, layout)
         ok_sites = [s for s in sites if s.ok]
         if not ok_sites:
@@ -312,7 +320,10 @@ class Analysis:
             describe["file"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
         data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
         numeric = {k: v for k, v in self.options.items() if k not in ("device",)}
-        return {"model_sha256": self.model_info["sha256"], "data_sha256": data, "options": numeric,
+        model = self.model_info["sha256"]
+        if external := self.model_info.get("external_data"):
+            model = hashlib.sha256(json.dumps([model, external], sort_keys=True).encode()).hexdigest()
+        return {"model_sha256": model, "data_sha256": data, "options": numeric,
                 "total": len(self.source), "unit": self.unit}
 
     # --- the batch loop ---
@@ -481,8 +492,18 @@ class Analysis:
         sig = assemble(header, [s.to_dict() for s in self.sites], states, self.metrics, network)
         sig.stages = stage_results(self.stages, self.stage_states, self.track_metrics)
         if self.used == 0 and self.shard is None:
-            raise OnnxaffError(f"no usable example in {self.data_spec}")
+            raise _no_usable(self.data_spec, self.source)
         return sig
+
+
+def _no_usable(data: str, source) -> OnnxaffError:
+    """All data skipped: say how many and why the first one was, which is the usual cause for all."""
+    skipped = getattr(source, "skipped", None) or []
+    if not skipped:
+        return OnnxaffError(f"no usable example in {data}")
+    path, reason = skipped[0]
+    return OnnxaffError(f"no usable example in {data}: {len(skipped)} skipped, the first ({Path(path).name}) "
+                        f"because {reason}")
 
 
 def assemble(header: dict, bases: list[dict], states: dict[int, SiteState], metrics: list[Metric],

@@ -158,8 +158,8 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                   checkpoint=None, checkpoint_every=0, resume=False):
     from onnxaff.analysis import analyze, parse_shard
     from onnxaff.data import parse_input_shapes
+    from onnxaff.files import check_writable
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
-    from onnxaff.signature import check_writable
 
     check_writable(out)  # before the run: a long analysis must not end on a folder it cannot write
     if not any(m.strip() for m in metrics.split(",")):
@@ -331,8 +331,9 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
     """DTW distances, clustering and statistics of several signatures, per metric."""
     from onnxaff.compare import compare as run_compare
     from onnxaff.compare import shared_metrics
+    from onnxaff.files import write_text_atomic
     from onnxaff.report.html import comparison_page
-    from onnxaff.signature import write_json_atomic, write_text_atomic
+    from onnxaff.signature import write_json_atomic
 
     sigs = _read_all(signatures)
     names = shared_metrics(sigs) if metric == "all" else [metric]
@@ -375,8 +376,9 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
     """R² and Pearson r of accuracy against each signature statistic and model baseline."""
     from onnxaff.compare import correlate as run_correlate
     from onnxaff.compare import read_table
+    from onnxaff.files import write_text_atomic
     from onnxaff.report.html import correlation_page
-    from onnxaff.signature import write_json_atomic, write_text_atomic
+    from onnxaff.signature import write_json_atomic
 
     result = run_correlate(_read_all(signatures), read_table(accuracy, "accuracy"), metric=metric,
                            groups=read_table(group_file, "group") if group_file else None)
@@ -397,8 +399,9 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
 @click.option("--metric", default="affinity", show_default=True)
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
+    from onnxaff.files import write_text_atomic
     from onnxaff.report.html import single_page
-    from onnxaff.signature import read_signature, write_text_atomic
+    from onnxaff.signature import read_signature
 
     out = out or os.path.splitext(signature)[0] + ".html"
     path = write_text_atomic(out, single_page(read_signature(signature), metric))

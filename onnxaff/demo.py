@@ -15,7 +15,8 @@ from pathlib import Path
 from onnxaff.analysis import DEFAULT_METRICS, analyze
 from onnxaff.compare import compare, correlate, shared_metrics
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import Signature, write_text_atomic
+from onnxaff.files import write_text_atomic
+from onnxaff.signature import Signature
 
 
 @dataclass

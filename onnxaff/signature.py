@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.files import write_text_atomic
 
 SCHEMA = "onnxaff.signature"
 SCHEMA_VERSION = 1
@@ -104,61 +102,6 @@ def _clean(obj):
 
 def write_json_atomic(path: str | Path, payload: dict) -> Path:
     return write_text_atomic(path, json.dumps(_clean(payload), indent=1, allow_nan=False) + "\n")
-
-
-def _output_folder(path: Path) -> Path:
-    """The folder `path` will be written in, or a one-line reason why it cannot be."""
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise OnnxaffError(f"output path is a folder, not a file: {path}")
-    if not folder.is_dir():
-        raise OnnxaffError(f"output folder does not exist: {folder}")
-    return folder
-
-
-def check_writable(path: str | Path) -> Path:
-    """Fail before a long run, not after it, when its output could not be written.
-
-    A real temporary file is created and removed: permission bits alone miss read-only mounts and ACLs,
-    and say nothing true for root.
-    """
-    path = Path(path)
-    folder = _output_folder(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
-    os.close(fd)
-    os.unlink(tmp)
-    return path
-
-
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write to a temporary file beside the target, then rename: a reader never sees half a file."""
-    path = Path(path)
-    folder = _output_folder(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the result should read like any new file
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_signature(path: str | Path) -> Signature:

@@ -7,17 +7,15 @@ bit for bit (JSON floats round-trip exactly too) and nothing is unpickled.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.files import write_bytes_atomic
 
 STATE_FORMAT = "onnxaff.state"
 STATE_VERSION = 1
@@ -54,25 +52,7 @@ def save_state(path: str | Path, state: dict) -> Path:
     header = json.dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "state": _pack(state, arrays)})
     buf = io.BytesIO()
     np.savez(buf, header=np.array(header), **arrays)
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise OnnxaffError(f"folder for {path.name} does not exist: {folder}")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_bytes_atomic(path, buf.getbuffer())
 
 
 def load_state(path: str | Path) -> dict:

@@ -207,13 +207,13 @@ def test_atomic_write_keeps_a_good_file_when_writing_fails(tmp_path, activation_
     sig = onnxaff.analyze(model, str(data), limit=64, progress=False)
     target = sig.write(tmp_path / "keep.json")
     before = target.read_text()
-    import onnxaff.signature as signature_module
+    import onnxaff.files as files_module
 
     def fail(*a, **k):
-        raise OSError("disk full")
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(signature_module.os, "replace", fail)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(files_module.os, "replace", fail)
+    with pytest.raises(OnnxaffError, match="No space left on device"):
         sig.write(target)
     assert target.read_text() == before
     assert not list(tmp_path.glob(".keep.json.*"))  # no temporary left behind
@@ -246,7 +246,7 @@ def test_model_with_external_data_runs_where_it_lies(tmp_path, rng):
 def test_written_files_get_the_usual_permissions(tmp_path):
     import stat
 
-    from onnxaff.signature import write_text_atomic
+    from onnxaff.files import write_text_atomic
 
     old = os.umask(0o022)
     try:

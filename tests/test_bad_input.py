@@ -7,6 +7,7 @@ prints from C++ would show up on stderr too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.cli import main
+from onnxaff.errors import OnnxaffError
 from tests.conftest import parse
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
@@ -185,6 +187,20 @@ def test_image_folder_without_images(capfd, tmp_path, content):
         (folder / name).write_text("not an image")
     one_line_error(analyze(capfd, model, folder, tmp_path / "s.json"), f"no images (.bmp, .jpeg, .jpg, .png, .webp) "
                                                                         f"found under {folder}")
+
+
+def test_image_folder_of_only_corrupt_images(capfd, tmp_path):
+    """Every file skipped: the error counts them and gives the first one's reason."""
+    model = save(parse(HEADER + " g (float[N, 3, 8, 8] x) => (float[N, 3, 8, 8] y) { y = Relu(x) }"),
+                 tmp_path / "cnn.onnx")
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for name in ("a.jpg", "b.png", "c.jpg"):
+        (folder / name).write_bytes(b"\xff\xd8 truncated")
+    message = one_line_error(analyze(capfd, model, folder, tmp_path / "s.json", "--workers", "0"),
+                             f"no usable example in {folder}: 3 skipped, the first (a.jpg) because ")
+    assert "UnidentifiedImageError" in message
+    assert not (tmp_path / "s.json").exists()
 
 
 # 6. A .npz without one of the model's inputs.
@@ -396,10 +412,28 @@ def test_output_folder_refusing_files(capfd, tmp_path, relu_model, no_analysis, 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("onnxaff.signature.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("onnxaff.files.tempfile.mkstemp", refuse)
     one_line_error(analyze(capfd, relu_model, SYNTH, tmp_path / "s.json"),
                    f"cannot write to {tmp_path}: Permission denied")
     assert sorted(os.listdir(tmp_path)) == ["relu.onnx"]
+
+
+def test_disk_full_keeps_the_previous_file(capfd, tmp_path, relu_model):
+    """A write that fails half-way (ENOSPC at fsync) is one line; the earlier signature stays as it was."""
+    out = tmp_path / "s.json"
+    code, _, err = analyze(capfd, relu_model, SYNTH, out)
+    assert code == 0, err
+    before = out.read_bytes()
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("onnxaff.files.os.fsync", full)
+        one_line_error(analyze(capfd, relu_model, SYNTH, out, "--seed", "1"),
+                       f"cannot write {out}: No space left on device")
+    assert out.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["relu.onnx", "s.json"]
 
 
 @pytest.mark.parametrize("content,fragment", [
@@ -436,6 +470,26 @@ def test_external_data_model_end_to_end(capfd, tmp_path, rng, monkeypatch):
     assert [s["status"] for s in ext["sites"]] == ["ok", "ok"]
     assert [s["metrics"] for s in ext["sites"]] == [s["metrics"] for s in ref["sites"]]
     assert ext["model"]["path"] == str((tmp_path / "model" / "ext.onnx").resolve())
+    weights = tmp_path / "model" / "ext.weights"
+    assert ext["model"]["external_data"] == [{"location": "ext.weights", "bytes": weights.stat().st_size,
+                                              "sha256": hashlib.sha256(weights.read_bytes()).hexdigest()}]
+    assert "external_data" not in ref["model"]
+
+
+def test_checkpoint_refuses_swapped_external_weights(tmp_path, rng):
+    """The .onnx of an external-data model is unchanged when its weights are replaced: the run key must see it."""
+    from onnxaff.analysis import STATE_KIND_CHECKPOINT, Analysis
+
+    path = _external_model(tmp_path / "model", rng)
+    run = Analysis(path, SYNTH, metrics=("affinity",), chunk_size=32, progress=False)
+    ckpt = run.save(tmp_path / "run.ckpt.npz", STATE_KIND_CHECKPOINT)
+    Analysis(path, SYNTH, metrics=("affinity",), chunk_size=32, progress=False).restore(ckpt)  # same weights: accepted
+    weights = tmp_path / "model" / "ext.weights"
+    raw = bytearray(weights.read_bytes())
+    raw[:4] = np.float32(123.0).tobytes()  # same size, one weight changed
+    weights.write_bytes(bytes(raw))
+    with pytest.raises(OnnxaffError, match="is from another model"):
+        Analysis(path, SYNTH, metrics=("affinity",), chunk_size=32, progress=False).restore(ckpt)
 
 
 # 14. Weights over 2 GB in an external file.
