@@ -53,6 +53,12 @@ def plain_inference(model: str, data: str, batch_size: int, device: str) -> None
         sess.run(None, {name: np.ascontiguousarray(images[i:i + batch_size])})
 
 
+def _own_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def run_child(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS in MiB) of one child process."""
     start = time.perf_counter()
@@ -131,6 +137,10 @@ def main() -> int:
         model, data, batch, device = sys.argv[2:6]
         plain_inference(model, data, int(batch), device)
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-profile":
+        model, data, batch, device = sys.argv[2:6]
+        print(profile(Path(model), Path(data), argparse.Namespace(batch_size=int(batch), device=device)), end="")
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,vit")
     ap.add_argument("--images", type=int, default=1024)
@@ -148,6 +158,8 @@ def main() -> int:
     print(f"# {time.strftime('%Y-%m-%d')}: {environment(args.device)}")
     print(f"# {' '.join(sys.argv)}; {args.images} images of 3×224×224, batch {args.batch_size}, "
           f"{args.repeats} repeats, order A B C per repeat; data {data}")
+    # A child's peak RSS starts at the parent's RSS when it was forked: it must stay far below the children's.
+    print(f"# this process: {_own_rss_mib():.0f} MiB resident (a floor under every peak below)")
     results = {}
     for name, model in models.items():
         times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
@@ -171,8 +183,11 @@ def main() -> int:
                    for s, t in zip(b["sites"], c["sites"], strict=True))
         print(f"\n{len(b['sites'])} sites; max |affinity (b) − (c)| = {diff:.2e} (same numbers either way)")
         if args.profile:
-            print(f"\n<details><summary>cProfile of (b), {name}</summary>\n\n```\n"
-                  f"{profile(model, data, args)}```\n</details>")
+            # In a child too: Linux starts a child's peak RSS at its parent's size, so a parent grown by an
+            # in-process analysis would inflate every later measurement.
+            text = subprocess.run([sys.executable, __file__, "--child-profile", str(model), str(data),
+                                   str(args.batch_size), args.device], check=True, capture_output=True, text=True)
+            print(f"\n<details><summary>cProfile of (b), {name}</summary>\n\n```\n{text.stdout}```\n</details>")
     (work / "results.json").write_text(json.dumps(results))
     return 0
 
