@@ -82,17 +82,18 @@ def commands(mode: str, model: Path, data: Path, args, out: Path) -> list[str]:
     return cmd + (["--reduce-in", "numpy"] if mode == "naive" else [])
 
 
+def paths(names: list[str], n: int, work: Path) -> tuple[dict[str, Path], Path]:
+    return {name: work / f"{name}.onnx" for name in names}, work / f"images_{n}.npy"
+
+
 def prepare(names: list[str], n: int, work: Path) -> tuple[dict[str, Path], Path]:
     import onnx
     from bench_models import MODELS, images
 
-    models = {}
-    for name in names:
-        path = work / f"{name}.onnx"
+    models, data = paths(names, n, work)
+    for name, path in models.items():
         if not path.exists():
             onnx.save(MODELS[name](), path)
-        models[name] = path
-    data = work / f"images_{n}.npy"
     if not data.exists():
         np.save(data, images(n))
     return models, data
@@ -137,6 +138,9 @@ def main() -> int:
         model, data, batch, device = sys.argv[2:6]
         plain_inference(model, data, int(batch), device)
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-prepare":
+        prepare(sys.argv[2].split(","), int(sys.argv[3]), Path(sys.argv[4]))
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--child-profile":
         model, data, batch, device = sys.argv[2:6]
         print(profile(Path(model), Path(data), argparse.Namespace(batch_size=int(batch), device=device)), end="")
@@ -154,12 +158,15 @@ def main() -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="onnxaff-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     names = [m for m in args.models.split(",") if m]
-    models, data = prepare(names, args.images, work)
+    # Built in a child: on Linux a child's peak RSS starts at its parent's peak (vfork + exec), so this
+    # process must never hold the models or the images, or it would floor every measurement below.
+    subprocess.run([sys.executable, __file__, "--child-prepare", ",".join(names), str(args.images), str(work)],
+                   check=True)
+    models, data = paths(names, args.images, work)
     print(f"# {time.strftime('%Y-%m-%d')}: {environment(args.device)}")
     print(f"# {' '.join(sys.argv)}; {args.images} images of 3×224×224, batch {args.batch_size}, "
           f"{args.repeats} repeats, order A B C per repeat; data {data}")
-    # A child's peak RSS starts at the parent's RSS when it was forked: it must stay far below the children's.
-    print(f"# this process: {_own_rss_mib():.0f} MiB resident (a floor under every peak below)")
+    print(f"# this process: {_own_rss_mib():.0f} MiB peak resident (a floor under every child's peak below)")
     results = {}
     for name, model in models.items():
         times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}

@@ -186,6 +186,9 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         path = sig.write(out)
     else:
         checkpoint = checkpoint or f"{out}.ckpt.npz"
+        if not resume and Path(checkpoint).exists():
+            click.echo(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
+                       f"(--resume continues it)", err=True)
         if shard is not None:
             path, sig = _run_part(model, data, out, parse_shard(shard), options, checkpoint, checkpoint_every, resume)
         else:

@@ -199,10 +199,17 @@ def test_sigint_from_another_process_then_resume_via_cli(tmp_path):
     assert proc.returncode == 130, err
     assert err.strip().count("\n") == 0 and err.startswith("onnxaff: interrupted: SIGINT after"), err
     assert not out.exists() and ckpt.exists()
+    kept = tmp_path / "kept.ckpt.npz"
+    shutil.copy(ckpt, kept)
     done = cli("analyze", *args, "--out", out, "--resume")
     assert done.returncode == 0, done.stderr
     assert not ckpt.exists()  # removed once the signature is written
     assert_same(read_signature(ref), read_signature(out), tol=0)
+    # Forgetting --resume starts over, and says what it replaces.
+    again = cli("analyze", *args, "--out", tmp_path / "again.json", "--checkpoint", kept)
+    assert again.returncode == 0 and not kept.exists()
+    assert again.stderr.splitlines() == [f"warning: {kept} holds an interrupted run; starting over replaces it "
+                                         f"(--resume continues it)"]
 
 
 def test_resume_keeps_unreadable_files_counted(tmp_path):
