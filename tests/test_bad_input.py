@@ -545,5 +545,6 @@ def test_external_weights_over_2gb(capfd, tmp_path):
     big, ref = (json.loads((tmp_path / n).read_text()) for n in ("big.json", "ref.json"))
     (site,) = big["sites"]
     assert site["status"] == "ok" and site["rows"] == 64 and site["dim"] == BIG_K
+    assert [(e["location"], e["bytes"]) for e in big["model"]["external_data"]] == [("big.weights", BIG_N * BIG_K * 4)]
     assert site["metrics"]["affinity"]["values"] == pytest.approx(ref["sites"][0]["metrics"]["affinity"]["values"],
                                                                   abs=1e-12)
