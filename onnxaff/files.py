@@ -20,6 +20,14 @@ def output_folder(path: Path) -> Path:
     return folder
 
 
+def _temporary_beside(path: Path) -> tuple[int, str]:
+    folder = output_folder(path)
+    try:
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
+
+
 def check_writable(path: str | Path) -> Path:
     """Fail before a long run, not after it, when its output could not be written.
 
@@ -27,11 +35,7 @@ def check_writable(path: str | Path) -> Path:
     and say nothing true for root.
     """
     path = Path(path)
-    folder = output_folder(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
+    fd, tmp = _temporary_beside(path)
     os.close(fd)
     os.unlink(tmp)
     return path
@@ -43,11 +47,7 @@ def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> Path:
     A full disk or a vanished folder mid-write becomes one line naming the file; the old file stays.
     """
     path = Path(path)
-    folder = output_folder(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
+    fd, tmp = _temporary_beside(path)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the result should read like any new file
         with os.fdopen(fd, "wb") as f:

@@ -6,12 +6,12 @@ no pooled metric computed), so merging states and then finishing once is exactly
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from onnxaff.analysis import STATE_KIND_PART, Analysis, assemble, stage_results
 from onnxaff.errors import OnnxaffError
+from onnxaff.graph.load import sha256_of
 from onnxaff.metrics import registry, resolve
 from onnxaff.network import merge_nlc_states, nlc_result
 from onnxaff.scoring import ChunkScorer
@@ -30,16 +30,8 @@ def write_part(run: Analysis, out: str | Path) -> tuple[Path, Signature]:
     """The shard's collector state, then its own (finished) signature pointing at it."""
     state_file = save_state(state_path_for(out), run.state(STATE_KIND_PART))
     sig = run.signature()
-    sig.data["shard"].update(state=state_file.name, state_sha256=_sha256(state_file))
+    sig.data["shard"].update(state=state_file.name, state_sha256=sha256_of(state_file))
     return sig.write(out), sig
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_part(path: str | Path) -> dict:
@@ -59,7 +51,7 @@ def read_part(path: str | Path) -> dict:
         state_file = path.parent / shard["state"]
         if not state_file.is_file():
             raise OnnxaffError(f"{path}: its state file {state_file} is missing")
-        if _sha256(state_file) != shard.get("state_sha256"):
+        if sha256_of(state_file) != shard.get("state_sha256"):
             raise OnnxaffError(f"{path}: its state file {state_file} has changed since the part was written")
         state = load_state(state_file)
     if state.get("kind") != STATE_KIND_PART:
