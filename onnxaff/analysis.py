@@ -331,6 +331,9 @@ class Analysis:
     def run(self, checkpoint: str | Path | None = None, every: int = 0) -> None:
         """Feed [cursor, stop) through the runtime. With a checkpoint path, save the state every `every`
         batches and on SIGINT/SIGTERM (then raise Interrupted)."""
+        if every < 0:
+            raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {every}")
+        self._stop_signal = None  # an API caller may run again after catching Interrupted
         bar = Progress(self.stop - self.start, enabled=self.progress)
         bar.update(self.cursor - self.start)
         scorer = ChunkScorer(self.chunk_workers)
@@ -354,9 +357,15 @@ class Analysis:
                     self.seconds_before += elapsed
                     session_start += elapsed
                     self.save(checkpoint, STATE_KIND_CHECKPOINT)
+            if checkpoint is not None and batches:
+                # The finished state too: if writing the signature fails (a full disk), --resume redoes nothing.
+                elapsed = time.perf_counter() - session_start
+                self.seconds_before += elapsed
+                session_start += elapsed
+                self.save(checkpoint, STATE_KIND_CHECKPOINT)
         finally:
             for sig, handler in restore.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
             scorer.close()
             bar.close()
         self.seconds_before += time.perf_counter() - session_start
@@ -420,7 +429,13 @@ class Analysis:
     def restore(self, path: str | Path) -> None:
         """Continue a checkpoint of this very run; anything else is refused with the reason."""
         saved = load_state(path)
-        if saved.get("kind") != STATE_KIND_CHECKPOINT:
+        try:
+            self._restore(path, saved)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # a state file edited or
+            raise OnnxaffError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc})") from None  # mixed
+
+    def _restore(self, path, saved: dict) -> None:
+        if not isinstance(saved, dict) or saved.get("kind") != STATE_KIND_CHECKPOINT:
             raise OnnxaffError(f"{path} is a shard part, not a checkpoint")
         mine = self.key()
         theirs = saved["key"]

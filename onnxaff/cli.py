@@ -162,6 +162,11 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
     check_writable(out)  # before the run: a long analysis must not end on a folder it cannot write
+    if executor != "ray":
+        checkpoint = checkpoint or f"{out}.ckpt.npz"
+        check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
+    if checkpoint_every < 0:
+        raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")
     if not any(m.strip() for m in metrics.split(",")):
         raise OnnxaffError(f"--metrics {metrics!r} names no metric")
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
@@ -185,7 +190,6 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                       address=ray_address, progress=not quiet)
         path = sig.write(out)
     else:
-        checkpoint = checkpoint or f"{out}.ckpt.npz"
         if not resume and Path(checkpoint).exists():
             click.echo(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
                        f"(--resume continues it)", err=True)

@@ -49,8 +49,8 @@ def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> Path:
     path = Path(path)
     fd, tmp = _temporary_beside(path)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the result should read like any new file
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb") as f:  # owns fd from here: closed whatever fails
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp makes it private; make it read like any new file
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

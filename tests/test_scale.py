@@ -235,6 +235,75 @@ def test_resume_keeps_unreadable_files_counted(tmp_path):
     assert_same(ref, resumed, tol=0)
 
 
+def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
+    """`timeout`, Slurm and systemd signal every process of the group: the decoders must not die with their
+    tasks pending (the main process would wait for them forever); the run saves and exits 130."""
+    from tests.test_images import image_model, sample_photos
+
+    root = tmp_path / "photos"
+    root.mkdir()
+    for k in range(20):
+        for src in sample_photos():
+            shutil.copy(src, root / f"{k:02d}_{src.name}")
+    model = tmp_path / "m.onnx"
+    onnx.save(image_model(["N", 3, 16, 16]), model)
+    args = [model, "--data", root, "--preprocess", "raw", "--workers", 2, "--metrics", "affinity",
+            "--chunk-size", 2, "--batch-size", 2, "--quiet"]
+    ref = tmp_path / "ref.json"
+    assert cli("analyze", *args, "--workers", 0, "--out", ref).returncode == 0
+    out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
+    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out),
+                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the run hung after SIGTERM to its process group")
+    assert proc.returncode == 130, err
+    assert err.startswith("onnxaff: interrupted: SIGTERM after"), err
+    done = cli("analyze", *args, "--out", out, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert_same(read_signature(ref), read_signature(out), tol=0)
+
+
+def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path):
+    ckpt = tmp_path / "run.ckpt.npz"
+    run = Analysis(*rescnn, **OPTIONS)
+    interrupt_after(run, 2)
+    with pytest.raises(Interrupted):
+        run.run(ckpt)
+    state = load_state(ckpt)
+    del state["sites"][0]["buffer"]
+    save_state(ckpt, state)
+    with pytest.raises(OnnxaffError, match=r"checkpoint .* is damaged \(KeyError"):
+        analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
+    # The checkpoint's folder is checked before the run, not at the first Ctrl-C.
+    missing = tmp_path / "gone" / "c.npz"
+    done = cli("analyze", rescnn[0], "--data", rescnn[1], "--metrics", "affinity", "--out", tmp_path / "s.json",
+               "--checkpoint", missing)
+    assert done.returncode == 2 and done.stderr == f"onnxaff: error: output folder does not exist: {missing.parent}\n"
+    done = cli("analyze", rescnn[0], "--data", rescnn[1], "--out", tmp_path / "s.json", "--shard", "0/2",
+               "--checkpoint-every", -1)
+    assert done.returncode == 2 and "--checkpoint-every must be 0 or positive, got -1" in done.stderr
+
+
+def test_a_finished_run_leaves_a_checkpoint_that_resumes_to_the_same_result(rescnn, reference, tmp_path):
+    """Saved once more after the last batch: a failed signature write loses nothing."""
+    ckpt = tmp_path / "run.ckpt.npz"
+    first = analyze(*rescnn, checkpoint=ckpt, **OPTIONS)
+    assert load_state(ckpt)["cursor"] == load_state(ckpt)["stop"]
+    run = Analysis(*rescnn, **OPTIONS)
+    run.restore(ckpt)
+    run.runner.run = None  # nothing is left to feed
+    run.run(ckpt)
+    assert_same(first, run.signature(), tol=0)
+    assert_same(reference, first, tol=0)
+
+
 # --- shards ---
 
 @pytest.mark.parametrize("total, n, unit", [(1024, 3, 128), (1000, 3, 128), (100, 4, 64), (5, 3, 2), (0, 2, 8)])

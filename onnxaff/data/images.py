@@ -9,6 +9,7 @@ decoded is skipped, counted and named in the signature; the run goes on.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 from collections import deque
 from pathlib import Path
@@ -78,10 +79,13 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
     return (np.stack(arrays) if arrays else None), used, skipped
 
 
-def _ignore_sigint() -> None:
-    """Decoders leave Ctrl-C to the main process, which stops at a batch boundary (a worker killed
-    mid-task would leave its result pending forever)."""
+def _detach_from_signals() -> None:
+    """Decoders leave Ctrl-C and SIGTERM to the main process, which stops at a batch boundary: a worker
+    killed mid-task would leave its result pending forever. Their own process group keeps out what is
+    sent to the whole group (a terminal's Ctrl-C, `timeout`, Slurm, systemd); Pool.terminate still signals
+    them one by one, and a dead parent ends them (their task pipe closes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setpgrp()
 
 
 class ImageFolderSource(DataSource):
@@ -115,7 +119,7 @@ class ImageFolderSource(DataSource):
                 yield self._emit(decode_batch(paths, self.p, self.draft))
             return
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds runtime threads
-        with ctx.Pool(self.workers, initializer=_ignore_sigint) as pool:
+        with ctx.Pool(self.workers, initializer=_detach_from_signals) as pool:
             pending: deque = deque()
             for paths in tasks:
                 pending.append(pool.apply_async(decode_batch, (paths, self.p, self.draft)))
