@@ -39,6 +39,7 @@ from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, registry, resolve
+from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
 from onnxaff.progress import Progress
 from onnxaff.runtime import Runner, ort
@@ -285,13 +286,15 @@ class Analysis:
             self.stage_states.append(SiteState(None, None, ChunkBuffer(chunk_size), tracks=len(own)))
             self.stage_slices.append(slice(len(self.names), len(self.names) + len(own)))
             self.names += own
-        self.network = NetworkNLC(loaded, inputs, device) if needs_jvp else None
-        if self.network is not None:
-            self.names += self.network.output_names
-
         self.shard = shard
         self.unit = math.lcm(chunk_size, self.batch_size)  # shard boundaries and pooled-moment blocks
         self.start, self.stop = shard_window(len(self.source), shard, self.unit)
+        # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
+        # as shard boundaries are), so the merged parts use exactly one run's examples.
+        self.network = (NetworkNLC(loaded, inputs, device, examples=max(0, NLC_EXAMPLES - self.start))
+                        if needs_jvp else None)
+        if self.network is not None:
+            self.names += self.network.output_names
         self.cursor, self.used, self.dropped = self.start, 0, 0
         self.skipped_before: list = []  # unreadable files of earlier sessions of a resumed run
         self.seconds_before = 0.0

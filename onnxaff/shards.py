@@ -119,6 +119,11 @@ def merge_states(parts: list[dict]) -> Signature:
     if first["network"] is not None:
         network = {"nlc": nlc_result(merge_nlc_states([p["network"] for p in parts]))}
     sig = assemble({**header, "data": data, "runtime": runtime}, first["sites_base"], states, metrics, network)
+    ragged = [f"{p['shard'][0]}/{n}" for p in parts[:-1]
+              if any(d["buffer"]["x"] is not None for d in p["sites"])]
+    if ragged:  # unreadable files or a fixed batch size left a part short of a chunk boundary
+        sig.warnings.append(f"shard(s) {', '.join(ragged)} ended between chunk boundaries (unreadable files or "
+                            f"dropped batches): the merged chunks there differ from one run's")
     sig.stages = stage_results(first["stages_base"], stages, track_metrics)
     if data["samples"] == 0:
         raise OnnxaffError("the merged parts hold no usable example")

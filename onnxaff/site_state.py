@@ -213,6 +213,7 @@ class SiteState:
         if self.dims is not None and other.dims is not None and self.dims != other.dims:
             raise OnnxaffError(f"parts disagree on feature dimensions ({self.dims} vs {other.dims})")
         self.dims = self.dims or other.dims
+        self.collect()  # chunks scored by an earlier merge come before this part's
         boundary = {}
         if self.previous is not None and other.first is not None and not (self.nonfinite_rows or other.nonfinite_rows):
             boundary = {m.name: evaluate(m, (self.previous, other.first)) for m in metrics
@@ -248,3 +249,4 @@ class SiteState:
         if rest is not None:  # only a slice that is not chunk-aligned leaves rows behind before the last part
             for cx, cy in self.buffer.add(*rest):
                 self.score(cx, cy, metrics, scorer)
+            self.collect()  # these chunks come after the part's own: record them now, in that order

@@ -327,6 +327,47 @@ def test_three_shards_merged_equal_one_run(reference, parts):
     assert merged.data["merged_from"]["shards"] == 3 and "shard" not in merged.data
 
 
+def test_network_nlc_of_shards_past_its_example_limit(tmp_path):
+    """The network NLC uses one run's first 1024 examples; shards that start later contribute none, and a shard
+    straddling the limit only its share (before: every shard took its own first 1024, and the merge 1536)."""
+    model = tmp_path / "m.onnx"
+    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 8] x) => (float[N, 8] y) { h = Relu(x)  y = Tanh(h) }"""), model)
+    options = {"metrics": ["affinity", "nlc"], "chunk_size": 256, "batch_size": 64}
+    data = "synthetic:gaussian:n=3072"
+    one = analyze(str(model), data, progress=False, **options)
+    parts = [shard_state(str(model), data, (i, 4), options) for i in range(4)]
+    assert [p["start"] for p in parts] == [0, 768, 1536, 2304]
+    assert [p["network"]["examples"] for p in parts] == [768, 256, 0, 0]
+    merged = merge_states(parts)
+    assert one.network["nlc"]["examples"] == merged.network["nlc"]["examples"] == 1024
+    assert_same(one, merged)
+
+
+def test_merge_says_when_a_shard_ends_between_chunks(tmp_path):
+    """An unreadable file leaves its shard a row short of a chunk boundary: the merge cannot be one run's
+    chunking there, and says so; the chunk scores stay in data order."""
+    from tests.test_images import image_model, sample_photos
+
+    root = tmp_path / "photos"
+    root.mkdir()
+    for k in range(4):
+        for src in sample_photos():
+            shutil.copy(src, root / f"{k}_{src.name}")
+    (root / "0_zbroken.jpg").write_bytes(b"not an image")
+    model = tmp_path / "m.onnx"
+    onnx.save(image_model(["N", 3, 16, 16]), model)
+    options = {"metrics": ["affinity"], "chunk_size": 2, "batch_size": 2,
+               "images": {"preprocess": "raw", "workers": 0}}
+    parts = [shard_state(str(model), str(root), (i, 2), options) for i in range(2)]
+    merged = merge_states(parts)
+    assert merged.warnings[-1].startswith("shard(s) 0/2 ended between chunk boundaries")
+    one = analyze(str(model), str(root), progress=False, **options)
+    assert not any("chunk boundaries" in w for w in one.warnings)
+    assert merged.sites[0]["rows"] == one.sites[0]["rows"]
+    assert merged.sites[0]["metrics"]["affinity"]["chunks"] == one.sites[0]["metrics"]["affinity"]["chunks"]
+
+
 def test_merge_refuses_incomplete_or_mixed_parts(parts, rescnn):
     with pytest.raises(OnnxaffError, match="missing 1/3"):
         merge_states([parts[0], parts[2]])
