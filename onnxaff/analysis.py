@@ -360,12 +360,6 @@ class Analysis:
                     self.seconds_before += elapsed
                     session_start += elapsed
                     self.save(checkpoint, STATE_KIND_CHECKPOINT)
-            if checkpoint is not None and batches:
-                # The finished state too: if writing the signature fails (a full disk), --resume redoes nothing.
-                elapsed = time.perf_counter() - session_start
-                self.seconds_before += elapsed
-                session_start += elapsed
-                self.save(checkpoint, STATE_KIND_CHECKPOINT)
         finally:
             for sig, handler in restore.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
@@ -563,7 +557,8 @@ def analyze(
 
     With `checkpoint`, the state is saved there every `checkpoint_every` batches and on SIGINT/SIGTERM
     (raising Interrupted); `resume=True` continues from it. The file stays until the caller removes it
-    (the CLI does once the signature is written, so a failed write can still be resumed).
+    (the CLI does once the signature is written). The finished state is not saved again: pooled moments
+    make it d² per site, and the CLI checks the output folder before the run.
     """
     if checkpoint_every < 0:
         raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")

@@ -38,27 +38,34 @@ def r2_held_out(train: Chunk, test: Chunk) -> float:
     return _r2(y, x @ w + b, y.mean(axis=0))
 
 
-# Features come out of float32 inference: a direction of Σ_X whose standard deviation is below
-# d·eps(float32) of the largest one's is at the rounding level of the features themselves.
+# Features come out of float32 inference: a direction of the (standardised) Σ_X whose standard deviation is
+# below d·eps(float32) of the largest one's is at the rounding level of the features themselves.
 FLOAT32_NOISE = float(np.finfo(np.float32).eps)
 
 
 def r2_pooled(m: Moments) -> float:
     """From moments: residual covariance Σ_Y − Σ_YX Σ_X⁺ Σ_XY; R²_j = 1 − res_jj/(Σ_Y)_jj.
 
-    Σ_X⁺ drops eigenvalues under (d·eps32)²·λ_max. A rank-deficient Σ_X (common: a stem conv's channels
-    are mixes of a few signals) otherwise has eigenvalues at 1e-14 of the largest, pure rounding, and
-    inverting them let 1e-16 changes of the moments move R² by 1e-4.
+    Σ_X⁺ drops eigenvalues under (d·eps32)²·λ_max of the correlation matrix of X. A rank-deficient Σ_X
+    (common: a stem conv's channels are mixes of a few signals) otherwise has eigenvalues at 1e-14 of the
+    largest, pure rounding, and inverting them let 1e-16 changes of the moments move R² by 1e-4. The cutoff
+    is taken after scaling each X feature to unit variance (R² does not change under it): on Σ_X itself it
+    would drop every feature far smaller than the largest, real signals included. Constant features carry
+    nothing and are left out.
     """
     sx, sy, sxy = m.cov_x(), m.cov_y(), m.cov_xy()
-    w, v = np.linalg.eigh(sx)
-    keep_dirs = w > (sx.shape[0] * FLOAT32_NOISE) ** 2 * max(w[-1], 0.0)
-    proj = sxy.T @ v[:, keep_dirs]
-    res = sy - (proj / w[keep_dirs]) @ proj.T
     var = np.diag(sy)
     keep = var > 0
     if not keep.any():
         raise ValueError("R² is undefined for a constant output")
+    sd = np.sqrt(np.clip(np.diag(sx), 0.0, None))
+    live = sd > 0
+    corr = sx[np.ix_(live, live)] / np.outer(sd[live], sd[live])
+    cross = sxy[live] / sd[live, None]
+    w, v = np.linalg.eigh(corr)
+    keep_dirs = w > (corr.shape[0] * FLOAT32_NOISE) ** 2 * max(w[-1], 0.0) if w.size else w > 0
+    proj = cross.T @ v[:, keep_dirs]
+    res = sy - (proj / w[keep_dirs]) @ proj.T
     return float(np.mean(1.0 - np.diag(res)[keep] / var[keep]))
 
 

@@ -233,3 +233,20 @@ def test_r2_pooled_ignores_rounding_noise_directions(rng):
     assert worst_plain > 1e-6  # the fixture is as ill-conditioned as described
     assert worst < 1e-6
     assert 0 < r2_pooled(m) < 1
+
+
+def test_r2_pooled_does_not_depend_on_the_scale_of_x_features(rng):
+    """R² is invariant under rescaling X's features; the rounding cutoff must be too. Before standardising,
+    64 of 512 features scaled by 1e-5 fell under a cutoff relative to the largest eigenvalue, and Y = 3X
+    scored 0.882."""
+    n, d = 4096, 512
+    x = rng.standard_normal((n, d)) @ (np.eye(d) + 0.1 * rng.standard_normal((d, d)))
+    small = x.copy()
+    small[:, :64] *= 1e-5
+    assert r2_pooled(Moments.of(small, 3 * small)) == pytest.approx(1.0, abs=1e-9)
+    y = np.tanh(x[:, :32])
+    scales = np.exp(rng.uniform(-12, 12, d))
+    assert r2_pooled(Moments.of(x * scales, y)) == pytest.approx(r2_pooled(Moments.of(x, y)), abs=1e-9)
+    # A constant feature carries nothing: left out, not divided by zero.
+    x[:, 5] = 2.0
+    assert r2_pooled(Moments.of(x, y)) == pytest.approx(r2_pooled(Moments.of(np.delete(x, 5, axis=1), y)), abs=1e-12)

@@ -291,19 +291,6 @@ def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path):
     assert done.returncode == 2 and "--checkpoint-every must be 0 or positive, got -1" in done.stderr
 
 
-def test_a_finished_run_leaves_a_checkpoint_that_resumes_to_the_same_result(rescnn, reference, tmp_path):
-    """Saved once more after the last batch: a failed signature write loses nothing."""
-    ckpt = tmp_path / "run.ckpt.npz"
-    first = analyze(*rescnn, checkpoint=ckpt, **OPTIONS)
-    assert load_state(ckpt)["cursor"] == load_state(ckpt)["stop"]
-    run = Analysis(*rescnn, **OPTIONS)
-    run.restore(ckpt)
-    run.runner.run = None  # nothing is left to feed
-    run.run(ckpt)
-    assert_same(first, run.signature(), tol=0)
-    assert_same(reference, first, tol=0)
-
-
 # --- shards ---
 
 @pytest.mark.parametrize("total, n, unit", [(1024, 3, 128), (1000, 3, 128), (100, 4, 64), (5, 3, 2), (0, 2, 8)])
