@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from onnxaff.analysis import STATE_KIND_PART, Analysis
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.signature import Signature
 
 
@@ -27,6 +27,14 @@ def shard_state(model: str, data: str, shard: tuple[int, int], options: dict) ->
     run = Analysis(model, data, shard=shard, **{**options, "progress": False})
     run.run()
     return run.state(STATE_KIND_PART)
+
+
+def _cancel(ray, refs: list) -> None:
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:  # finished already, or the cluster is gone: nothing left to stop
+            pass
 
 
 def run_ray(model: str, data: str, shards: int, options: dict, address: str | None = None,
@@ -43,27 +51,39 @@ def run_ray(model: str, data: str, shards: int, options: dict, address: str | No
     options = dict(options, plugins=[_absolute(p) for p in options.get("plugins", [])])
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
+        try:
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster at that address, a bad address
+            raise OnnxaffError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
+                               f"{first_line(exc)}") from None
+    refs: list = []
+    bar = Progress(shards, label="ray", enabled=progress, unit="shards")
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         use_gpu = gpus >= 1 and options.get("device", "auto") in ("auto", "cuda")
         task = ray.remote(num_gpus=1 if use_gpu else 0, num_cpus=1, max_retries=0)(shard_state)
         refs = [task.remote(_absolute(model), _absolute(data), (i, shards), options) for i in range(shards)]
-        bar = Progress(shards, label="ray", enabled=progress, unit="shards")
         waiting = list(refs)
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=1)
             ray.get(done)  # raise a failed shard's error now
             bar.update(len(done))
-        bar.close()
         states = ray.get(refs)
     except ray.exceptions.RayTaskError as exc:
+        _cancel(ray, refs)
         cause = getattr(exc, "cause", None)
         if isinstance(cause, OnnxaffError):
             raise OnnxaffError(f"a Ray shard failed: {cause}") from None
         raise OnnxaffError(f"a Ray shard failed: {type(cause).__name__ if cause else 'error'}: "
                            f"{str(cause or exc).splitlines()[0]}") from None
+    except ray.exceptions.RayError as exc:  # a worker died (out of memory, killed), a node was lost
+        _cancel(ray, refs)
+        raise OnnxaffError(f"a Ray shard was lost: {type(exc).__name__}: {first_line(exc)}") from None
+    except BaseException:  # Ctrl-C: on a long-lived cluster the other shards would run on for nothing
+        _cancel(ray, refs)
+        raise
     finally:
+        bar.close()
         if started_here:
             ray.shutdown()
     sig = merge_states(states)
