@@ -1,9 +1,10 @@
 """What one run has collected for one site, and how it is saved, restored and merged.
 
 A checkpoint and a shard part are both this state for every site. Merging the parts of consecutive,
-chunk-aligned slices of the data gives exactly the state of one run over all of it: chunk scores are
-concatenated in order, moments and NLC statistics merge exactly, and a chunk_pair metric scores the one
-pair that straddles each boundary (the last chunk of a part with the first chunk of the next).
+chunk-aligned slices of the data gives the state of one run over all of it: chunk scores are concatenated
+in order (bit for bit), pooled moments merge on a fixed block tree (bit for bit), NLC sums add in another
+order (equal to rounding, ~1e-16 relative), and a chunk_pair metric scores the one pair that straddles each
+boundary (the last chunk of a part with the first chunk of the next).
 """
 
 from __future__ import annotations
