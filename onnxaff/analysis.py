@@ -208,7 +208,7 @@ class Analysis:
                  limit: int | None = None, reduce: str = "mean", device: str = "auto", layout: str = "auto",
                  seed: int = 0, input_shapes: dict | None = None, images: dict | None = None, plugins=(),
                  progress: bool = True, reduce_in: str = "graph", chunk_workers: int | None = None,
-                 shard: tuple[int, int] | None = None, pairs=(), blocks=()):
+                 shard: tuple[int, int] | None = None, pairs=(), blocks=(), threads: int | None = None):
         if chunk_size < 2:
             raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
         if batch_size < 1:
@@ -264,7 +264,7 @@ class Analysis:
         track_sites = [t for stage in self.stages if stage["status"] == "ok" for t in stage["probes"]]
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, reduce, raw=reduce_in == "numpy",
                                            jvp=needs_jvp)
-        self.runner = Runner(loaded, augmented, device=device)
+        self.runner = Runner(loaded, augmented, device=device, threads=threads)
         self.states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
         for st in self.states:
             if st.outputs.jvp is not None:
@@ -291,7 +291,8 @@ class Analysis:
         self.start, self.stop = shard_window(len(self.source), shard, self.unit)
         # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
         # as shard boundaries are), so the merged parts use exactly one run's examples.
-        self.network = (NetworkNLC(loaded, inputs, device, examples=max(0, NLC_EXAMPLES - self.start))
+        self.network = (NetworkNLC(loaded, inputs, device, examples=max(0, NLC_EXAMPLES - self.start),
+                                   threads=threads)
                         if needs_jvp else None)
         if self.network is not None:
             self.names += self.network.output_names
@@ -550,7 +551,8 @@ def analyze(
     """Run `data` through `model` and return its non-linearity signature.
 
     Options are Analysis's: metrics, chunk_size, batch_size, limit, reduce, device, layout, seed,
-    input_shapes, images, plugins, progress, reduce_in, chunk_workers, shard. reduce_in="numpy" exposes
+    input_shapes, images, plugins, progress, reduce_in, chunk_workers, shard, threads (onnxruntime's
+    intra-op threads; default: one per core). reduce_in="numpy" exposes
     the full activation tensors and reduces them on the host: the naive design, kept as the benchmarks'
     baseline and as a check of the in-graph reduction. chunk_workers threads score chunks while the
     runtime works (0: in the batch loop; None: one per spare core).

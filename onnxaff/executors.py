@@ -29,6 +29,14 @@ def shard_state(model: str, data: str, shard: tuple[int, int], options: dict) ->
     return run.state(STATE_KIND_PART)
 
 
+def _cpus_per_task(ray, shards: int) -> int:
+    """An equal share of the cluster's cores, within one node: each task's onnxruntime gets that many threads
+    (by default it would take every core of its node, once per task)."""
+    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources().get("CPU", 1)
+    return max(1, min(int(min(nodes)) if nodes else 1, int(total // shards)))
+
+
 def _cancel(ray, refs: list) -> None:
     for ref in refs:
         try:
@@ -61,8 +69,12 @@ def run_ray(model: str, data: str, shards: int, options: dict, address: str | No
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
         use_gpu = gpus >= 1 and options.get("device", "auto") in ("auto", "cuda")
-        task = ray.remote(num_gpus=1 if use_gpu else 0, num_cpus=1, max_retries=0)(shard_state)
-        refs = [task.remote(_absolute(model), _absolute(data), (i, shards), options) for i in range(shards)]
+        cpus = _cpus_per_task(ray, shards)
+        task = ray.remote(num_gpus=1 if use_gpu else 0, num_cpus=cpus, max_retries=0)(shard_state)
+        images = dict(options.get("images") or {})
+        images["workers"] = min(images.get("workers", 0), cpus - 1)  # decoders beside the runtime, in the budget
+        task_options = dict(options, threads=cpus, chunk_workers=0, images=images)
+        refs = [task.remote(_absolute(model), _absolute(data), (i, shards), task_options) for i in range(shards)]
         waiting = list(refs)
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=1)
@@ -87,5 +99,6 @@ def run_ray(model: str, data: str, shards: int, options: dict, address: str | No
         if started_here:
             ray.shutdown()
     sig = merge_states(states)
-    sig.runtime["executor"] = {"engine": "ray", "ray": ray.__version__, "shards": shards, "gpus_per_task": int(use_gpu)}
+    sig.runtime["executor"] = {"engine": "ray", "ray": ray.__version__, "shards": shards, "gpus_per_task": int(use_gpu),
+                               "cpus_per_task": cpus}
     return sig

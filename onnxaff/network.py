@@ -20,7 +20,8 @@ EXAMPLES = 1024
 
 
 class NetworkNLC:
-    def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP):
+    def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP,
+                 threads: int | None = None):
         self.inputs, self.step, self.limit = inputs, step, examples
         self.reason = None
         if not all(np.issubdtype(i.dtype, np.floating) for i in inputs):
@@ -29,7 +30,7 @@ class NetworkNLC:
         self.output_names = [o.name for o in graph.output if o.type.tensor_type.elem_type in (1, 11)]
         if not self.output_names:
             self.reason = self.reason or "the model has no float outputs"
-        self.runner = Runner(loaded, loaded.model, device=device) if self.reason is None else None
+        self.runner = Runner(loaded, loaded.model, device=device, threads=threads) if self.reason is None else None
         if self.runner is None:
             self.output_names = []  # nothing to fetch from the analysed model either
         self.jv2 = dict.fromkeys(self.output_names, 0.0)

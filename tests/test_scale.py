@@ -411,5 +411,14 @@ def test_ray_executor_equals_one_run(rescnn, reference, tmp_path):
     assert r.returncode == 0, r.stderr
     sig = read_signature(out)
     assert sig.runtime["executor"]["engine"] == "ray" and sig.runtime["executor"]["shards"] == 3
+    # 3 shards on this 2-core box: one core each, and as many onnxruntime threads (not one per core per task)
+    assert sig.runtime["executor"]["cpus_per_task"] == max(1, min(os.cpu_count() or 1, (os.cpu_count() or 1) // 3))
     assert_same(reference, sig)
     assert merge_parts  # the CLI path and merge_states share one implementation
+
+
+def test_threads_reach_every_session(rescnn):
+    run = Analysis(*rescnn, **{**OPTIONS, "metrics": ["affinity", "nlc"]}, threads=1)
+    assert run.runner.session.get_session_options().intra_op_num_threads == 1
+    assert run.network.runner.session.get_session_options().intra_op_num_threads == 1
+    assert "threads" not in run.key()["options"]  # a result does not depend on it
