@@ -562,8 +562,6 @@ def analyze(
     (the CLI does once the signature is written). The finished state is not saved again: pooled moments
     make it d² per site, and the CLI checks the output folder before the run.
     """
-    if checkpoint_every < 0:
-        raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")
     if resume and checkpoint is None:
         raise OnnxaffError("--resume needs a checkpoint path")
     run = Analysis(model, data, **options)

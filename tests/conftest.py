@@ -37,3 +37,17 @@ def run(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def run_cli(capfd, *args) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `onnxaff ARGS` run in this process; earlier output is dropped first."""
+    from onnxaff.cli import main
+
+    capfd.readouterr()
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capfd.readouterr()
+    return code, out, err

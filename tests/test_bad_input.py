@@ -19,24 +19,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from onnxaff.cli import main
 from onnxaff.errors import OnnxaffError
-from tests.conftest import parse
+from tests.conftest import parse, run_cli
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
 RELU = HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }"
 SYNTH = "synthetic:gaussian:n=64"
-
-
-def run_cli(capfd, *args) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `onnxaff ARGS` run in this process."""
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 def one_line_error(result, fragment: str) -> str:

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
 
-from onnxaff.cli import main
 from onnxaff.signature import read_signature
+from tests.conftest import run_cli
 
 FUZZ = settings(max_examples=int(os.environ.get("ONNXAFF_FUZZ_EXAMPLES", "50")), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -74,17 +74,6 @@ DTYPES = [TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16, TensorP
           TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL, TensorProto.STRING, TensorProto.COMPLEX64]
 
 
-def run_cli(capfd, args: list) -> tuple[int, str, str]:
-    capfd.readouterr()
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capfd.readouterr()
-    return code, out, err
-
-
 def _no_nan(token: str):
     raise AssertionError(f"{token} in a signature")
 
@@ -96,7 +85,7 @@ def check_outcome(capfd, blob: bytes) -> None:
         model.write_bytes(blob)
         for args in (["sites", model], ["analyze", model, "--data", "synthetic:gaussian:n=64", "--metrics",
                                         "affinity", "--chunk-size", "32", "--quiet", "--out", out]):
-            code, stdout, stderr = run_cli(capfd, args)
+            code, stdout, stderr = run_cli(capfd, *args)
             if code == 0:
                 if args[0] == "sites":
                     assert " sites in m.onnx " in stdout
@@ -120,8 +109,8 @@ def test_the_unmutated_models_analyse(capfd):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "m.onnx"
             path.write_bytes(blob)
-            code, _, err = run_cli(capfd, ["analyze", path, "--data", "synthetic:gaussian:n=64", "--chunk-size", "32",
-                                           "--quiet", "--out", Path(tmp) / "s.json"])
+            code, _, err = run_cli(capfd, "analyze", path, "--data", "synthetic:gaussian:n=64", "--chunk-size", "32",
+                                   "--quiet", "--out", Path(tmp) / "s.json")
             assert code == 0, err
 
 
@@ -186,7 +175,7 @@ def test_tensor_data_that_does_not_match_its_type(capfd, tmp_path, where, comman
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     args = [command, path] + (["--data", "synthetic:gaussian:n=64"] if command == "analyze" else [])
-    code, out, err = run_cli(capfd, args)
+    code, out, err = run_cli(capfd, *args)
     assert code == 2 and out == "" and err == f"onnxaff: error: invalid ONNX model m.onnx: {fragment}\n"
 
 
@@ -198,8 +187,8 @@ def test_runtime_failure_is_one_line(capfd, tmp_path):
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 2
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
-    code, out, err = run_cli(capfd, ["analyze", path, "--data", "synthetic:gaussian:n=64", "--quiet",
-                                     "--out", tmp_path / "s.json"])
+    code, out, err = run_cli(capfd, "analyze", path, "--data", "synthetic:gaussian:n=64", "--quiet",
+                             "--out", tmp_path / "s.json")
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert err.startswith("onnxaff: error: onnxruntime failed on a batch (x[64, 2, 8, 8]:float32): ")
     assert "Input channels C is not equal to kernel channels * group" in err
@@ -217,7 +206,7 @@ def test_text_that_is_not_utf8(capfd, tmp_path, command):
     path = tmp_path / "m.onnx"
     path.write_bytes(blob.replace(b"@@DIM@@", b"\xce\xff\xfe\xfd\xfc\xfb\xfa"))
     args = [command, path] + (["--data", "synthetic:gaussian:n=64"] if command == "analyze" else [])
-    code, out, err = run_cli(capfd, args)
+    code, out, err = run_cli(capfd, *args)
     assert code == 2 and out == ""
     assert err == "onnxaff: error: invalid ONNX model m.onnx: a name or string that is not UTF-8 text " \
                   "(b'\\xce\\xff\\xfe\\xfd\\xfc\\xfb\\xfa')\n"

@@ -113,6 +113,15 @@ def interrupt_after(run: Analysis, batches: int, signum: int = signal.SIGINT) ->
     run.runner.run = runner
 
 
+def checkpoint_after(rescnn, path, batches: int = 2):
+    """A checkpoint of the reference run, left by a SIGINT during batch `batches`."""
+    run = Analysis(*rescnn, **OPTIONS)
+    interrupt_after(run, batches)
+    with pytest.raises(Interrupted):
+        run.run(path)
+    return path
+
+
 @pytest.mark.parametrize("batches, every", [(1, 0), (7, 3), (31, 1)])
 def test_interrupt_then_resume_equals_one_run(rescnn, reference, tmp_path, batches, every):
     ckpt = tmp_path / "run.ckpt.npz"
@@ -157,11 +166,7 @@ def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
 
 
 def test_checkpoint_of_another_run_is_refused(rescnn, tmp_path):
-    ckpt = tmp_path / "run.ckpt.npz"
-    run = Analysis(*rescnn, **OPTIONS)
-    interrupt_after(run, 2)
-    with pytest.raises(Interrupted):
-        run.run(ckpt)
+    ckpt = checkpoint_after(rescnn, tmp_path / "run.ckpt.npz")
     other_model = next(x for x in shipped_models() if x.name == "torch_cnn_relu")
     with pytest.raises(OnnxaffError, match="from another model"):
         analyze(str(other_model.path), rescnn[1], checkpoint=ckpt, resume=True, **OPTIONS)
@@ -271,11 +276,7 @@ def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
 
 
 def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path):
-    ckpt = tmp_path / "run.ckpt.npz"
-    run = Analysis(*rescnn, **OPTIONS)
-    interrupt_after(run, 2)
-    with pytest.raises(Interrupted):
-        run.run(ckpt)
+    ckpt = checkpoint_after(rescnn, tmp_path / "run.ckpt.npz")
     state = load_state(ckpt)
     del state["sites"][0]["buffer"]
     save_state(ckpt, state)
