@@ -217,14 +217,21 @@ def test_sigint_from_another_process_then_resume_via_cli(tmp_path):
                                          f"(--resume continues it)"]
 
 
-def test_resume_keeps_unreadable_files_counted(tmp_path):
-    from tests.test_images import image_model, sample_photos
+def photo_folder(root, copies: int, name: str = "{k}_{name}"):
+    """`copies` copies of the sample photos in one folder (sorted by copy number)."""
+    from tests.test_images import sample_photos
 
-    root = tmp_path / "photos"
     root.mkdir()
-    for k in range(3):
+    for k in range(copies):
         for src in sample_photos():
-            shutil.copy(src, root / f"{k}_{src.name}")
+            shutil.copy(src, root / name.format(k=k, name=src.name))
+    return root
+
+
+def test_resume_keeps_unreadable_files_counted(tmp_path):
+    from tests.test_images import image_model
+
+    root = photo_folder(tmp_path / "photos", 3)
     (root / "1_broken.jpg").write_bytes(b"not an image")
     (root / "2_empty.jpg").write_bytes(b"")
     model = image_model(["N", 3, 16, 16])
@@ -243,13 +250,9 @@ def test_resume_keeps_unreadable_files_counted(tmp_path):
 def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
     """`timeout`, Slurm and systemd signal every process of the group: the decoders must not die with their
     tasks pending (the main process would wait for them forever); the run saves and exits 130."""
-    from tests.test_images import image_model, sample_photos
+    from tests.test_images import image_model
 
-    root = tmp_path / "photos"
-    root.mkdir()
-    for k in range(20):
-        for src in sample_photos():
-            shutil.copy(src, root / f"{k:02d}_{src.name}")
+    root = photo_folder(tmp_path / "photos", 20, "{k:02d}_{name}")
     model = tmp_path / "m.onnx"
     onnx.save(image_model(["N", 3, 16, 16]), model)
     args = [model, "--data", root, "--preprocess", "raw", "--workers", 2, "--metrics", "affinity",
@@ -335,13 +338,9 @@ def test_network_nlc_of_shards_past_its_example_limit(tmp_path):
 def test_merge_says_when_a_shard_ends_between_chunks(tmp_path):
     """An unreadable file leaves its shard a row short of a chunk boundary: the merge cannot be one run's
     chunking there, and says so; the chunk scores stay in data order."""
-    from tests.test_images import image_model, sample_photos
+    from tests.test_images import image_model
 
-    root = tmp_path / "photos"
-    root.mkdir()
-    for k in range(4):
-        for src in sample_photos():
-            shutil.copy(src, root / f"{k}_{src.name}")
+    root = photo_folder(tmp_path / "photos", 4)
     (root / "0_zbroken.jpg").write_bytes(b"not an image")
     model = tmp_path / "m.onnx"
     onnx.save(image_model(["N", 3, 16, 16]), model)
