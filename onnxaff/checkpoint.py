@@ -26,7 +26,8 @@ def prepare(path: str | Path) -> None:
     """Refuse a path that holds anything but an onnxaff checkpoint; remove temporaries of killed saves there."""
     path = Path(path)
     if path.exists() and not path.is_dir() and not is_checkpoint(path):
-        what = "a shard part's state" if state_kind(path) == "part" else "a file that is not an onnxaff checkpoint"
+        part = path.is_file() and state_kind(path) == "part"  # never opened otherwise: a FIFO would block
+        what = "a shard part's state" if part else "a file that is not an onnxaff checkpoint"
         raise OnnxaffError(f"--checkpoint {path} holds {what}; it is left as it is: choose another --checkpoint")
     for tmp in temporaries_of(path):
         with contextlib.suppress(OSError):

@@ -58,6 +58,8 @@ def output_folder(path: Path) -> Path:
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise OnnxaffError(f"output path is a folder, not a file: {path}")
+    if path.exists() and not path.is_file():  # the rename would put a file in place of /dev/null or a FIFO
+        raise OnnxaffError(f"output path is a device, FIFO or socket, not a file: {path}")
     if not folder.is_dir():
         raise OnnxaffError(f"output folder does not exist: {folder}")
     return folder

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 
 import numpy as np
 import onnx
@@ -136,6 +137,18 @@ def test_out_never_replaces_an_image_of_the_data_folder(capfd, tmp_path, no_run)
     refused(capfd, "--out photos/a.jpg is an image of the data folder", "analyze", "img.onnx", "--data", "photos",
             "--out", "photos/a.jpg", *OPTS)
     assert photo.read_bytes() == before
+
+
+def test_out_that_is_a_fifo_or_device_is_refused(capfd, files):
+    """Outputs are replaced by a rename: `--out /dev/null` run as root would put a file in place of the device.
+    (Tested on a FIFO: a wrong result here must not damage the machine.)"""
+    code, _, err = run_cli(capfd, "analyze", "m.onnx", "--data", "x.npy", "--out", "s.json", *OPTS)
+    assert code == 0, err
+    os.mkfifo(files / "pipe")
+    refused(capfd, "output path is a device, FIFO or socket, not a file: pipe", "analyze", "m.onnx", "--data",
+            "x.npy", "--out", "pipe", *OPTS)
+    refused(capfd, "output path is a device, FIFO or socket, not a file: pipe", "report", "s.json", "--out", "pipe")
+    assert stat.S_ISFIFO(os.lstat(files / "pipe").st_mode)
 
 
 # --- the checkpoint path ---
