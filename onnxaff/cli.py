@@ -192,16 +192,17 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
     )
     if executor == "ray":
         from onnxaff.executors import run_ray
+        from onnxaff.graph.load import load_model
 
         if shard is not None or resume:
             raise OnnxaffError("--executor ray runs every shard itself: drop --shard/--resume")
+        refuse_overwrite(outputs, _weight_files(load_model(model, infer_shapes=False)))
         sig = run_ray(model, data, shards, {k: v for k, v in options.items() if k != "progress"},
                       address=ray_address, progress=not quiet)
         path = sig.write(out)
     else:
         run = Analysis(model, data, shard=parse_shard(shard), **options)
-        refuse_overwrite(outputs, [("an external weight file of the model", run.loaded.path.parent / loc)
-                                   for loc in run.loaded.external_locations])
+        refuse_overwrite(outputs, _weight_files(run.loaded))
         if resume:
             if not Path(checkpoint).exists():
                 raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
@@ -223,6 +224,10 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
 def _signature_to(run, out):
     sig = run.signature()
     return sig.write(out), sig
+
+
+def _weight_files(loaded) -> list[tuple[str, Path]]:
+    return [("an external weight file of the model", loaded.path.parent / loc) for loc in loaded.external_locations]
 
 
 def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:

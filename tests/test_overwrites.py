@@ -63,6 +63,7 @@ def no_run(monkeypatch):
         raise AssertionError("the data pass started before the paths were checked")
 
     monkeypatch.setattr("onnxaff.analysis.Analysis.run", refuse)
+    monkeypatch.setattr("onnxaff.executors.run_ray", refuse)
 
 
 # --- one file under several names ---
@@ -124,6 +125,8 @@ def test_out_never_replaces_an_external_weight_file(capfd, tmp_path, rng, no_run
             "--data", "synthetic:gaussian:n=64", "--out", "ext.weights", *OPTS)
     refused(capfd, "--checkpoint ext.weights holds a file that is not an onnxaff checkpoint", "analyze", "ext.onnx",
             "--data", "synthetic:gaussian:n=64", "--out", "s.json", "--checkpoint", "./ext.weights", *OPTS)
+    refused(capfd, "--out ./ext.weights is an external weight file of the model", "analyze", "ext.onnx",
+            "--data", "synthetic:gaussian:n=64", "--out", "./ext.weights", "--executor", "ray", *OPTS)
     assert snapshot(tmp_path) == before
 
 
