@@ -240,7 +240,7 @@ def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
         root = os.path.realpath(data)
         inputs += [("an image of the data folder", p) for _, p in outputs
                    if os.path.isfile(p) and Path(p).suffix.lower() in EXTENSIONS
-                   and os.path.realpath(p).startswith(root + os.sep)]
+                   and os.path.commonpath([root, os.path.realpath(p)]) == root]
     return inputs
 
 
