@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from onnxaff import __version__
+from onnxaff.checkpoint import prepare as prepare_checkpoint
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import Interrupted, OnnxaffError
@@ -337,6 +338,8 @@ class Analysis:
         batches and on SIGINT/SIGTERM (then raise Interrupted)."""
         if every < 0:
             raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {every}")
+        if checkpoint is not None:
+            prepare_checkpoint(checkpoint)  # a file that is not a checkpoint is refused, never replaced
         self._stop_signal = None  # an API caller may run again after catching Interrupted
         bar = Progress(self.stop - self.start, enabled=self.progress)
         bar.update(self.cursor - self.start)
@@ -558,9 +561,9 @@ def analyze(
     runtime works (0: in the batch loop; None: one per spare core).
 
     With `checkpoint`, the state is saved there every `checkpoint_every` batches and on SIGINT/SIGTERM
-    (raising Interrupted); `resume=True` continues from it. The file stays until the caller removes it
-    (the CLI does once the signature is written). The finished state is not saved again: pooled moments
-    make it d² per site, and the CLI checks the output folder before the run.
+    (raising Interrupted); `resume=True` continues from it. A file there that is not an onnxaff checkpoint is
+    refused. The file stays until the caller removes it; the CLI saves the finished pass there too before it
+    writes the signature, and removes it once that is written (onnxaff.checkpoint.write_result).
     """
     if resume and checkpoint is None:
         raise OnnxaffError("--resume needs a checkpoint path")

@@ -156,15 +156,24 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                   layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle,
                   workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4, ray_address=None,
                   checkpoint=None, checkpoint_every=0, resume=False):
-    from onnxaff.analysis import analyze, parse_shard
+    from onnxaff.analysis import Analysis, parse_shard
+    from onnxaff.checkpoint import prepare as prepare_checkpoint
+    from onnxaff.checkpoint import write_result
     from onnxaff.data import parse_input_shapes
-    from onnxaff.files import check_writable
+    from onnxaff.files import check_writable, refuse_overwrite
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
+    from onnxaff.shards import state_path_for, write_part
 
-    check_writable(out)  # before the run: a long analysis must not end on a folder it cannot write
+    outputs = [("--out", out)]
     if executor != "ray":
         checkpoint = checkpoint or f"{out}.ckpt.npz"
+        outputs += [("--checkpoint", checkpoint)] + ([("the shard's state file", state_path_for(out))] if shard else [])
+    inputs = _analysis_inputs(model, data, plugin, outputs)
+    refuse_overwrite(outputs, inputs)
+    check_writable(out)  # before the run: a long analysis must not end on a folder it cannot write
+    if executor != "ray":
         check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
+        prepare_checkpoint(checkpoint)  # a file there that is not a checkpoint is refused, never replaced
     if checkpoint_every < 0:
         raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")
     if not any(m.strip() for m in metrics.split(",")):
@@ -183,41 +192,56 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
     )
     if executor == "ray":
         from onnxaff.executors import run_ray
+        from onnxaff.graph.load import load_model
 
         if shard is not None or resume:
             raise OnnxaffError("--executor ray runs every shard itself: drop --shard/--resume")
+        refuse_overwrite(outputs, _weight_files(load_model(model, infer_shapes=False)))
         sig = run_ray(model, data, shards, {k: v for k, v in options.items() if k != "progress"},
                       address=ray_address, progress=not quiet)
         path = sig.write(out)
     else:
-        if not resume and Path(checkpoint).exists():
+        run = Analysis(model, data, shard=parse_shard(shard), **options)
+        refuse_overwrite(outputs, _weight_files(run.loaded))
+        if resume:
+            if not Path(checkpoint).exists():
+                raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
+            run.restore(checkpoint)
+        elif Path(checkpoint).exists():
             click.echo(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
                        f"(--resume continues it)", err=True)
-        if shard is not None:
-            path, sig = _run_part(model, data, out, parse_shard(shard), options, checkpoint, checkpoint_every, resume)
+        run.run(checkpoint, checkpoint_every)
+        if shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
+            path, sig = write_result(run, checkpoint, lambda: write_part(run, out))
         else:
-            sig = analyze(model, data, checkpoint=checkpoint, checkpoint_every=checkpoint_every, resume=resume,
-                          **options)
-            path = sig.write(out)
-        Path(checkpoint).unlink(missing_ok=True)
+            path, sig = write_result(run, checkpoint, lambda: _signature_to(run, out))
     if not quiet:
         print_summary(sig)
         click.echo(f"signature written to {path}")
     return sig
 
 
-def _run_part(model, data, out, shard, options, checkpoint, every, resume):
-    """One shard: its state beside OUT (for `onnxaff merge`), then its own signature."""
-    from onnxaff.analysis import Analysis
-    from onnxaff.shards import write_part
+def _signature_to(run, out):
+    sig = run.signature()
+    return sig.write(out), sig
 
-    run = Analysis(model, data, shard=shard, **options)
-    if resume:
-        if not Path(checkpoint).exists():
-            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
-        run.restore(checkpoint)
-    run.run(checkpoint, every)
-    return write_part(run, out)
+
+def _weight_files(loaded) -> list[tuple[str, Path]]:
+    return [("an external weight file of the model", loaded.path.parent / loc) for loc in loaded.external_locations]
+
+
+def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
+    """The files an analysis reads, which none of its outputs may replace (external weights: once loaded)."""
+    from onnxaff.data.images import EXTENSIONS
+
+    inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
+    inputs += [("the plugin", p) for p in plugins]
+    if os.path.isdir(data):  # an output named like an image inside the data folder would replace that image
+        root = os.path.realpath(data)
+        inputs += [("an image of the data folder", p) for _, p in outputs
+                   if os.path.isfile(p) and Path(p).suffix.lower() in EXTENSIONS
+                   and os.path.commonpath([root, os.path.realpath(p)]) == root]
+    return inputs
 
 
 _SCALE_OPTIONS = [
@@ -261,8 +285,10 @@ def analyze(model, data, out, **options) -> None:
 @click.option("--quiet", is_flag=True, help="No summary.")
 def merge(parts, out, quiet) -> None:
     """Merge the parts of `analyze --shard i/n` (all n of them) into one run's signature."""
-    from onnxaff.shards import merge_parts
+    from onnxaff.files import refuse_overwrite
+    from onnxaff.shards import merge_parts, part_files
 
+    refuse_overwrite([("--out", out)], [("a part", p) for part in parts for p in part_files(part)])
     sig = merge_parts(list(parts))
     path = sig.write(out)
     if not quiet:
@@ -338,10 +364,11 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
     """DTW distances, clustering and statistics of several signatures, per metric."""
     from onnxaff.compare import compare as run_compare
     from onnxaff.compare import shared_metrics
-    from onnxaff.files import write_text_atomic
+    from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import comparison_page
     from onnxaff.signature import write_json_atomic
 
+    refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
     sigs = _read_all(signatures)
     names = shared_metrics(sigs) if metric == "all" else [metric]
     if not names:
@@ -383,10 +410,12 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
     """R² and Pearson r of accuracy against each signature statistic and model baseline."""
     from onnxaff.compare import correlate as run_correlate
     from onnxaff.compare import read_table
-    from onnxaff.files import write_text_atomic
+    from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import correlation_page
     from onnxaff.signature import write_json_atomic
 
+    refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
+                                        ("--group", group_file)])
     result = run_correlate(_read_all(signatures), read_table(accuracy, "accuracy"), metric=metric,
                            groups=read_table(group_file, "group") if group_file else None)
     if out.endswith(".json"):
@@ -406,11 +435,12 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
 @click.option("--metric", default="affinity", show_default=True)
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
-    from onnxaff.files import write_text_atomic
+    from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import single_page
     from onnxaff.signature import read_signature
 
     out = out or os.path.splitext(signature)[0] + ".html"
+    refuse_overwrite([("--out", out)], [("the signature", signature)])
     path = write_text_atomic(out, single_page(read_signature(signature), metric))
     click.echo(f"report written to {path}")
 

@@ -11,5 +11,9 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+class WriteError(OnnxaffError):
+    """An output file could not be written (disk full, permissions): the run's results may still be saved."""
+
+
 class Interrupted(OnnxaffError):
     """SIGINT/SIGTERM stopped a checkpointed run at a batch boundary, after saving its state."""

@@ -4,10 +4,53 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, WriteError
+
+TEMPORARY_SUFFIX = ".tmp"
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """One file under two names: `./a.json` and `a.json`, a symlink and its target, two hard links."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare where each name leads
+        return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
+
+
+def refuse_overwrite(outputs, inputs=()) -> None:
+    """Refuse, before any work, an output that would replace an input or another output of the same command.
+
+    `outputs` and `inputs` are (what, path) pairs such as ("--out", "s.json") or ("the model", "m.onnx");
+    pairs whose path is None are left out. Written files replace their target whole, so one wrong path would
+    otherwise destroy a model, a data set or a signature without a word.
+    """
+    inputs = [(what, p) for what, p in inputs if p is not None]
+    outputs = [(what, p) for what, p in outputs if p is not None]
+    for k, (what, path) in enumerate(outputs):
+        for other, theirs in inputs:
+            if same_file(path, theirs):
+                raise OnnxaffError(f"{what} {path} is {other} {theirs}: an output never replaces an input; "
+                                   f"choose another {what}")
+        for other, theirs in outputs[:k]:
+            if same_file(path, theirs):
+                raise OnnxaffError(f"{what} {path} and {other} {theirs} are one file; choose another {what}")
+
+
+def temporaries_of(path: str | Path) -> list[Path]:
+    """The temporary files a killed atomic write of `path` left beside it (only those: mkstemp's 8 characters)."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    pattern = re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [folder / n for n in sorted(names) if pattern.fullmatch(n) and (folder / n).is_file()
+            and not (folder / n).is_symlink()]
 
 
 def output_folder(path: Path) -> Path:
@@ -15,6 +58,8 @@ def output_folder(path: Path) -> Path:
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise OnnxaffError(f"output path is a folder, not a file: {path}")
+    if path.exists() and not path.is_file():  # the rename would put a file in place of /dev/null or a FIFO
+        raise OnnxaffError(f"output path is a device, FIFO or socket, not a file: {path}")
     if not folder.is_dir():
         raise OnnxaffError(f"output folder does not exist: {folder}")
     return folder
@@ -23,9 +68,9 @@ def output_folder(path: Path) -> Path:
 def _temporary_beside(path: Path) -> tuple[int, str]:
     folder = output_folder(path)
     try:
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=folder)
     except OSError as exc:
-        raise OnnxaffError(f"cannot write to {folder}: {exc.strerror}") from None
+        raise WriteError(f"cannot write to {folder}: {exc.strerror}") from None
 
 
 def check_writable(path: str | Path) -> Path:
@@ -59,7 +104,7 @@ def write_bytes_atomic(path: str | Path, data: bytes | memoryview) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise OnnxaffError(f"cannot write {path}: {exc.strerror or exc}") from None
+            raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
     return path
 

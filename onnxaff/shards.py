@@ -34,6 +34,19 @@ def write_part(run: Analysis, out: str | Path) -> tuple[Path, Signature]:
     return sig.write(out), sig
 
 
+def part_files(path: str | Path) -> list[Path]:
+    """The files of a part as given: PART.json and the state file it names (or the .state.npz alone)."""
+    path = Path(path)
+    files = [path]
+    if path.suffix != ".npz":
+        try:
+            state = json.loads(path.read_text())["data"]["shard"]["state"]
+            files.append(path.parent / state)
+        except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError):
+            pass  # not a part: read_part says so
+    return files
+
+
 def read_part(path: str | Path) -> dict:
     """A part's state, from PART.json (whose shard entry names the state file) or the .state.npz itself."""
     path = Path(path)

@@ -68,3 +68,25 @@ def load_state(path: str | Path) -> dict:
     if header.get("format") != STATE_FORMAT or header.get("version") != STATE_VERSION:
         raise OnnxaffError(f"{path} is not an onnxaff state file of version {STATE_VERSION}")
     return _unpack(header["state"], arrays)
+
+
+def state_kind(path: str | Path) -> str | None:
+    """The kind of an onnxaff state file ("checkpoint", "part"), None for any other file.
+
+    Only the JSON header is read (a .npy is not even opened as an array): this runs on whatever a user names
+    as a checkpoint, which may be a data set of many gigabytes.
+    """
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":  # every .npz is a zip archive
+                return None
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["header"]))
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, AttributeError,
+            TypeError):
+        return None
+    state = header.get("state") if isinstance(header, dict) and header.get("format") == STATE_FORMAT else None
+    if not isinstance(state, dict):
+        return None
+    kind = state.get("kind")
+    return kind if isinstance(kind, str) else None

@@ -363,6 +363,7 @@ def no_analysis(monkeypatch):
         raise AssertionError("the analysis ran before the output path was checked")
 
     monkeypatch.setattr("onnxaff.analysis.analyze", refuse)
+    monkeypatch.setattr("onnxaff.analysis.Analysis", refuse)
 
 
 def test_output_folder_missing(capfd, tmp_path, relu_model, no_analysis):
