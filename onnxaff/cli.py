@@ -115,18 +115,26 @@ def _analysis_options(f):
         click.option("--chunk-workers", type=int, default=None,
                      help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
         click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
-                     show_default=True),
+                     show_default=True, help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed of synthetic data."),
         click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
-                     help="Dims after the batch axis for an input with symbolic dims (synthetic data)."),
+                     help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
+                          "folders: e.g. x=3x48x320)."),
         click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
                      help="A Python file defining extra metrics."),
         click.option("--preprocess", default="torchvision", show_default=True,
                      type=click.Choice(["torchvision", "inception", "caffe", "raw"]), help="Image preset."),
         click.option("--mean", default=None, help="Per-channel mean after scaling, e.g. 0.5,0.5,0.5 (images)."),
         click.option("--std", default=None, help="Per-channel std, e.g. 0.5,0.5,0.5 (images)."),
-        click.option("--resize", type=int, default=None, help="Shorter side before the centre crop (images)."),
-        click.option("--crop", type=int, default=None, help="Centre crop size (images; default: the model's)."),
+        click.option("--resize", default=None, metavar="N|HxW",
+                     help="Shorter side, or exact HxW, before the centre crop (images)."),
+        click.option("--crop", default=None, metavar="N|HxW",
+                     help="Centre crop / letterbox size (images; default: the model's)."),
+        click.option("--fit", type=click.Choice(["crop", "letterbox", "pad"]), default=None,
+                     help="Images: resize + centre crop [default], or scale to fit inside and pad: letterbox "
+                          "(centred, as detectors), pad (top-left, as text recognisers)."),
+        click.option("--pad-value", "pad_value", default=None, metavar="V[,V,V]",
+                     help="Pixel value (0-255, before scaling) of --fit letterbox/pad borders [default: 0]."),
         click.option("--interpolation", default=None, help="nearest|bilinear|bicubic|lanczos|box|hamming."),
         click.option("--shuffle", is_flag=True, help="A seeded subset spread over classes (images)."),
         click.option("--workers", type=int, default=None, help="Decoding processes [default: min(4, cores)]."),
@@ -153,9 +161,9 @@ def _floats(text: str | None, option: str):
 
 
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
-                  layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle,
-                  workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4, ray_address=None,
-                  checkpoint=None, checkpoint_every=0, resume=False):
+                  layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
+                  shuffle, workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4,
+                  ray_address=None, checkpoint=None, checkpoint_every=0, resume=False):
     from onnxaff.analysis import Analysis, parse_shard
     from onnxaff.checkpoint import prepare as prepare_checkpoint
     from onnxaff.checkpoint import write_result
@@ -180,8 +188,12 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         raise OnnxaffError(f"--metrics {metrics!r} names no metric")
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
               "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
-    for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std")), ("resize", resize),
-                       ("crop", crop), ("interpolation", interpolation)):
+    from onnxaff.data.preprocess import parse_size
+
+    for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std")),
+                       ("resize", parse_size(resize, "--resize")), ("crop", parse_size(crop, "--crop")),
+                       ("interpolation", interpolation), ("fit", fit),
+                       ("pad_value", _floats(pad_value, "--pad-value"))):
         if value is not None:
             images[key] = value
     options = dict(
@@ -266,7 +278,8 @@ def _scale_options(f):
 
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--data", required=True, help="A .npy/.npz file, or synthetic:gaussian|uniform|grid[:n=..,seed=..].")
+@click.option("--data", required=True, help="An image folder (flat or one subfolder per class), a .npy/.npz "
+              "file, or synthetic:gaussian|uniform|grid[:n=..,seed=..].")
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @_analysis_options
 @_scale_options

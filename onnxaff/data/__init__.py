@@ -29,8 +29,8 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
 
 def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
                 shapes: dict | None = None, images: dict | None = None) -> DataSource:
-    """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, shuffle,
-    workers, draft)."""
+    """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
+    shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims."""
     if limit is not None and limit <= 0:
         raise OnnxaffError(f"--limit must be positive, got {limit}")
     for name in shapes or {}:
@@ -50,7 +50,9 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
         opts = dict(images or {})
         if len(inputs) != 1:
             raise OnnxaffError(f"an image folder feeds a single-input model; this one has {len(inputs)} inputs")
-        pre = build_preprocess(opts.pop("preprocess", "torchvision"), inputs[0], **{
-            k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation") if k in opts})
+        pre = build_preprocess(opts.pop("preprocess", "torchvision"), inputs[0], shape=(shapes or {}).get(
+            inputs[0].name), **{k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation", "fit",
+                                                          "pad_value") if k in opts})
         return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
-    raise OnnxaffError(f"unrecognised data {spec!r}: give a .npy/.npz file or synthetic:gaussian|uniform|grid")
+    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, a .npy/.npz file or "
+                       f"synthetic:gaussian|uniform|grid")

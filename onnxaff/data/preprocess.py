@@ -8,11 +8,17 @@
 | raw | the crop size, bilinear | centre | /255 → [0, 1] | none | RGB (or L for 1 channel) |
 
 The crop size, the layout (NCHW / NHWC) and the dtype come from the model input when it declares
-them; --mean/--std/--resize/--crop/--interpolation override any preset ("custom").
+them (`--input-shape NAME=CxHxW` fixes symbolic ones); --mean/--std/--resize/--crop/--interpolation
+override any preset ("custom"). Sizes are one number or HxW: `--resize HxW` resizes to exactly that
+(distorting, as OCR and detector pipelines do), `--resize N` sets the shorter side (enlarged where a
+non-square crop would not fit). `--fit letterbox` (centred) and `--fit pad` (top-left, padded on the
+right and bottom, as text recognisers) scale the whole image to fit inside HxW without distorting it and
+fill the rest with `--pad-value` (pixels, 0-255, before scaling).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -21,13 +27,32 @@ from onnxaff.data.source import InputSpec
 from onnxaff.errors import OnnxaffError
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+FITS = ("crop", "letterbox", "pad")
+
+
+def parse_size(text, option: str) -> int | tuple[int, int] | None:
+    """`N` or `HxW` (positive ints) -> N or (H, W); what --crop and --resize take."""
+    if text is None or isinstance(text, int | tuple):
+        return text
+    parts = str(text).lower().replace("×", "x").split("x")
+    try:
+        dims = tuple(int(d) for d in parts)
+    except ValueError:
+        dims = ()
+    if len(dims) not in (1, 2) or min(dims) <= 0:
+        raise OnnxaffError(f"{option} {text!r} is not a size: give N or HxW (positive integers, e.g. 48x320)")
+    return dims[0] if len(dims) == 1 else dims
+
+
+def _fmt_size(size) -> str:
+    return str(size) if isinstance(size, int) else "x".join(str(d) for d in size)
 
 
 @dataclass(frozen=True)
 class Preprocess:
     name: str
     crop: int | tuple[int, int] = 224
-    resize: int | None = None  # shorter side before the crop; None: round(crop / 0.875)
+    resize: int | tuple[int, int] | None = None  # shorter side (or exact HxW) before the crop; None: crop/0.875
     scale: float = 1 / 255
     offset: float = 0.0  # after scaling
     mean: tuple[float, ...] | None = None  # after scaling and offset
@@ -37,19 +62,40 @@ class Preprocess:
     layout: str = "NCHW"
     channels: int = 3
     dtype: str = "float32"
+    fit: str = "crop"  # crop: resize then centre crop; letterbox / pad: scale to fit inside, then pad
+    pad_value: tuple[int, ...] = (0,)
 
     def crop_hw(self) -> tuple[int, int]:
         return (self.crop, self.crop) if isinstance(self.crop, int) else tuple(self.crop)
 
+    def shorter_side(self) -> int:
+        """The shorter side of `--fit crop` resizes (before any enlargement a non-square crop needs)."""
+        return self.resize if isinstance(self.resize, int) else int(round(min(self.crop_hw()) / 0.875))
+
     def resize_to(self) -> int:
-        return self.resize if self.resize is not None else int(round(min(self.crop_hw()) / 0.875))
+        """No resized image has a shorter side above this (JPEG draft mode decodes to twice it)."""
+        h, w = self.crop_hw()
+        if isinstance(self.resize, tuple):
+            return max(self.resize)
+        if self.fit != "crop":
+            return max(h, w)
+        if self.resize is None:
+            return int(round(max(h, w) / 0.875))
+        return max(self.resize, h, w)
 
     def describe(self) -> dict:
         h, w = self.crop_hw()
-        return {"preset": self.name, "resize_shorter_side": self.resize_to(), "center_crop": [h, w],
-                "scale": self.scale, "offset": self.offset, "mean": self.mean, "std": self.std,
-                "channel_order": "BGR" if self.bgr else ("L" if self.channels == 1 else "RGB"),
-                "interpolation": self.interpolation, "layout": self.layout, "dtype": self.dtype}
+        d = {"preset": self.name}
+        if self.fit != "crop":
+            d.update(fit=self.fit, size=[h, w], pad_value=list(self.pad_value),
+                     anchor="centre" if self.fit == "letterbox" else "top-left")
+        elif isinstance(self.resize, tuple):
+            d.update(resize=list(self.resize), center_crop=[h, w])
+        else:
+            d.update(resize_shorter_side=self.shorter_side(), center_crop=[h, w])
+        return d | {"scale": self.scale, "offset": self.offset, "mean": self.mean, "std": self.std,
+                    "channel_order": "BGR" if self.bgr else ("L" if self.channels == 1 else "RGB"),
+                    "interpolation": self.interpolation, "layout": self.layout, "dtype": self.dtype}
 
 
 PRESETS = {
@@ -77,22 +123,61 @@ def image_input_layout(spec: InputSpec) -> tuple[str, int, tuple[int | None, int
     raise OnnxaffError(f"cannot tell the channel axis of model input {spec.describe()} (expected 1 or 3 channels)")
 
 
+def _fix_shape(spec: InputSpec, shape) -> InputSpec:
+    """The input with its dims after the batch axis set by --input-shape (static dims must agree)."""
+    from onnxaff.data.source import check_example_shape
+
+    shape = tuple(shape)
+    if len(shape) != 3:
+        raise OnnxaffError(f"--input-shape {spec.name}={_fmt_size(shape)} gives {len(shape)} dims, but an image "
+                           f"input takes 3 after the batch axis (CxHxW, or HxWxC for channels-last)")
+    check_example_shape(spec, shape, f"--input-shape {spec.name}={_fmt_size(shape)}")
+    return replace(spec, shape=(spec.shape[0] if spec.shape else "N", *shape))
+
+
 def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=None, crop=None,
-                     interpolation=None) -> Preprocess:
+                     interpolation=None, fit=None, pad_value=None, shape=None) -> Preprocess:
+    """The preset fitted to the model input; `shape`: its dims after the batch axis from --input-shape."""
     if name not in PRESETS:
         raise OnnxaffError(f"unknown preprocessing {name!r}; choose one of {', '.join(PRESETS)}")
     if not np.issubdtype(spec.dtype, np.floating):
         raise OnnxaffError(f"image presets produce floats but model input {spec.describe()} wants {spec.dtype}")
+    if shape is not None:
+        spec = _fix_shape(spec, shape)
     layout, channels, (h, w) = image_input_layout(spec)
+    crop, resize = parse_size(crop, "--crop"), parse_size(resize, "--resize")
     p = PRESETS[name]
-    custom = any(v is not None for v in (mean, std, resize, crop, interpolation))
+    custom = any(v is not None for v in (mean, std, resize, crop, interpolation, fit, pad_value))
     changes = {"layout": layout, "channels": channels, "dtype": spec.dtype.name}
-    if h and w:
-        changes["crop"] = (h, w)
     if crop is not None:
-        if h and w and (crop, crop) != (h, w):
-            raise OnnxaffError(f"--crop {crop} but model input {spec.describe()} takes {h}x{w} images")
-        changes["crop"] = crop
+        ch, cw = (crop, crop) if isinstance(crop, int) else crop
+        if (h and ch != h) or (w and cw != w):
+            raise OnnxaffError(f"--crop {_fmt_size(crop)} but model input {spec.describe()} takes "
+                               f"{h or 'H'}x{w or 'W'} images")
+        h, w = ch, cw
+    elif not (h and w) and isinstance(resize, tuple) and fit in (None, "crop"):
+        h, w = h or resize[0], w or resize[1]
+    if not (h and w):
+        names = ("C", "H", "W") if layout == "NCHW" else ("H", "W", "C")
+        dims = "x".join(str(d) if isinstance(d, int) and d > 0 else n
+                        for d, n in zip(spec.shape[1:], names, strict=True))
+        raise OnnxaffError(f"model input {spec.describe()} has a symbolic image height/width: give the size with "
+                           f"--input-shape {spec.name}={dims} or --crop HxW")
+    changes["crop"] = (h, w)
+    if fit is not None:
+        if fit not in FITS:
+            raise OnnxaffError(f"unknown --fit {fit!r}; choose one of {', '.join(FITS)}")
+        if fit != "crop" and resize is not None:
+            raise OnnxaffError(f"--fit {fit} scales each image to fit {h}x{w} itself: drop --resize")
+        changes["fit"] = fit
+    if pad_value is not None:
+        values = tuple(pad_value) if isinstance(pad_value, tuple | list) else (pad_value,)
+        if len(values) not in (1, channels) or any(v != int(v) or not 0 <= v <= 255 for v in values):
+            raise OnnxaffError(f"--pad-value {','.join(f'{v:g}' for v in values)} must be 1 or {channels} "
+                               f"pixel value(s), integers in 0-255 (before scaling)")
+        changes["pad_value"] = tuple(int(v) for v in values)
+    if isinstance(resize, tuple) and (resize[0] < h or resize[1] < w):
+        raise OnnxaffError(f"--resize {_fmt_size(resize)} is smaller than the {h}x{w} crop")
     if resize is not None:
         changes["resize"] = resize
     if interpolation is not None:
@@ -120,16 +205,53 @@ def _resample(name: str):
     return getattr(Image.Resampling, name.upper())
 
 
+def _cover(iw: int, ih: int, short: int, need_w: int, need_h: int) -> tuple[int, int]:
+    """(W, H) with the shorter side `short`, the longer one truncated as torchvision's Resize(int) does,
+    and the shorter side enlarged, where needed, until the image covers need_w x need_h."""
+    def scaled(s):
+        return (s, max(int(s * ih / iw), 1)) if iw <= ih else (max(int(s * iw / ih), 1), s)
+
+    size = scaled(short)
+    if size[0] < need_w or size[1] < need_h:  # only non-square crops (or --resize below the crop)
+        long_need, short_need = (need_h, need_w) if iw <= ih else (need_w, need_h)
+        s = max(short, short_need, math.ceil(long_need * min(iw, ih) / max(iw, ih)))
+        while scaled(s)[0] < need_w or scaled(s)[1] < need_h:
+            s += 1
+        size = scaled(s)
+    return size
+
+
+def _fit_inside(img, p: Preprocess):
+    """Letterbox: the whole image scaled to fit inside the crop, on a canvas of the pad value."""
+    from PIL import Image
+
+    h, w = p.crop_hw()
+    iw, ih = img.size
+    scale = min(w / iw, h / ih)
+    size = (min(w, max(1, int(round(iw * scale)))), min(h, max(1, int(round(ih * scale)))))
+    if size != img.size:
+        img = img.resize(size, _resample(p.interpolation))
+    fill = p.pad_value * (p.channels if len(p.pad_value) == 1 else 1)
+    canvas = Image.new(img.mode, (w, h), fill[0] if p.channels == 1 else tuple(fill))
+    at = ((w - size[0]) // 2, (h - size[1]) // 2) if p.fit == "letterbox" else (0, 0)
+    canvas.paste(img, at)
+    return canvas
+
+
 def crop_pixels(img, p: Preprocess) -> np.ndarray:
-    """Decode-side half: resize and centre-crop to uint8 HWC (what worker processes send back)."""
+    """Decode-side half: resize and centre-crop (or letterbox) to uint8 HWC (what worker processes send back)."""
     img = img.convert("L" if p.channels == 1 else "RGB")
     h, w = p.crop_hw()
-    short = p.resize_to()
+    if p.fit != "crop":
+        a = np.asarray(_fit_inside(img, p), dtype=np.uint8)
+        return a[:, :, None] if a.ndim == 2 else a
     iw, ih = img.size
-    if iw <= ih:  # the longer side truncated, as torchvision's Resize(int) does
-        size = (short, max(int(short * ih / iw), 1))
+    if isinstance(p.resize, tuple):
+        size = (p.resize[1], p.resize[0])
+    elif p.resize is None:  # crop / 0.875 on each side of the crop: the shorter side for a square one
+        size = _cover(iw, ih, p.shorter_side(), int(round(w / 0.875)), int(round(h / 0.875)))
     else:
-        size = (max(int(short * iw / ih), 1), short)
+        size = _cover(iw, ih, p.resize, w, h)
     if size != img.size:
         img = img.resize(size, _resample(p.interpolation))
     left, top = int(round((size[0] - w) / 2.0)), int(round((size[1] - h) / 2.0))
