@@ -200,3 +200,15 @@ def test_real_paddle_classifier_with_symbolic_hw(photo_folder):  # noqa: F811
                           metrics=["affinity"], chunk_size=2, input_shapes={"x": (3, 48, 192)},
                           images={"workers": 0, "mean": (0.5,), "std": (0.5,)}, progress=False)
     assert sig.sites and all(s["status"] == "ok" for s in sig.sites) and len(sample_photos())
+
+
+def test_top_level_help_cuts_no_description(capfd):
+    from onnxaff.cli import cli
+
+    code, out, _ = run_cli(capfd, "--help")
+    commands = out.split("Commands:")[1]
+    assert code == 0 and "..." not in commands
+    flat = " ".join(commands.split())
+    for name, cmd in cli.commands.items():
+        first = cmd.help.split("\n\n")[0].split(". ")[0].rstrip(".")
+        assert " ".join(first.split()) in flat, name
