@@ -31,10 +31,10 @@ from onnxaff.checkpoint import prepare as prepare_checkpoint
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import Interrupted, OnnxaffError
-from onnxaff.graph import augment_model, discover_sites, load_model
-from onnxaff.graph.blocks import discover_blocks, residual_stages, stage_tracks
+from onnxaff.graph import augment_model, load_model
+from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
-from onnxaff.graph.pairs import block_sites, pair_sites, tensor_probe
+from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.rewrite import REDUCTIONS, numpy_features
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
@@ -47,6 +47,7 @@ from onnxaff.runtime import Runner, ort
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
+from onnxaff.sitelist import list_sites
 from onnxaff.state import load_state, save_state
 
 DEFAULT_METRICS = ("affinity", "affinity_lw")
@@ -78,16 +79,6 @@ def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[
     start = (i * units // n) * unit
     stop = total if i == n - 1 else ((i + 1) * units // n) * unit
     return start, stop
-
-
-def _dedupe(sites: list[Site]) -> list[Site]:
-    """A pair named twice, or a block that is also a pair, is one site (the first)."""
-    seen, out = set(), []
-    for s in sites:
-        if (s.input, s.output) not in seen:
-            seen.add((s.input, s.output))
-            out.append(s)
-    return out
 
 
 def _stage_entries(model: onnx.ModelProto, stages: list[list], layout: str, first_index: int) -> list[dict]:
@@ -221,17 +212,10 @@ class Analysis:
         self.data_spec, self.chunk_size, self.device, self.progress = data, chunk_size, device, progress
         self.chunk_workers, self.reduce = chunk_workers, reduce
         self.loaded = loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
-        activations = discover_sites(loaded.model, layout=layout, infer_shapes=False)
         self.pairs, self.blocks = [tuple(p) for p in pairs], list(blocks)
-        extra = pair_sites(loaded.model, self.pairs, layout) if self.pairs else []
-        stages: list[list] = []
-        if self.blocks:
-            found = discover_blocks(loaded.model, kinds=self.blocks, infer_shapes=False, sites=activations)
-            extra += block_sites(loaded.model, found, layout)
-            stages = residual_stages(found)
-        self.sites = sites = activations + _dedupe(extra)
-        for k, s in enumerate(sites):
-            s.index = k
+        listed = list_sites(loaded, layout, self.pairs, self.blocks)  # as `onnxaff sites` lists them
+        activations, extra, stages, self.sites = listed.activations, listed.extra, listed.stages, listed.sites
+        sites = self.sites
         if not sites:
             raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
                                "--pairs IN:OUT scores any two tensors)")

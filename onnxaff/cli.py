@@ -47,13 +47,26 @@ def cli() -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
               show_default=True, help="Feature axis of rank-4 tensors.")
-def sites(model: str, fmt: str, layout: str) -> None:
-    """List the non-linearities (sites) of MODEL in forward order."""
-    from onnxaff.graph import discover_sites, load_model
+@click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
+              help="Dims after the batch axis for an input with symbolic dims (for the probe run, as in analyze).")
+@click.option("--data", default="synthetic:gaussian", show_default=True,
+              help="Data of the one-example probe run that gives unknown ranks their shape (as analyze's first batch).")
+@click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]", help="Also list these tensor pairs (as analyze).")
+@click.option("--blocks", default=None, metavar="KINDS",
+              help="Also list discovered blocks: residual, attention, mlp or all (as analyze).")
+def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks) -> None:
+    """List the non-linearities (sites) of MODEL in forward order, with the status analyze gives them."""
+    from onnxaff.data import parse_input_shapes
+    from onnxaff.graph import load_model
+    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
     from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.sitelist import list_sites, resolve_by_probe
 
     loaded = load_model(model)
-    found = discover_sites(loaded.model, layout=layout)
+    listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks))
+    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape),
+                     explicit=data != "synthetic:gaussian" or bool(input_shape))
+    found = listed.sites
     if fmt == "json":
         click.echo(json.dumps([s.to_dict() | {"dim": feature_dim(s, "mean")} for s in found], indent=1))
         return
@@ -64,7 +77,11 @@ def sites(model: str, fmt: str, layout: str) -> None:
     ]
     click.echo(_table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "note"]))
     ok = sum(s.ok for s in found)
-    click.echo(f"\n{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped)")
+    extra = f", {len(listed.extra)} of them pairs/blocks" if listed.extra else ""
+    click.echo(f"\n{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped{extra})")
+    if listed.stages:
+        click.echo(f"{len(listed.stages)} residual stage(s) of "
+                   f"{', '.join(str(len(st)) for st in listed.stages)} blocks get trajectory metrics")
 
 
 def _fmt_score(entry: dict | None) -> str:

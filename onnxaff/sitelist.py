@@ -1,0 +1,95 @@
+"""The sites a run scores, worked out once for `analyze` and `onnxaff sites` alike.
+
+Both commands list the activations, then any `--pairs` and `--blocks` sites, numbered in that order, and
+both give sites whose rank static shape inference missed (a dynamic Reshape, ...) their shape from a
+probe run: `analyze` on its first batch, `sites` on one example of its `--data` (synthetic by default,
+shaped by `--input-shape`). So the two commands agree on every site and its status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxaff.errors import OnnxaffError
+from onnxaff.graph import discover_sites
+from onnxaff.graph.blocks import discover_blocks, residual_stages
+from onnxaff.graph.load import LoadedModel
+from onnxaff.graph.pairs import block_sites, pair_sites
+from onnxaff.graph.sites import Site
+
+UNKNOWN_RANK = "unknown rank"
+
+
+@dataclass
+class SiteList:
+    activations: list[Site]
+    extra: list[Site]  # pair and block sites, deduplicated
+    stages: list[list]  # residual stages (chains of residual blocks)
+    sites: list[Site]  # activations + extra, numbered
+
+    def unknown_rank(self) -> list[Site]:
+        return [s for s in self.sites if s.status == "skipped" and s.reason.startswith(UNKNOWN_RANK)]
+
+
+def _dedupe(sites: list[Site]) -> list[Site]:
+    """A pair named twice, or a block that is also a pair, is one site (the first)."""
+    seen, out = set(), []
+    for s in sites:
+        if (s.input, s.output) not in seen:
+            seen.add((s.input, s.output))
+            out.append(s)
+    return out
+
+
+def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=()) -> SiteList:
+    """Activations, then pairs and blocks, numbered in that order (shapes as static inference gives them)."""
+    activations = discover_sites(loaded.model, layout=layout, infer_shapes=False)
+    extra = pair_sites(loaded.model, [tuple(p) for p in pairs], layout) if pairs else []
+    stages: list[list] = []
+    if blocks:
+        found = discover_blocks(loaded.model, kinds=list(blocks), infer_shapes=False, sites=activations)
+        extra += block_sites(loaded.model, found, layout)
+        stages = residual_stages(found)
+    extra = _dedupe(extra)
+    sites = activations + extra
+    for k, s in enumerate(sites):
+        s.index = k
+    return SiteList(activations, extra, stages, sites)
+
+
+def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
+               images: dict | None = None) -> dict:
+    """One example of DATA (or the model's fixed batch) to run the model on once."""
+    from onnxaff.data import model_inputs, open_source
+
+    inputs = model_inputs(loaded.model)
+    fixed = {i.fixed_batch for i in inputs} - {None}
+    count = next(iter(fixed)) if len(fixed) == 1 else 1
+    opts = dict(images or {}, workers=0)
+    source = open_source(data, inputs, limit=None if data.startswith("synthetic:") else count * 4, seed=seed,
+                         shapes=shapes, images=opts)
+    for batch in source.batches(count):
+        n = next(iter(batch.values())).shape[0]
+        if n == count:
+            return batch
+    raise OnnxaffError(f"no usable example in {data} for the probe run")
+
+
+def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: str, *, seed: int = 0,
+                     shapes: dict | None = None, images: dict | None = None, explicit: bool = False) -> None:
+    """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape
+    for the default synthetic data), the sites stay skipped and their note says what resolves them."""
+    from onnxaff.analysis import _resolve_unknown_ranks
+
+    pending = found.unknown_rank()
+    if not pending:
+        return
+    try:
+        feed = probe_feed(loaded, data, seed=seed, shapes=shapes, images=images)
+    except OnnxaffError as exc:
+        if explicit:
+            raise
+        for s in pending:
+            s.reason += f"; a probe run resolves it: {exc}"
+        return
+    _resolve_unknown_ranks(loaded, found.sites, feed, layout)
