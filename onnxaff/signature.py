@@ -86,6 +86,17 @@ class Signature:
     def write(self, path: str | Path) -> Path:
         return write_json_atomic(path, self.to_dict())
 
+    def to_pandas(self):
+        """One row per site (indexed by site index), one column per metric statistic (`affinity.mean`, ...)."""
+        from onnxaff.tables import to_pandas
+
+        return to_pandas(self)
+
+    def _repr_html_(self) -> str:  # a notebook shows a signature as its per-site table
+        from onnxaff.tables import to_html
+
+        return to_html(self)
+
 
 def _clean(obj):
     """JSON without NaN: non-finite numbers become null (their status says why)."""

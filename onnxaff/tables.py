@@ -1,0 +1,70 @@
+"""A signature as a table: one row per site, one column per metric statistic (pandas, or HTML in notebooks)."""
+
+from __future__ import annotations
+
+import html
+import math
+
+SITE_COLUMNS = ("index", "id", "kind", "group", "status", "dim", "rows", "chunks")
+STATISTICS = ("mean", "std", "chunks", "partial", "status")
+
+
+def site_rows(sig) -> list[dict]:
+    """Plain dicts (no pandas needed): the site's fields, then `METRIC.STAT` for every metric and statistic
+    a site entry carries (mean, std over chunks, chunk count, partial flag, and a status where it failed)."""
+    rows = []
+    for s in sig.sites:
+        row = {c: s.get(c, "activation" if c == "group" else None) for c in SITE_COLUMNS}
+        row["op_types"] = "+".join(s.get("op_types") or [])
+        for name in sig.metrics:
+            entry = s.get("metrics", {}).get(name) or {}
+            for stat in STATISTICS:
+                if stat in entry or stat in ("mean", "std"):
+                    row[f"{name}.{stat}"] = entry.get(stat)
+        rows.append(row)
+    return rows
+
+
+def to_pandas(sig):
+    """A pandas DataFrame indexed by site index; pandas is optional (`pip install pandas`)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        from onnxaff.errors import OnnxaffError
+
+        raise OnnxaffError("Signature.to_pandas needs pandas: pip install pandas") from None
+    rows = site_rows(sig)
+    columns = list(dict.fromkeys(k for r in rows for k in r))  # every row's keys, first-seen order
+    return pd.DataFrame(rows, columns=columns).set_index("index")
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    return html.escape(str(v))
+
+
+def to_html(sig, max_rows: int = 200) -> str:
+    """The notebook view: the model line, then the per-site table (escaped; numbers right-aligned)."""
+    rows = site_rows(sig)
+    metrics = list(sig.metrics)
+    head = ["#", "site", "kind", "status", "D", *[f"{m} mean±std" for m in metrics]]
+    out = [f"<p><b>{html.escape(str(sig.model.get('name', 'model')))}</b>: {len(sig.sites)} sites, "
+           f"{html.escape(str(sig.data.get('samples', '?')))} samples from "
+           f"{html.escape(str(sig.data.get('source', '?')))}</p>",
+           "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows[:max_rows]:
+        cells = [f"<td style='text-align:right'>{_cell(r['index'])}</td>",
+                 *(f"<td style='text-align:left'>{_cell(r[c])}</td>" for c in ("id", "kind", "status")),
+                 f"<td style='text-align:right'>{_cell(r['dim'])}</td>"]
+        for m in metrics:
+            mean, std = r.get(f"{m}.mean"), r.get(f"{m}.std")
+            text = _cell(mean) if std is None or mean is None else f"{_cell(mean)}±{_cell(std)}"
+            cells.append(f"<td style='text-align:right'>{text}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    if len(rows) > max_rows:
+        out.append(f"<p>… {len(rows) - max_rows} more sites (Signature.to_pandas() has them all)</p>")
+    return "\n".join(out)

@@ -1,0 +1,58 @@
+"""A signature as a table: `to_pandas()` (pandas optional) and the notebook's `_repr_html_`."""
+
+import math
+
+import pytest
+
+import onnxaff
+from onnxaff.errors import OnnxaffError
+from onnxaff.signature import Signature
+from onnxaff_models import shipped_models
+
+
+@pytest.fixture(scope="module")
+def sig():
+    m = next(m for m in shipped_models() if m.name == "sk_mlp_relu")
+    return onnxaff.analyze(str(m.path), str(m.data), metrics=["affinity", "r2_pooled"], chunk_size=256, limit=512,
+                           progress=False, chunk_workers=0)
+
+
+def test_to_pandas_one_row_per_site_one_column_per_statistic(sig):
+    pd = pytest.importorskip("pandas")
+    df = sig.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(sig.sites)
+    assert list(df.index) == [s["index"] for s in sig.sites]
+    for s in sig.sites:
+        for metric, entry in s["metrics"].items():
+            for stat in ("mean", "std", "chunks"):
+                if entry.get(stat) is not None:
+                    assert df.loc[s["index"], f"{metric}.{stat}"] == entry[stat]
+    assert df["kind"].tolist() == [s["kind"] for s in sig.sites]
+    pooled = df["r2_pooled.std"]  # pooled metrics have no spread: missing, not 0
+    assert all(v is None or (isinstance(v, float) and math.isnan(v)) for v in pooled)
+
+
+def test_to_pandas_without_pandas_is_one_line(sig, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_pandas(name, *args, **kwargs):
+        if name == "pandas":
+            raise ImportError("no pandas here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pandas)
+    with pytest.raises(OnnxaffError, match="needs pandas: pip install pandas"):
+        sig.to_pandas()
+    assert "<table>" in sig._repr_html_()  # the notebook view needs no pandas
+
+
+def test_repr_html_is_an_escaped_table(sig):
+    page = sig._repr_html_()
+    assert page.count("<tr>") == len(sig.sites) + 1
+    first = sig.sites[0]["metrics"]["affinity"]
+    assert f"{first['mean']:.4f}±{first['std']:.4f}" in page
+    d = sig.to_dict()
+    d["sites"][0]["id"] = "<script>alert(1)</script>"
+    assert "<script>" not in Signature.from_dict(d)._repr_html_()
