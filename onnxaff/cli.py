@@ -84,7 +84,7 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
                    f"{', '.join(str(len(st)) for st in listed.stages)} blocks get trajectory metrics")
 
 
-def _fmt_score(entry: dict | None) -> str:
+def _fmt_score(entry: dict | None, chunks: bool = True) -> str:
     if not entry:
         return "-"
     if entry.get("mean") is None:
@@ -92,35 +92,49 @@ def _fmt_score(entry: dict | None) -> str:
     mark = "*" if entry.get("partial") else ""
     if entry.get("std") is None:  # pooled metrics: one value over all rows
         return f"{entry['mean']:.4f} (pooled)"
+    if not chunks:
+        return f"{entry['mean']:.4f}±{entry['std']:.4f}{mark}"
     return f"{entry['mean']:.4f}±{entry['std']:.4f} ({entry['chunks']}){mark}"
 
 
+def _site_chunks(s: dict) -> str:
+    counts = {e.get("chunks") for e in s.get("metrics", {}).values() if e and e.get("std") is not None}
+    counts.discard(None)
+    return "/".join(str(c) for c in sorted(counts)) or "-"
+
+
 def print_summary(sig) -> None:
-    """The per-site table and signature statistics a person reads after a run."""
+    """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
+    as mean±std with the chunk count in its own column, metrics past the width in further blocks."""
+    from onnxaff.terminal import wrapped
+
     names = [n for n, info in sig.metrics.items() if info.get("needs") != "tracks"]
     track_names = [n for n in sig.metrics if n not in names]
     rows = []
     for s in sig.sites:
-        cells = [_fmt_score(s["metrics"].get(n)) for n in names]
-        rows.append([s["index"], s["id"][:40], s["kind"], s.get("dim") or "-", s["status"], *cells])
-    click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±std (chunks)" for n in names]]))
+        cells = [_fmt_score(s["metrics"].get(n), chunks=False) for n in names]
+        rows.append([s["index"], s["id"][:32], s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s), *cells])
+    click.echo(wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", *names], fixed=6, repeat=2))
+    click.echo("scores: mean±std over the chunks")
     click.echo("")
     if sig.stages:
-        click.echo(_table([[st["index"], st["id"][:40], st["length"], st.get("dim") or "-", st["status"],
-                            *[_fmt_score(st["metrics"].get(n)) for n in track_names]] for st in sig.stages],
-                          ["#", "residual stage", "blocks", "D", "status", *[f"{n} mean±std (chunks)"
-                                                                              for n in track_names]]))
+        click.echo(wrapped([[st["index"], st["id"][:40], st["length"], st.get("dim") or "-", st["status"],
+                             *[_fmt_score(st["metrics"].get(n)) for n in track_names]] for st in sig.stages],
+                           ["#", "residual stage", "blocks", "D", "status", *[f"{n} mean±std (chunks)"
+                                                                               for n in track_names]], fixed=5))
         click.echo("")
     stats_rows = []
     for n, st in sig.summary().items():
         if st.get("sites"):
+            near = st.get("near_linear")
             stats_rows.append([n, st["sites"], f"{st['mean']:.4f}", f"{st['median']:.4f}", f"{st['min']:.4f}",
-                               f"{st['max']:.4f}", f"{st['std']:.4f}", f"{100 * st['share_above_0.95']:.0f}%"])
+                               f"{st['max']:.4f}", f"{st['std']:.4f}",
+                               f"{100 * near['share']:.0f}% ({near['rule']})" if near else "-"])
     if stats_rows:
-        click.echo(_table(stats_rows, ["signature", "sites", "mean", "median", "min", "max", "std", ">0.95"]))
+        click.echo(_table(stats_rows, ["signature", "sites", "mean", "median", "min", "max", "std", "near-linear"]))
     d, rt = sig.data, sig.runtime
-    click.echo(f"\n{sig.model['name']}: {d['samples']} samples from {d['source']}, chunks of "
-               f"{sig.options['chunk_size']}, reduce={sig.options['reduce']}, {rt['providers'][0]}, "
+    click.echo(f"\n{sig.model['name']}: {d['samples']} samples from {d['source']}")
+    click.echo(f"chunks of {sig.options['chunk_size']}, reduce={sig.options['reduce']}, {rt['providers'][0]}, "
                f"{rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")
     if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
         click.echo("* scored on one partial chunk: the data has fewer rows than --chunk-size")

@@ -135,8 +135,8 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "af
             acc = float(accuracy[key])
         except ValueError:
             raise OnnxaffError(f"accuracy of {name} is not a number: {accuracy[key]!r}") from None
-        stats = signature_stats(s.scores(metric))
-        features = {f"{metric} {k}": v for k, v in stats.items() if k != "sites" and v is not None}
+        stats = signature_stats(s.scores(metric), s.metrics.get(metric))
+        features = {f"{metric} {k}": v for k, v in stats.items() if k not in ("sites", "near_linear") and v is not None}
         for label, (section, field) in BASELINES.items():
             value = s.model.get(section, {}).get(field)
             if value is not None:

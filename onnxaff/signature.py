@@ -17,18 +17,46 @@ SCHEMA_VERSION = 1
 NEAR_LINEAR = 0.95
 
 
-def signature_stats(values: list[float]) -> dict:
-    """The statistics of DESIGN §4 over one metric's per-site scores."""
+def near_linear_rule(info: dict | None) -> tuple[str, float] | None:
+    """('>', t) or ('<', t): a score counts as near-linear within 5 % of the range from the metric's linear
+    end (> 0.95 for [0, 1] scores). None for descriptive metrics and where the range gives no scale at
+    that end (nlc, lss: lower = more linear, unbounded above). info: the metric's declared info
+    (direction, range; an infinite bound is null in JSON); None keeps the plain > 0.95 rule."""
+    if info is None:
+        return (">", NEAR_LINEAR)
+    lo, hi = (list(info.get("range") or []) + [None, None])[:2]
+
+    def finite(v):
+        return v is not None and math.isfinite(v)
+
+    direction = info.get("direction", "")
+    if direction.startswith("higher") and finite(hi):
+        return (">", hi - 0.05 * (hi - lo) if finite(lo) else hi - 0.05)
+    if direction.startswith("lower") and finite(lo) and finite(hi):
+        return ("<", lo + 0.05 * (hi - lo))
+    return None
+
+
+def signature_stats(values: list[float], info: dict | None = None) -> dict:
+    """The statistics of one metric's per-site scores; the near-linear share by the metric's declared
+    direction and range (see near_linear_rule), `share_above_0.95` where that is the rule."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
     if v.size == 0:
         return {"sites": 0}
     mean = float(v.mean())
-    return {
+    stats = {
         "sites": int(v.size), "min": float(v.min()), "max": float(v.max()), "mean": mean,
         "median": float(np.median(v)), "std": float(v.std()),
         "max_over_mean": float(v.max() / mean) if mean != 0 else None,
-        "share_above_0.95": float(np.mean(v > NEAR_LINEAR)),
     }
+    rule = near_linear_rule(info)
+    if rule is not None:
+        op, t = rule
+        share = float(np.mean(v > t) if op == ">" else np.mean(v < t))
+        stats["near_linear"] = {"share": share, "rule": f"{op} {t:.4g}"}
+        if rule == (">", NEAR_LINEAR):
+            stats["share_above_0.95"] = share
+    return stats
 
 
 # What every reader of a signature relies on (a hand-edited or truncated file fails here, in one line).
@@ -57,7 +85,8 @@ class Signature:
                 if s["status"] == "ok" and metric in s["metrics"] and s.get("group", "activation") == "activation"]
 
     def summary(self) -> dict:
-        return {name: signature_stats(self.scores(name)) for name in self.metrics}
+        return {name: signature_stats(self.scores(name), info if isinstance(info, dict) else None)
+                for name, info in self.metrics.items()}
 
     def to_dict(self) -> dict:
         return {

@@ -84,7 +84,8 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
     named = {n: [v for v in s.scores(comp.metric) if v is not None] for n, s in zip(comp.names, sigs, strict=True)}
     parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric), "signatures")]
     parts.append("<h3>Distribution of scores per model</h3>" + _img(plots.histograms(named, comp.metric), "hist"))
-    rows = [[n, *[signature_stats(v).get(k) for k in STAT_KEYS]] for n, v in named.items()]
+    infos = {n: s.metrics.get(comp.metric) for n, s in zip(comp.names, sigs, strict=True)}
+    rows = [[n, *[signature_stats(v, infos[n]).get(k) for k in STAT_KEYS]] for n, v in named.items()]
     parts.append("<h3>Signature statistics</h3>" + _table(["model", *STAT_KEYS], rows))
     parts.append("<h3>DTW distances</h3>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
                                                               "DTW distance, ordered by the clustering"), "heatmap"))
