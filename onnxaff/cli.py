@@ -381,7 +381,8 @@ def demo(out, metrics, chunk_size, device, only, quiet) -> None:
         click.echo(_table([[r["model"], r["framework"], r["sites"], fmt(r["accuracy"]), fmt(r["mean"]), fmt(r["min"]),
                             fmt(r["share_above_0.95"], ".0%")] for r in run.rows],
                           ["model", "framework", "sites", "accuracy", f"{names[0]} mean", "min", ">0.95"]))
-    click.echo(f"demo outputs in {run.folder.resolve()}: report.html and signatures/ ({len(run.signatures)} models)")
+    wrote = "report.html and signatures/" if len(run.signatures) >= 2 else "signatures/ (a report compares two or more)"
+    click.echo(f"demo outputs in {run.folder.resolve()}: {wrote} ({len(run.signatures)} models)")
 
 
 @cli.command()
@@ -401,14 +402,30 @@ def plugins(plugin, fmt) -> None:
     click.echo(_table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))
 
 
-def _read_all(paths):
+def _split_labels(args) -> tuple[list[str | None], list[str]]:
+    """`LABEL=PATH` or a bare PATH per argument (a path that exists as given is a path, '=' and all)."""
+    labels, paths = [], []
+    for arg in args:
+        label, eq, path = arg.partition("=")
+        if eq and not os.path.exists(arg):
+            labels.append(label)
+            paths.append(path)
+        else:
+            labels.append(None)
+            paths.append(arg)
+    return labels, paths
+
+
+def _read_all(paths, labels=None):
+    from onnxaff.compare import label_signature
     from onnxaff.signature import read_signature
 
-    return [read_signature(p) for p in paths]
+    return [label_signature(read_signature(p), label) for p, label in zip(paths, labels or [None] * len(paths),
+                                                                          strict=True)]
 
 
 @cli.command()
-@click.argument("signatures", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
 @click.option("--out", default="compare.html", show_default=True, help="Report path.")
 @click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), default=None,
               help="Default: from the --out suffix.")
@@ -416,18 +433,27 @@ def _read_all(paths):
 @click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
 @click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
 def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
-    """DTW distances, clustering and statistics of several signatures, per metric."""
+    """DTW distances, clustering and statistics of several signatures, per metric.
+
+    Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
+    (without labels, runs of one model are told apart by their data source)."""
     from onnxaff.compare import compare as run_compare
     from onnxaff.compare import shared_metrics
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import comparison_page
+    from onnxaff.report.markdown import statistics_table
     from onnxaff.signature import write_json_atomic
 
+    labels, signatures = _split_labels(signatures)
     refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
-    sigs = _read_all(signatures)
-    names = shared_metrics(sigs) if metric == "all" else [metric]
+    sigs = _read_all(signatures, labels)
+    shared = shared_metrics(sigs)
+    names = shared if metric == "all" else [metric]
     if not names:
         raise OnnxaffError("the signatures share no metric with scores")
+    if metric != "all" and metric not in shared:
+        raise OnnxaffError(f"--metric {metric!r} is not scored in every signature; they share: "
+                           f"{', '.join(shared) or 'none'}")
     comps = [run_compare(sigs, metric=m, normalized=normalized) for m in names]
     fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
     if fmt == "html":
@@ -447,6 +473,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
                 lines.append(f"| {n} | " + " | ".join(cells) + " |" if fmt == "md" else ",".join([c.metric, n, *cells]))
             if fmt == "md":
                 lines.append("")
+                lines += statistics_table(sigs, c)
         path = write_text_atomic(out, "\n".join(lines) + "\n")
     comp = comps[0]
     nb = comp.neighbours(1)
@@ -456,22 +483,26 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
 
 
 @cli.command()
-@click.argument("signatures", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
 @click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
 @click.option("--metric", default="affinity", show_default=True)
 @click.option("--out", default="correlate.html", show_default=True)
 def correlate(signatures, accuracy, group_file, metric, out) -> None:
-    """R² and Pearson r of accuracy against each signature statistic and model baseline."""
+    """R² and Pearson r of accuracy against each signature statistic and model baseline.
+
+    Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
+    accuracy and group CSVs (which may also key it by model name or sha256)."""
     from onnxaff.compare import correlate as run_correlate
     from onnxaff.compare import read_table
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import correlation_page
     from onnxaff.signature import write_json_atomic
 
+    labels, signatures = _split_labels(signatures)
     refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
                                         ("--group", group_file)])
-    result = run_correlate(_read_all(signatures), read_table(accuracy, "accuracy"), metric=metric,
+    result = run_correlate(_read_all(signatures, labels), read_table(accuracy, "accuracy"), metric=metric,
                            groups=read_table(group_file, "group") if group_file else None)
     if out.endswith(".json"):
         path = write_json_atomic(out, result)
@@ -496,7 +527,12 @@ def report(signature, out, metric) -> None:
 
     out = out or os.path.splitext(signature)[0] + ".html"
     refuse_overwrite([("--out", out)], [("the signature", signature)])
-    path = write_text_atomic(out, single_page(read_signature(signature), metric))
+    sig = read_signature(signature)
+    scored = [m for m in sig.metrics if any(v is not None for v in sig.scores(m))]
+    if metric not in scored:
+        raise OnnxaffError(f"--metric {metric!r}: the signature has no {metric} scores; it has: "
+                           f"{', '.join(scored) or 'none'}")
+    path = write_text_atomic(out, single_page(sig, metric))
     click.echo(f"report written to {path}")
 
 

@@ -62,7 +62,7 @@ class Comparison:
 
 
 def model_label(sig: Signature, taken: set[str]) -> str:
-    base = sig.model.get("name") or sig.model.get("sha256", "model")[:12]
+    base = sig.model.get("label") or sig.model.get("name") or sig.model.get("sha256", "model")[:12]
     name, k = base, 1
     while name in taken:
         k += 1
@@ -71,12 +71,56 @@ def model_label(sig: Signature, taken: set[str]) -> str:
     return name
 
 
+def _data_tag(sig: Signature) -> str:
+    source = str(sig.data.get("source") or "?")
+    return source if source.startswith("synthetic:") else (Path(source).name or source)
+
+
+def run_labels(sigs: list[Signature]) -> list[str]:
+    """What names each signature in tables, plots and files: its LABEL (`compare LABEL=PATH`), else the
+    model name; runs of one model told apart by their data source (`name [val.npz]`), then by #k."""
+    bases = [s.model.get("name") or s.model.get("sha256", "model")[:12] for s in sigs]
+    explicit = [s.model.get("label") for s in sigs]
+    given = [x for x in explicit if x]
+    if len(set(given)) != len(given):
+        raise OnnxaffError(f"label {next(x for x in given if given.count(x) > 1)!r} is given twice")
+    out = []
+    for s, base, label in zip(sigs, bases, explicit, strict=True):
+        if label:
+            out.append(label)
+        elif bases.count(base) > 1 or base in given:
+            out.append(f"{base} [{_data_tag(s)}]")
+        else:
+            out.append(base)
+    taken: set[str] = set(given)
+    final = []
+    for name, label in zip(out, explicit, strict=True):
+        if label:
+            final.append(name)
+            continue
+        unique, k = name, 1
+        while unique in taken:
+            k += 1
+            unique = f"{name}#{k}"
+        taken.add(unique)
+        final.append(unique)
+    return final
+
+
+def label_signature(sig: Signature, label: str | None) -> Signature:
+    """Name a signature for this comparison (not written back to its file)."""
+    if label is not None:
+        if not label.strip():
+            raise OnnxaffError("an empty label: give LABEL=PATH with a non-empty LABEL")
+        sig.model["label"] = label.strip()
+    return sig
+
+
 def compare(sigs: list[Signature], metric: str = "affinity", normalized: bool = False,
             method: str = "average") -> Comparison:
     if len(sigs) < 2:
         raise OnnxaffError("compare needs at least two signatures")
-    taken: set[str] = set()
-    names = [model_label(s, taken) for s in sigs]
+    names = run_labels(sigs)
     series = []
     for name, s in zip(names, sigs, strict=True):
         values = [v for v in s.scores(metric) if v is not None]
@@ -125,9 +169,7 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "affinity",
               groups: dict[str, str] | None = None) -> dict:
     rows = []
-    taken: set[str] = set()
-    for s in sigs:
-        name = model_label(s, taken)
+    for s, name in zip(sigs, run_labels(sigs), strict=True):
         key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)
         if key is None:
             raise OnnxaffError(f"no accuracy for model {name} (sha256 {s.model.get('sha256', '?')[:12]}…)")
