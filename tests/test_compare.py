@@ -68,8 +68,9 @@ def test_clustering_groups_families():
     assert clusters["plain6"] == clusters["plain9"] != clusters["res7"] == clusters["res11"]
     assert comp.neighbours(1)["res7"][0][0] == "res11" and comp.neighbours(1)["plain9"][0][0] == "plain6"
     page = comparison_page(sigs, [comp])
-    assert page.count("<img src=\"data:image/png;base64,") == 4  # signatures, histograms, heatmap, dendrogram
-    assert not re.search(r"(src|href)=\"(?!data:)", page) and "http" not in page
+    assert page.count("<img src=\"data:image/png;base64,") == 3  # histograms, heatmap, dendrogram
+    assert page.count("<svg class=\"sig\"") == 1  # signatures: inline SVG, a tooltip per point
+    assert not re.search(r"(src|href)=[\"'](?!data:|#)", page) and "http" not in page
 
 
 def fake_signature(name: str, scores: list[float], params: int) -> Signature:

@@ -6,7 +6,7 @@ import html
 import math
 
 from onnxaff.compare import DTW_DESCRIPTION, Comparison
-from onnxaff.report import plots
+from onnxaff.report import plots, svg
 from onnxaff.signature import Signature, signature_stats
 
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em;color:#222}
@@ -23,11 +23,46 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
-def _table(header: list[str], rows: list[list], left: int = 1) -> str:
-    head = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
-    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_fmt(c)}</td>'
+def _table(header: list[str], rows: list[list], left: int | set[int] = 1) -> str:
+    """left: the first `left` columns, or this set of columns, hold text (left-aligned); the rest numbers."""
+    lefts = set(range(left)) if isinstance(left, int) else set(left)
+    head = "".join(f'<th class="{"l" if i in lefts else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i in lefts else ""}">{_fmt(c)}</td>'
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def fmt_shape(shape) -> str:
+    """[N, 16, 112, 112] -> N×16×112×112 (the symbolic batch dim whatever its name)."""
+    if not shape:
+        return "?"
+    return "×".join(str(d) for d in shape)
+
+
+def fmt_preprocessing(p) -> str:
+    """The preprocessing dict of an image folder as one readable line."""
+    if not isinstance(p, dict):
+        return str(p)
+    parts = [f"preset {p.get('preset')}"]
+    if p.get("fit") in ("letterbox", "pad"):
+        h, w = p.get("size", ["?", "?"])
+        parts.append(f"{p['fit']} to {h}×{w} (pad value {','.join(str(v) for v in p.get('pad_value', []))}, "
+                     f"{p.get('anchor')})")
+    elif p.get("resize"):
+        parts.append(f"resize to {'×'.join(str(d) for d in p['resize'])}")
+    elif p.get("resize_shorter_side"):
+        parts.append(f"resize shorter side to {p['resize_shorter_side']}")
+    if p.get("center_crop"):
+        parts.append(f"centre crop {'×'.join(str(d) for d in p['center_crop'])}")
+    parts.append(f"{p.get('interpolation')} interpolation")
+    scale = p.get("scale")
+    parts.append(f"× {scale:.6g}" + (f" {p['offset']:+g}" if p.get("offset") else "") if scale is not None else "")
+    if p.get("mean") is not None:
+        parts.append(f"− mean ({', '.join(f'{v:g}' for v in p['mean'])})")
+    if p.get("std") is not None:
+        parts.append(f"÷ std ({', '.join(f'{v:g}' for v in p['std'])})")
+    parts.append(f"{p.get('channel_order')}, {p.get('layout')}, {p.get('dtype')}")
+    return "; ".join(x for x in parts if x)
 
 
 def _page(title: str, body: str) -> str:
@@ -51,8 +86,11 @@ def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters:
     parts = [f"<p class='note'>{len(sigs)} models; metrics: {', '.join(html.escape(c.metric) for c in comps)}. "
              f"{DTW_DESCRIPTION}{'; length-normalised: divided by sqrt(max length)' if comps[0].normalized else ''}."
              "</p>"]
+    if len(comps) > 1:
+        parts.append(_nav([c.metric for c in comps]))
     for comp in comps:
-        parts.append(f"<h2>{html.escape(comp.metric)}</h2>" + _comparison_section(sigs, comp, k_clusters))
+        parts.append(f"<h2 id='m-{html.escape(comp.metric)}'>{html.escape(comp.metric)}</h2>"
+                     + _comparison_section(sigs, comp, k_clusters))
     return "".join(parts)
 
 
@@ -82,7 +120,7 @@ def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None,
 
 def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int) -> str:
     named = {n: [v for v in s.scores(comp.metric) if v is not None] for n, s in zip(comp.names, sigs, strict=True)}
-    parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric), "signatures")]
+    parts = ["<h3>Signatures</h3>" + _signature_svg(list(zip(comp.names, sigs, strict=True)), comp.metric)]
     parts.append("<h3>Distribution of scores per model</h3>" + _img(plots.histograms(named, comp.metric), "hist"))
     infos = {n: s.metrics.get(comp.metric) for n, s in zip(comp.names, sigs, strict=True)}
     rows = [[n, *[signature_stats(v, infos[n]).get(k) for k in STAT_KEYS]] for n, v in named.items()]
@@ -91,13 +129,15 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
                                                               "DTW distance, ordered by the clustering"), "heatmap"))
     parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)]))
     if comp.linkage is not None:
-        parts.append("<h3>Clustering</h3>" + _img(plots.dendrogram(comp.names, comp.linkage), "dendrogram"))
         clusters = comp.clusters(k_clusters)
-        parts.append(_table(["model", f"cluster (of {k_clusters})"], [[n, clusters[n]] for n in comp.names]))
+        parts.append("<h3>Clustering</h3>" + _img(plots.dendrogram(comp.names, comp.linkage, clusters), "dendrogram"))
+        rows = "".join(f"<tr><td class='l'>{html.escape(n)}</td><td><span style='color:"
+                       f"{plots.cluster_colour(clusters[n])}'>■</span> {clusters[n]}</td></tr>" for n in comp.names)
+        parts.append(f"<table><tr><th class='l'>model</th><th>cluster (of {k_clusters})</th></tr>{rows}</table>")
     nb = comp.neighbours()
     parts.append("<h3>Nearest neighbours</h3>" + _table(
         ["model", "nearest", "distance", "second", "distance"],
-        [[n, *[x for pair in nb[n][:2] for x in pair]] for n in comp.names]))
+        [[n, *[x for pair in nb[n][:2] for x in pair]] for n in comp.names], left={0, 1, 3}))
     return "".join(parts)
 
 
@@ -124,29 +164,52 @@ def _correlation_body(result: dict, level: int = 2) -> str:
     return "".join(parts)
 
 
+def _score_cell(entry: dict | None):
+    """A per-site score for the tables: the mean, marked * when scored on one partial chunk."""
+    if not entry or entry.get("mean") is None:
+        return (entry or {}).get("status")
+    return f"{entry['mean']:.4g}*" if entry.get("partial") else entry["mean"]
+
+
+def _signature_svg(named_sigs: list[tuple[str, Signature]], metric: str) -> str:
+    return svg.signatures_svg([(name, svg.site_points(sig, metric)) for name, sig in named_sigs], metric)
+
+
+def _nav(metrics: list[str]) -> str:
+    links = " · ".join(f'<a href="#m-{html.escape(m)}">{html.escape(m)}</a>' for m in metrics)
+    return f"<p class='note'>Metrics: {links}</p>"
+
+
 def single_page(sig: Signature, metric: str = "affinity") -> str:
+    """One model: a section per metric (`metric` first) with its signature (hover a point for its site) and
+    histogram, the per-site table of every metric, residual stages, model and data."""
     name = sig.model.get("name", "model")
-    values = [v for v in sig.scores(metric) if v is not None]
-    parts = []
-    if values:
-        parts.append(_img(plots.signatures({name: values}, metric), "signature"))
-        parts.append(_img(plots.histograms({name: values}, metric), "histogram"))
     metrics = [m for m, info in sig.metrics.items() if info.get("needs") != "tracks"]
-    rows = [[s["index"], s["id"], s["kind"], str(s.get("input_shape")), s.get("dim"), s["status"],
-             *[s["metrics"].get(m, {}).get("mean") for m in metrics]] for s in sig.sites]
-    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics], rows, left=4))
+    scored = [m for m in metrics if any(v is not None for v in sig.scores(m))]
+    order = [metric, *[m for m in scored if m != metric]] if metric in scored else scored
+    parts = [_nav(order) if len(order) > 1 else ""]
+    for m in order:
+        values = [v for v in sig.scores(m) if v is not None]
+        parts.append(f"<h2 id='m-{html.escape(m)}'>{html.escape(m)}</h2>" + _signature_svg([(name, sig)], m)
+                     + _img(plots.histograms({name: values}, m), f"histogram of {m}"))
+    rows = [[s["index"], s["id"], s["kind"], fmt_shape(s.get("input_shape")), s.get("dim"), s["status"],
+             *[_score_cell(s["metrics"].get(m)) for m in metrics]] for s in sig.sites]
+    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics], rows,
+                                           left={1, 2, 3, 5}))
+    if any(e.get("partial") for s in sig.sites for e in s.get("metrics", {}).values() if e):
+        parts.append("<p class='note'>* scored on one partial chunk: the data has fewer rows than the chunk size.</p>")
     if sig.stages:
         track = [m for m in sig.metrics if m not in metrics]
         rows = [[st["index"], st["id"], st["length"], st.get("dim"), st["status"],
-                 *[st["metrics"].get(m, {}).get("mean") for m in track]] for st in sig.stages]
+                 *[_score_cell(st["metrics"].get(m)) for m in track]] for st in sig.stages]
         parts.append("<h2>Residual stages</h2><p>Trajectory metrics: lss = path length / net displacement per "
                      "example (1 = straight), ots = W2²(h⁰, h^L) / mean ‖h^L − h⁰‖² (1 = optimal-transport-like)."
-                     "</p>" + _table(["#", "stage", "blocks", "D", "status", *track], rows, left=2))
+                     "</p>" + _table(["#", "stage", "blocks", "D", "status", *track], rows, left={1, 4}))
     stats = sig.model.get("stats", {})
     parts.append("<h2>Model</h2>" + _table(["field", "value"], [[k, v] for k, v in sig.model.items() if k != "stats"]
-                                            + [[k, v] for k, v in stats.items()]))
-    data = {k: v for k, v in sig.data.items() if k not in ("files",)}
-    parts.append("<h2>Data</h2>" + _table(["field", "value"], [[k, v] for k, v in data.items()]))
+                                            + [[k, v] for k, v in stats.items()], left={0, 1}))
+    data = {k: (fmt_preprocessing(v) if k == "preprocessing" else v) for k, v in sig.data.items() if k != "files"}
+    parts.append("<h2>Data</h2>" + _table(["field", "value"], [[k, v] for k, v in data.items()], left={0, 1}))
     if sig.warnings:
         parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in sig.warnings) + "</ul>")
     return _page(f"onnxaff: {name}", "".join(parts))

@@ -20,17 +20,21 @@ def _uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
 def signatures(named: dict[str, list[float]], metric: str) -> str:
+    """PNG twin of report.svg.signatures_svg: colour and marker per model (distinct up to 70), legend outside."""
     fig, ax = plt.subplots(figsize=(8, 4))
-    styles = ("-", "--", ":", "-.")  # past ten models the colour cycle repeats: the line style tells them apart
     for k, (name, values) in enumerate(named.items()):
         depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker="o", markersize=3, label=name, linestyle=styles[(k // 10) % len(styles)])
+        ax.plot(depth, values, marker=MARKERS[k % len(MARKERS)], markersize=3.5, label=name, color=f"C{k % 10}",
+                linestyle="-" if k < 10 else "--")
     ax.set_xlabel("normalised depth (site index / last)")
     ax.set_ylabel(metric)
     ax.set_title(f"non-linearity signatures ({metric})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return _uri(fig)
 
 
@@ -61,23 +65,59 @@ def heatmap(names: list[str], distances: np.ndarray, order: list[int], title: st
     return _uri(fig)
 
 
-def dendrogram(names: list[str], linkage) -> str:
+CLUSTER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+                   "#17becf", "#7f7f7f")
+
+
+def cluster_colour(cluster: int) -> str:
+    return CLUSTER_COLOURS[(cluster - 1) % len(CLUSTER_COLOURS)]
+
+
+def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None) -> str:
+    """The tree, each link coloured by the cluster of the cut (the cluster table's) when all its leaves
+    share one, grey above the cut; leaf labels in their cluster's colour."""
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names)), 3))
-    hierarchy.dendrogram(linkage, labels=names, ax=ax, leaf_rotation=90)
+    n = len(names)
+    kwargs = {}
+    if clusters is not None:
+        leaves: dict[int, list[int]] = {i: [i] for i in range(n)}
+        for k, row in enumerate(linkage):
+            leaves[n + k] = leaves[int(row[0])] + leaves[int(row[1])]
+
+        def link_colour(node: int) -> str:
+            found = {clusters[names[i]] for i in leaves[node]}
+            return cluster_colour(found.pop()) if len(found) == 1 else "#999999"
+
+        kwargs["link_color_func"] = link_colour
+    hierarchy.dendrogram(linkage, labels=names, ax=ax, leaf_rotation=90, **kwargs)
+    if clusters is not None:
+        for label in ax.get_xticklabels():
+            label.set_color(cluster_colour(clusters[label.get_text()]))
     ax.set_ylabel("DTW distance")
-    ax.set_title("hierarchical clustering of signatures", fontsize=9)
+    ax.set_title("hierarchical clustering of signatures (coloured by the cut)", fontsize=9)
     return _uri(fig)
 
 
 def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict) -> str:
-    fig, ax = plt.subplots(figsize=(4, 3))
+    """Accuracy against one statistic; point labels kept inside the axes (placed towards the centre)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(4.4, 3.2))
     ax.scatter(x, y)
+    ax.margins(0.12)
+    xmid, ymid = (min(x) + max(x)) / 2, (min(y) + max(y)) / 2
     for xi, yi, lab in zip(x, y, labels, strict=True):
-        ax.annotate(lab, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        right, high = xi > xmid, yi > ymid
+        ax.annotate(lab, (xi, yi), fontsize=7, xytext=(-3 if right else 3, -3 if high else 3),
+                    textcoords="offset points", ha="right" if right else "left", va="top" if high else "bottom",
+                    annotation_clip=True)
     if np.isfinite(fit.get("slope", np.nan)):
         xs = np.linspace(min(x), max(x), 10)
         ax.plot(xs, fit["slope"] * xs + fit["intercept"], color="C3", label=f"R² = {fit['r2']:.3f}")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # at most 5 labels: GFLOPs, parameters never run together
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    ax.tick_params(axis="x", labelsize=7, labelrotation=30)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel("accuracy", fontsize=8)
     return _uri(fig)
