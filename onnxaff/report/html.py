@@ -20,6 +20,8 @@ def _fmt(v) -> str:
         return "–"
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.4g}"
+    if isinstance(v, list | tuple) and all(isinstance(x, str | int | float) for x in v):
+        return html.escape(", ".join(str(x) for x in v))  # a list of names or dims, not a Python repr
     return html.escape(str(v))
 
 
@@ -36,7 +38,8 @@ def fmt_shape(shape) -> str:
     """[N, 16, 112, 112] -> N×16×112×112 (the symbolic batch dim whatever its name)."""
     if not shape:
         return "?"
-    return "×".join(str(d) for d in shape)
+    first = shape[0] if isinstance(shape[0], int) else "N"
+    return "×".join(str(d) for d in [first, *shape[1:]])
 
 
 def fmt_preprocessing(p) -> str:
