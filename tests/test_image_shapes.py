@@ -212,3 +212,13 @@ def test_top_level_help_cuts_no_description(capfd):
     for name, cmd in cli.commands.items():
         first = cmd.help.split("\n\n")[0].split(". ")[0].rstrip(".")
         assert " ".join(first.split()) in flat, name
+
+
+@pytest.mark.parametrize("shape", [["N", 3, 48, 320], ["N", 64, 96, 3]], ids=["nchw_48x320", "nhwc_64x96"])
+def test_fixed_non_square_and_nhwc_models_analyse_from_a_folder_with_no_option(photo_folder, shape):  # noqa: F811
+    sig = onnxaff.analyze(image_model(shape), str(photo_folder), metrics=["affinity"], chunk_size=2,
+                          progress=False, chunk_workers=0)
+    files = list_images(photo_folder)
+    assert sig.data["samples"] == len(files) and sig.data["skipped"] == []
+    assert sig.sites[0]["status"] == "ok" and sig.sites[0]["rows"] == len(files)
+    assert sig.data["preprocessing"]["center_crop"] == ([48, 320] if shape[1] == 3 else [64, 96])
