@@ -86,10 +86,9 @@ def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: st
         return
     try:
         feed = probe_feed(loaded, data, seed=seed, shapes=shapes, images=images)
+        _resolve_unknown_ranks(loaded, found.sites, feed, layout)
     except OnnxaffError as exc:
-        if explicit:
+        if explicit:  # the data or shape the user gave does not run: say so
             raise
         for s in pending:
-            s.reason += f"; a probe run resolves it: {exc}"
-        return
-    _resolve_unknown_ranks(loaded, found.sites, feed, layout)
+            s.reason += f"; a probe run on {data} could resolve it but failed: {exc}"
