@@ -126,3 +126,21 @@ def test_eleven_models_get_distinct_colour_and_marker():
     styles = [svg.style(k) for k in range(70)]
     assert len(set(styles)) == 70 and len({c for c, _ in styles[:10]}) == 10
     assert styles[10][0] == styles[0][0] and styles[10][1] != styles[0][1]  # colour repeats, marker does not
+
+
+def test_statistics_tables_show_near_linear_only_where_the_metric_defines_it():
+    from onnxaff.signature import Signature
+
+    def sig(name, metric, info, values):
+        sites = [{"index": i, "id": f"s{i}", "kind": "relu", "status": "ok", "metrics": {metric: {"mean": v}}}
+                 for i, v in enumerate(values)]
+        return Signature(model={"name": name}, data={}, options={}, runtime={}, metrics={metric: info}, sites=sites)
+
+    aff = {"direction": "higher = more linear", "range": [0.0, 1.0]}
+    nlc = {"direction": "lower = more linear", "range": [0.0, None]}
+    pair = [sig("a", "affinity", aff, [0.5, 0.97, 0.99]), sig("b", "affinity", aff, [0.2, 0.3])]
+    page = comparison_page(pair, [compare(pair)])
+    assert "<th class=\"\">near-linear</th>" in page and "67% (&gt; 0.95)" in page and "0% (&gt; 0.95)" in page
+    pair = [sig("a", "nlc", nlc, [1.2, 1.5]), sig("b", "nlc", nlc, [1.1, 3.0])]
+    page = comparison_page(pair, [compare(pair, metric="nlc")])
+    assert "near-linear" not in page and "share_above" not in page

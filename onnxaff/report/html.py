@@ -126,8 +126,16 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
     parts = ["<h3>Signatures</h3>" + _signature_svg(list(zip(comp.names, sigs, strict=True)), comp.metric)]
     parts.append("<h3>Distribution of scores per model</h3>" + _img(plots.histograms(named, comp.metric), "hist"))
     infos = {n: s.metrics.get(comp.metric) for n, s in zip(comp.names, sigs, strict=True)}
-    rows = [[n, *[signature_stats(v, infos[n]).get(k) for k in STAT_KEYS]] for n, v in named.items()]
-    parts.append("<h3>Signature statistics</h3>" + _table(["model", *STAT_KEYS], rows))
+    stats = {n: signature_stats(v, infos[n]) for n, v in named.items()}
+    keys = STAT_KEYS[:-1]  # the near-linear share by the metric's own direction and range, where it has one
+    near = any("near_linear" in st for st in stats.values())
+
+    def share(st):
+        nl = st.get("near_linear")
+        return f"{100 * nl['share']:.0f}% ({nl['rule']})" if nl else None
+
+    rows = [[n, *[st.get(k) for k in keys], *([share(st)] if near else [])] for n, st in stats.items()]
+    parts.append("<h3>Signature statistics</h3>" + _table(["model", *keys, *(["near-linear"] if near else [])], rows))
     parts.append("<h3>DTW distances</h3>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
                                                               "DTW distance, ordered by the clustering"), "heatmap"))
     parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)]))
