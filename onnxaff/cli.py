@@ -321,7 +321,7 @@ def _scale_options(f):
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--data", required=True, help="An image folder (flat or one subfolder per class), a .npy/.npz "
-              "file, or synthetic:gaussian|uniform|grid[:n=..,seed=..].")
+              "file, or synthetic:gaussian, synthetic:uniform, synthetic:grid (options after a colon: n=..,seed=..).")
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @_analysis_options
 @_scale_options
