@@ -18,7 +18,7 @@ NEAR_LINEAR = 0.95
 
 
 def signature_stats(values: list[float]) -> dict:
-    """The statistics of DESIGN §4 over one metric's per-site scores."""
+    """The signature statistics (docs/metrics.md) over one metric's per-site scores."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
     if v.size == 0:
         return {"sites": 0}

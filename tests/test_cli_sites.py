@@ -1,4 +1,4 @@
-"""`onnxaff sites`: the JSON contract of DESIGN §6 and one-line errors."""
+"""`onnxaff sites`: the JSON contract (docs/signature.md) and one-line errors."""
 
 import json
 import subprocess
