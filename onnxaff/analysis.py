@@ -367,11 +367,11 @@ class Analysis:
                     self.seconds_before += elapsed
                     session_start += elapsed
                     self.save(checkpoint, STATE_KIND_CHECKPOINT)
-            if finish and checkpoint is not None:
+            if checkpoint is not None:
                 elapsed = time.perf_counter() - session_start
                 self.seconds_before += elapsed
                 session_start += elapsed
-                self._finish_or_save(checkpoint, scorer)
+                self._end_or_save(checkpoint, scorer, finish)
         finally:
             for sig, handler in restore.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
@@ -384,11 +384,15 @@ class Analysis:
         raise Interrupted(f"{signal.Signals(signum).name} after {self.cursor - self.start} of "
                           f"{self.stop - self.start} examples; state saved to {checkpoint} (continue with --resume)")
 
-    def _finish_or_save(self, checkpoint, scorer: ChunkScorer) -> None:
-        """The last chunk scores and the pooled metrics, stoppable: a signal (or a plugin's KeyboardInterrupt)
-        meanwhile saves the state from before the finish, so --resume finishes again from there."""
+    def _end_or_save(self, checkpoint, scorer: ChunkScorer, finish: bool) -> None:
+        """The last chunk scores (and with `finish` the pooled metrics), stoppable: a signal or a plugin's
+        KeyboardInterrupt meanwhile saves the state from before the finish, so --resume finishes from there."""
         for st in self.states + self.stage_states:
             st.collect()  # gives up on a stop; the chunks not done are saved unscored
+        if not finish:
+            if stop := self._stop_signal or scorer.stop_signal:
+                self._interrupted(checkpoint, stop, self.state(STATE_KIND_CHECKPOINT))
+            return
         before = self.state(STATE_KIND_CHECKPOINT)
         try:
             if not (self._stop_signal or scorer.stop_signal):

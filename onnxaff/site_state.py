@@ -24,8 +24,8 @@ from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator, Moments
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
-from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks
-from onnxaff.scoring import ChunkScorer, evaluate, plugin_output
+from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks, plugin_output
+from onnxaff.scoring import ChunkScorer
 
 
 def readonly(a: np.ndarray) -> np.ndarray:
@@ -280,8 +280,13 @@ class SiteState:
         self.collect()  # chunks scored by an earlier merge come before this part's
         boundary = {}
         if self.previous is not None and other.first is not None and not (self.nonfinite_rows or other.nonfinite_rows):
-            boundary = {m.name: evaluate(m, (self.previous, other.first)) for m in metrics
-                        if m.needs == "chunk_pair" and not self._not_applicable(m)}
+            pair = (self.previous, other.first)
+            jobs = [(m, pair) for m in metrics if m.needs == "chunk_pair" and not self._not_applicable(m)]
+            if jobs:  # on a scoring thread, as every metric: Ctrl-C is not held up by a stuck one
+                future = scorer.submit(jobs)
+                if not scorer.wait(future) or future.cancelled() or future.exception() is not None:
+                    raise KeyboardInterrupt
+                boundary = {name: (value, error) for name, value, error in future.result()}
         for name in {*self.values, *other.values, *boundary}:
             merged = list(self.values.get(name, []))
             if name in boundary:

@@ -137,13 +137,14 @@ STUCK_LAST = PROBE.replace("        def compute(self, chunk):\n", '''        cal
 ''')
 
 
-@pytest.mark.parametrize("good, stuck, workers", [(PROBE + POOLED, PROBE + STUCK_POOLED, 0),
-                                                  (PROBE + POOLED, STUCK_LAST + POOLED, 2)])
-def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, good, stuck, workers):
+@pytest.mark.parametrize("good, stuck, workers, shard", [(PROBE + POOLED, PROBE + STUCK_POOLED, 0, []),
+                                                         (PROBE + POOLED, STUCK_LAST + POOLED, 2, []),
+                                                         (PROBE + POOLED, STUCK_LAST + POOLED, 2, ["--shard", "0/1"])])
+def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, good, stuck, workers, shard):
     """The batches are done; the last chunks or the pooled metrics are being scored when Ctrl-C comes."""
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=512", "--metrics", "affinity,cka_pooled,probe,probe_pooled",
-            "--chunk-size", 64, "--batch-size", 32, "--plugin", path, "--chunk-workers", workers, "--quiet"]
+            "--chunk-size", 64, "--batch-size", 32, "--plugin", path, "--chunk-workers", workers, "--quiet", *shard]
     plugin(path, good)
     ref = tmp_path / "ref.json"
     r = cli("analyze", *args, "--out", ref)
