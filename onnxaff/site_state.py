@@ -278,6 +278,9 @@ class SiteState:
             raise OnnxaffError(f"parts disagree on feature dimensions ({self.dims} vs {other.dims})")
         self.dims = self.dims or other.dims
         self.collect()  # chunks scored by an earlier merge come before this part's
+        if self.unscored or other.unscored:  # a part is saved complete; never drop a chunk's scores silently
+            raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
+                               "shard again")
         boundary = {}
         if self.previous is not None and other.first is not None and not (self.nonfinite_rows or other.nonfinite_rows):
             pair = (self.previous, other.first)
