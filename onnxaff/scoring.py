@@ -75,7 +75,7 @@ def evaluate(metric: Metric, sample) -> tuple[float | None, str | None]:
         return None, f"SystemExit: the metric called sys.exit({exc.code!r})"
     except KeyboardInterrupt:
         raise
-    except Exception as exc:
+    except BaseException as exc:  # Exception, or an odd BaseException subclass: that metric's error either way
         return None, f"{type(exc).__name__}: {exc}"
 
 

@@ -343,14 +343,28 @@ EXITS = '''
 '''
 
 
+ODD = '''
+    class Odd(BaseException):
+        pass
+
+    class RaisesOdd(Metric):
+        name = "odd"
+        needs = "chunk"
+
+        def compute(self, chunk):
+            raise Odd("not an Exception")
+'''
+
+
 def test_sys_exit_in_compute_is_that_metrics_error(model, tmp_path):
-    path = plugin(tmp_path / "exits.py", EXITS)
+    path = plugin(tmp_path / "exits.py", EXITS + ODD)
     for workers in (0, 2):
-        sig = onnxaff.analyze(str(model), data="synthetic:gaussian:n=128", metrics=["exits", "affinity"],
+        sig = onnxaff.analyze(str(model), data="synthetic:gaussian:n=128", metrics=["exits", "odd", "affinity"],
                               chunk_size=64, plugins=[path], progress=False, chunk_workers=workers)
         for s in sig.sites:
             assert s["metrics"]["exits"]["status"] == "error"
             assert s["metrics"]["exits"]["error"] == "SystemExit: the metric called sys.exit(3)"
+            assert s["metrics"]["odd"]["error"] == "Odd: not an Exception"
             assert s["metrics"]["affinity"]["status"] == "ok" and s["metrics"]["affinity"]["chunks"] == 2
 
 
