@@ -76,6 +76,14 @@ def cli(*args, env=None, **kw):
                           env=env, **kw)
 
 
+def reference(args, out):
+    """The well-behaved run, in this process (one interpreter start less per test)."""
+    from onnxaff.cli import main
+
+    main(["analyze", *map(str, args), "--out", str(out)])
+    return out
+
+
 def values(sig, metric):
     return [s["metrics"][metric].get("values") for s in sig.sites]
 
@@ -85,12 +93,11 @@ def values(sig, metric):
 @pytest.mark.parametrize("workers, how", [(0, "sleep"), (2, "spin")])
 def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, tmp_path, workers, how):
     path = tmp_path / "probe.py"
-    args = [model, "--data", "synthetic:gaussian:n=20000", "--metrics", "affinity,cka,probe,r2_heldout",
+    args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,cka,probe,r2_heldout",
             "--chunk-size", 64,
             "--batch-size", 16, "--plugin", path, "--chunk-workers", workers, "--quiet"]
     plugin(path, PROBE)
-    ref = tmp_path / "ref.json"
-    assert cli("analyze", *args, "--out", ref).returncode == 0
+    ref = reference(args, tmp_path / "ref.json")
     plugin(path, STUCK)
     out, mark = tmp_path / "sig.json", tmp_path / "stuck"
     env = dict(os.environ, STUCK_MARK=str(mark), STUCK_HOW=how)
@@ -123,7 +130,7 @@ def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, 
     a, b = read_signature(ref), read_signature(out)
     for metric in ("affinity", "cka", "probe", "r2_heldout"):
         assert values(a, metric) == values(b, metric)  # bit for bit: the unscored chunks were scored on resume
-        assert all(len(v) == 312 - (metric == "r2_heldout") for v in values(b, metric))
+        assert all(len(v) == 32 - (metric == "r2_heldout") for v in values(b, metric))
 
 
 POOLED = (PROBE.replace("class Probe(", "class ProbePooled(").replace('"probe"', '"probe_pooled"')
@@ -151,9 +158,7 @@ def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, g
     args = [model, "--data", "synthetic:gaussian:n=512", "--metrics", "affinity,cka_pooled,probe,probe_pooled",
             "--chunk-size", 64, "--batch-size", 32, "--plugin", path, "--chunk-workers", workers, "--quiet", *shard]
     plugin(path, good)
-    ref = tmp_path / "ref.json"
-    r = cli("analyze", *args, "--out", ref)
-    assert r.returncode == 0, r.stderr
+    ref = reference(args, tmp_path / "ref.json")
     plugin(path, stuck)
     out, mark = tmp_path / "sig.json", tmp_path / "stuck"
     proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out)],
@@ -180,11 +185,10 @@ def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, g
 
 def test_keyboard_interrupt_raised_by_a_plugin_is_ctrl_c_with_the_checkpoint(model, tmp_path):
     path = tmp_path / "probe.py"
-    args = [model, "--data", "synthetic:gaussian:n=4000", "--metrics", "affinity,probe", "--chunk-size", 64,
+    args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,probe", "--chunk-size", 64,
             "--batch-size", 16, "--plugin", path, "--quiet"]
     plugin(path, PROBE)
-    ref = tmp_path / "ref.json"
-    assert cli("analyze", *args, "--out", ref).returncode == 0
+    ref = reference(args, tmp_path / "ref.json")
     plugin(path, RAISES_CTRL_C)
     out = tmp_path / "sig.json"
     r = cli("analyze", *args, "--out", out, timeout=60)
@@ -396,18 +400,19 @@ CHATTY = '''
 '''
 
 
-def test_plugin_prints_never_reach_stdout(model, tmp_path):
+def test_plugin_prints_never_reach_stdout(model, tmp_path, capfd):
     path = plugin(tmp_path / "chatty.py", CHATTY)
-    r = cli("plugins", "--format", "json", "--plugin", path)
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["chatty"]["needs"] == "chunk"
-    assert "hello from import" in r.stderr
+    code, out, err = run_cli(capfd, "plugins", "--format", "json", "--plugin", path)
+    assert code == 0, err
+    assert json.loads(out)["chatty"]["needs"] == "chunk"
+    assert "hello from import" in err
     for workers in (0, 2):
-        out = tmp_path / f"sig{workers}.json"
-        r = cli("analyze", model, "--data", "synthetic:gaussian:n=128", "--metrics", "chatty", "--chunk-size", 64,
-                "--plugin", path, "--quiet", "--out", out, "--chunk-workers", workers)
-        assert r.returncode == 0, r.stderr
-        assert r.stdout == ""
-        assert r.stderr.count("hello from compute") == 4 and "hello from __init__" in r.stderr
-        assert read_signature(out).sites[0]["metrics"]["chatty"]["values"] == [0.0, 0.0]
+        sig = tmp_path / f"sig{workers}.json"
+        code, out, err = run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=128", "--metrics", "chatty",
+                                 "--chunk-size", 64, "--plugin", path, "--quiet", "--out", sig,
+                                 "--chunk-workers", workers)
+        assert code == 0, err
+        assert out == ""
+        assert err.count("hello from compute") == 4 and "hello from __init__" in err
+        assert read_signature(sig).sites[0]["metrics"]["chatty"]["values"] == [0.0, 0.0]
     assert sys.stdout.__class__.__name__ != "_StdoutRouter"  # put back once no plugin code runs
