@@ -176,8 +176,7 @@ def _check(cls, origin: str) -> None:
     if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(map(_is_number, r)) and r[0] <= r[1]):
         raise OnnxaffError(f"{what} declares range {r!r:.80}; it must be (low, high), two numbers with low <= high "
                            f"(float('inf') for no bound)")
-    if cls.higher_is_more_linear not in (True, False, None) or not isinstance(cls.higher_is_more_linear,
-                                                                           (bool, type(None))):
+    if not (cls.higher_is_more_linear is None or isinstance(cls.higher_is_more_linear, bool)):
         raise OnnxaffError(f"{what} declares higher_is_more_linear {cls.higher_is_more_linear!r:.80}; "
                            f"it must be True, False or None")
     if not callable(getattr(cls, "compute", None)):
