@@ -445,6 +445,17 @@ def report(signature, out, metric) -> None:
     click.echo(f"report written to {path}")
 
 
+def _exit_interrupted() -> None:
+    """Exit 130; hard (after flushing) when a metric is stuck in a thread, which Python cannot kill or join."""
+    from onnxaff.scoring import busy_threads
+
+    if busy_threads():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
     debug = bool(os.environ.get("ONNXAFF_DEBUG"))
@@ -460,13 +471,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except Interrupted as exc:
         click.echo(f"onnxaff: interrupted: {exc}", err=True)
-        sys.exit(130)
+        _exit_interrupted()
     except OnnxaffError as exc:
         click.echo(f"onnxaff: error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("onnxaff: interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted()
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             traceback.print_exc()
