@@ -210,7 +210,9 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         elif Path(checkpoint).exists():
             click.echo(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
                        f"(--resume continues it)", err=True)
-        run.run(checkpoint, checkpoint_every)
+        # A part is saved unfinished (merging finishes once); a whole run finishes inside run(), where Ctrl-C
+        # during its last scores still saves the state.
+        run.run(checkpoint, checkpoint_every, finish=shard is None)
         if shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
             path, sig = write_result(run, checkpoint, lambda: write_part(run, out))
         else:
