@@ -11,6 +11,7 @@ import numpy as np
 
 from onnxaff.errors import OnnxaffError
 from onnxaff.files import write_text_atomic
+from onnxaff.text import json_safe
 
 SCHEMA = "onnxaff.signature"
 SCHEMA_VERSION = 1
@@ -88,11 +89,14 @@ class Signature:
 
 
 def _clean(obj):
-    """JSON without NaN: non-finite numbers become null (their status says why)."""
+    """JSON without NaN: non-finite numbers become null (their status says why); text a UTF-8 reader takes (a
+    file name that is not UTF-8 keeps its bytes as `\\xff` escapes instead of lone surrogates)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return json_safe(obj)
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {json_safe(k) if isinstance(k, str) else k: _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
     if isinstance(obj, np.generic):

@@ -19,6 +19,7 @@ from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph.view import iter_tensors
+from onnxaff.text import printable
 
 # Above this size shape inference runs on a file rather than on the in-memory proto.
 _INFER_BY_PATH_BYTES = 1 << 30
@@ -111,6 +112,11 @@ def tensor_problem(tensor: onnx.TensorProto) -> str | None:
 def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedModel:
     """Parse and check a model file; raise OnnxaffError with a one-line reason when it is unusable."""
     path = Path(path)
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # os.fsdecode's surrogate escapes: the checker's and runtime's bindings refuse them
+        raise OnnxaffError(f"the model's path is not UTF-8 ({printable(path)}): onnx and onnxruntime open UTF-8 "
+                           "paths only; rename it") from None
     if not path.exists():
         raise OnnxaffError(f"model file not found: {path}")
     if path.is_dir():
