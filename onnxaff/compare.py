@@ -118,11 +118,20 @@ def read_table(path: str | Path, what: str) -> dict[str, str]:
     path = Path(path)
     if not path.exists():
         raise OnnxaffError(f"{what} file not found: {path}")
+    if not path.is_file():  # a FIFO would be waited on forever
+        raise OnnxaffError(f"{what} path is not a regular file: {path}")
     table = {}
-    with open(path, newline="") as f:
-        for row in csv.reader(f):
-            if len(row) >= 2 and row[0].strip() and not row[0].startswith("#"):
-                table[row[0].strip()] = row[1].strip()
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.reader(f, strict=True):
+                if len(row) >= 2 and row[0].strip() and not row[0].startswith("#"):
+                    table[row[0].strip()] = row[1].strip()
+    except UnicodeDecodeError as exc:
+        raise OnnxaffError(f"{path}: {what} file is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except csv.Error as exc:
+        raise OnnxaffError(f"{path}: {what} file is not a readable CSV: {exc}") from None
+    except OSError as exc:
+        raise OnnxaffError(f"cannot read {path}: {exc.strerror or exc}") from None
     return table
 
 

@@ -426,9 +426,9 @@ def test_disk_full_keeps_the_previous_file(capfd, tmp_path, relu_model):
 
 @pytest.mark.parametrize("content,fragment", [
     ("[1, 2]", "not an onnxaff signature (missing schema field)"),
-    ('{"schema": "onnxaff.signature", "schema_version": 1}', "damaged signature: field 'model' is missing"),
+    ('{"schema": "onnxaff.signature", "schema_version": 1}', "sig.json: model: missing"),
     ('{"schema": "onnxaff.signature", "schema_version": 1, "model": {}, "data": {}, "options": {}, "runtime": {}, '
-     '"metrics": {}, "sites": [3]}', "damaged signature: an entry of 'sites' is not an object"),
+     '"metrics": {}, "sites": [3]}', "sig.json: sites[0]: expected an object"),
 ], ids=["list", "fields-missing", "bad-site"])
 @pytest.mark.parametrize("command", ["report", "compare"])
 def test_damaged_signature_file(capfd, tmp_path, content, fragment, command):

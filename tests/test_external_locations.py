@@ -144,3 +144,11 @@ def test_input_element_type(capfd, tmp_path, elem_type, fragment, command):
     code, out, err = run_cli(capfd, *args)
     assert code == 2 and out == ""
     assert err == f"onnxaff: error: invalid ONNX model m.onnx: input 'x' has {fragment}\n"
+
+
+def test_model_path_that_is_a_fifo(tmp_path):
+    """onnx.load waited forever on a FIFO given as the model; now refused before it is opened."""
+    os.mkfifo(tmp_path / "m.onnx")
+    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "sites", str(tmp_path / "m.onnx")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr == f"onnxaff: error: model path is not a regular file: {tmp_path}/m.onnx\n"

@@ -201,6 +201,8 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
         raise OnnxaffError(f"model file not found: {path}")
     if path.is_dir():
         raise OnnxaffError(f"model path is a folder, not an .onnx file: {path}")
+    if not path.is_file():  # a FIFO or a device: reading would block or never end
+        raise OnnxaffError(f"model path is not a regular file: {path}")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning, ...
