@@ -8,6 +8,7 @@ checked; anything else in the file is carried along untouched.
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from pathlib import Path
 
@@ -25,20 +26,26 @@ class _Bad(Exception):
         super().__init__(f"{field}: {problem}")
 
 
+# Scores are squared and summed (DTW, std) and fitted (correlate): a larger magnitude would overflow into inf or
+# NaN, a silently wrong number. No metric comes near it; NaN and Infinity are never written (they become null).
+LARGEST = 1e100
+
+
 def _is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= LARGEST
 
 
 def _is_whole(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+_FINITE = f"expected a finite number (at most {LARGEST:g} in size)"
 _KINDS = {
     "object": (lambda v: isinstance(v, dict), "expected an object"),
     "list": (lambda v: isinstance(v, list), "expected a list"),
     "text": (lambda v: isinstance(v, str), "expected text"),
-    "number": (_is_number, "expected a number"),
-    "number?": (lambda v: v is None or _is_number(v), "expected a number or null"),
+    "number": (_is_number, _FINITE),
+    "number?": (lambda v: v is None or _is_number(v), f"{_FINITE} or null"),
     "whole": (_is_whole, "expected a whole number"),
     "whole?": (lambda v: v is None or _is_whole(v), "expected a whole number or null"),
     "bool": (lambda v: isinstance(v, bool), "expected true or false"),

@@ -1,5 +1,6 @@
 """Hand-edited, truncated or hostile signature files: report, compare, correlate and merge name the file and the
-field in one line (`sig.json: sites[3].metrics.affinity.mean: expected a number or null`), never an internal error.
+field in one line (`sig.json: sites[3].metrics.affinity.mean: expected a finite number ... or null`), never an
+internal error.
 """
 
 from __future__ import annotations
@@ -45,15 +46,21 @@ def _set(path: str, value):
 DELETE = object()
 CASES = {
     "score-text": (edited(_set("sites[3].metrics.affinity.mean", "high")),
-                   "sites[3].metrics.affinity.mean: expected a number or null"),
+                   "sites[3].metrics.affinity.mean: expected a finite number (at most 1e+100 in size) or null"),
     "status-missing": (edited(_set("sites[1].status", DELETE)), "sites[1].status: missing"),
     "metrics-list": (edited(_set("sites[0].metrics", [])), "sites[0].metrics: expected an object"),
+    "score-infinite": (edited(_set("sites[3].metrics.affinity.mean", float("inf"))),
+                       "sites[3].metrics.affinity.mean: expected a finite number (at most 1e+100 in size) or null"),
+    "score-nan": (edited(_set("sites[0].metrics.affinity.values", [float("nan")])),
+                  "sites[0].metrics.affinity.values[0]: expected a finite number (at most 1e+100 in size) or null"),
+    "score-huge": (edited(_set("sites[2].metrics.affinity.mean", -1e300)),
+                   "sites[2].metrics.affinity.mean: expected a finite number (at most 1e+100 in size) or null"),
     "index-float": (edited(_set("sites[2].index", 2.5)), "sites[2].index: expected a whole number"),
     "values-text": (edited(_set("sites[4].metrics.affinity.values", [0.1, "x"])),
-                    "sites[4].metrics.affinity.values[1]: expected a number or null"),
+                    "sites[4].metrics.affinity.values[1]: expected a finite number (at most 1e+100 in size) or null"),
     "name-number": (edited(_set("model.name", 3)), "model.name: expected text"),
     "stats-text": (edited(_set("model.stats.parameters", "many")),
-                   "model.stats.parameters: expected a number or null"),
+                   "model.stats.parameters: expected a finite number (at most 1e+100 in size) or null"),
     "metric-info": (edited(_set("metrics.affinity", 1)), "metrics.affinity: expected an object"),
     "warning-number": (edited(_set("warnings", [1])), "warnings[0]: expected text"),
     "stage-length": (edited(_set("stages[0].length", "two")), "stages[0].length: expected a whole number"),
