@@ -97,6 +97,8 @@ def test_correlate_csv_and_md(capfd, tmp_path):
     assert float(mean[3]) < 0 and mean[3].startswith("-")  # plain negative number, no `'`
     ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.md"))
     assert "| affinity mean |" in (tmp_path / "r.md").read_text()
+    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.html"))  # scatter labels
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
 
 @pytest.mark.parametrize("name", [HOSTILE, "$\\alpha$", "$x", NOT_UTF8, "new\nline\x1b[31m"],
