@@ -11,6 +11,7 @@ import csv
 import html
 import io
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -40,6 +41,15 @@ def write_signatures(folder, names: list[str]) -> list:
 def ok(result) -> str:
     code, out, err = result
     assert code == 0 and err == "", err
+    return out
+
+
+def quiet(capfd, *args) -> str:
+    """ok(run_cli(...)), and no Python warning either (in-process, pytest would catch them before stderr)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ok(run_cli(capfd, *args))
+    assert [str(w.message) for w in caught] == []
     return out
 
 
@@ -101,19 +111,20 @@ def test_correlate_csv_and_md(capfd, tmp_path):
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
 
-@pytest.mark.parametrize("name", [HOSTILE, "$\\alpha$", "$x", NOT_UTF8, "new\nline\x1b[31m"],
-                         ids=["markup", "mathtext", "dollar", "not-utf8", "control"])
+@pytest.mark.parametrize("name", [HOSTILE, "$\\alpha$", "$x", NOT_UTF8, "new\nline\x1b[31m", "日本語モデル"],
+                         ids=["markup", "mathtext", "dollar", "not-utf8", "control", "no-glyphs"])
 def test_report_and_compare_with_hostile_names(capfd, tmp_path, name):
     """`$x\\y$` made matplotlib's mathtext raise, a non-UTF-8 name made the UTF-8 encoder raise, in report and
-    compare: both internal errors. Now every format is written and shows the name as text."""
+    compare: both internal errors; letters the plot font lacks printed a wall of matplotlib warnings. Now every
+    format is written, shows the name as text, and stderr stays empty."""
     paths = write_signatures(tmp_path, [name, "plain", "third"])
     shown = printable(name)
-    ok(run_cli(capfd, "report", paths[0], "--out", tmp_path / "r.html"))
+    quiet(capfd, "report", paths[0], "--out", tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert f"<title>onnxaff: {html.escape(shown)}</title>" in page
     assert "<b>" not in page and "\x1b" not in page
     for fmt in ("html", "csv", "md", "json"):
-        out = ok(run_cli(capfd, "compare", *paths, "--out", tmp_path / f"c.{fmt}"))
+        out = quiet(capfd, "compare", *paths, "--out", tmp_path / f"c.{fmt}")
         assert out.count("\n") == 4 and shown in out and "\x1b" not in out  # three names, one line each
         (tmp_path / f"c.{fmt}").read_text(encoding="utf-8")
     assert json.loads((tmp_path / "c.json").read_text())["models"][0] == json_safe(name)  # JSON escapes the rest

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import warnings
 
 import matplotlib
 
@@ -20,10 +21,15 @@ _PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
 
 
 def _plain_text(plot):
-    """Draw inside an rc context where every label is literal text (only this figure, not the caller's pyplot)."""
+    """Draw inside an rc context where every label is literal text (only this figure, not the caller's pyplot).
+
+    A name in letters the plot font lacks shows as boxes in the figure (the tables beside it have it right):
+    matplotlib's warning per missing glyph, per figure, would bury the command's one line of output.
+    """
     @functools.wraps(plot)
     def wrapper(*args, **kwargs):
-        with plt.rc_context(_PLAIN_TEXT):
+        with plt.rc_context(_PLAIN_TEXT), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
             return plot(*args, **kwargs)
     return wrapper
 
