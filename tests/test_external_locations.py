@@ -152,3 +152,10 @@ def test_model_path_that_is_a_fifo(tmp_path):
     r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "sites", str(tmp_path / "m.onnx")], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and r.stderr == f"onnxaff: error: model path is not a regular file: {tmp_path}/m.onnx\n"
+
+
+def test_symlink_loop(capfd, tmp_path):
+    """A location that is a symbolic link to itself: resolving it raised RuntimeError (Python 3.11)."""
+    path = external_model(tmp_path / "model", location="loop.bin")
+    os.symlink("loop.bin", tmp_path / "model" / "loop.bin")
+    refused(capfd, path, "external data location 'loop.bin' cannot be resolved (a loop of symbolic links?)")

@@ -7,6 +7,7 @@ workable. The runtime later opens the augmented graph next to the original data 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -73,6 +74,7 @@ def _external_locations(model: onnx.ModelProto) -> list[str]:
     return locations
 
 
+_LOOP = "external data location {!r} cannot be resolved (a loop of symbolic links?)"
 _EXTERNAL_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
                (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
@@ -102,14 +104,19 @@ def external_problem(tensor: onnx.TensorProto, folder: Path) -> str | None:
     if os.path.isabs(location):
         return f"external data location {location!r} is an absolute path; it must be inside the model's folder"
     target = folder / location
-    if not target.resolve().is_relative_to(folder.resolve()):  # `..` or a symbolic link leading out
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a symlink loop
+        return _LOOP.format(location)
+    if not resolved.is_relative_to(folder.resolve()):  # `..` or a symbolic link leading out
         return f"external data location {location!r} is outside the model's folder"
     try:
         info = target.stat()
     except FileNotFoundError:
         return "missing"
-    except OSError as exc:
-        return f"external data location {location!r} cannot be read: {exc.strerror}"
+    except OSError as exc:  # 3.13's resolve() leaves a loop to stat, which fails with ELOOP
+        return _LOOP.format(location) if exc.errno == errno.ELOOP else \
+            f"external data location {location!r} cannot be read: {exc.strerror}"
     for is_kind, kind in _FILE_KINDS:
         if is_kind(info.st_mode):
             return f"external data location {location!r} is {kind}, not a regular file"
