@@ -70,6 +70,7 @@ def test_a_good_reference_analyses(capfd, tmp_path):
     ("length", "1e3", "external data length '1e3' is not a whole number of bytes"),
     ("length", "60", "external data length is 60 bytes, but float[4, 4] takes 64"),
     ("offset", "8", "external data (64 bytes from offset 8) runs past the end of w.bin (64 bytes)"),
+    ("offset", "100", "external data (64 bytes from offset 100) runs past the end of w.bin (64 bytes)"),
     ("checksum_", "x", "unknown external data key 'checksum_'"),
 ])
 def test_bad_offset_or_length(capfd, tmp_path, key, value, fragment):

@@ -106,8 +106,10 @@ def external_problem(tensor: onnx.TensorProto, folder: Path) -> str | None:
     target = folder / location
     try:
         resolved = target.resolve()
-    except (OSError, RuntimeError):  # Python 3.11 raises RuntimeError for a symlink loop
+    except RuntimeError:  # Python 3.11's symlink loop
         return _LOOP.format(location)
+    except OSError as exc:
+        return f"external data location {location!r} cannot be read: {exc.strerror}"
     if not resolved.is_relative_to(folder.resolve()):  # `..` or a symbolic link leading out
         return f"external data location {location!r} is outside the model's folder"
     try:
@@ -122,7 +124,7 @@ def external_problem(tensor: onnx.TensorProto, folder: Path) -> str | None:
             return f"external data location {location!r} is {kind}, not a regular file"
     offset = sizes.get("offset", 0)
     length = sizes.get("length", info.st_size - offset)
-    if offset + length > info.st_size:
+    if offset + length > info.st_size or offset > info.st_size:
         return (f"external data ({length} bytes from offset {offset}) runs past the end of {location} "
                 f"({info.st_size} bytes)")
     if "length" in sizes and tensor.data_type in _BYTE_ALIGNED and tensor.data_type != TensorProto.STRING \
