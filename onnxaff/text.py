@@ -75,7 +75,13 @@ def md_cell(value) -> str:
         return ""
     if isinstance(value, numbers.Real) and not isinstance(value, bool) and not isinstance(value, numbers.Integral):
         return f"{float(value):.6g}"
-    return "".join(_MARKDOWN.get(ch, ch) for ch in printable(value))
+    text = printable(value)
+    return "".join(ch if ch == "_" and _intraword(text, i) else _MARKDOWN.get(ch, ch) for i, ch in enumerate(text))
+
+
+def _intraword(text: str, i: int) -> bool:
+    """An `_` between two letters or digits never opens or closes emphasis (CommonMark): torch_cnn stays as is."""
+    return 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
 
 
 def md_table(header: list, rows: list[list]) -> list[str]:

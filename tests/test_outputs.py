@@ -67,6 +67,7 @@ def test_md_cells():
     assert md_cell("a|b`c<d>&e[f](g)*h*") == "a\\|b\\`c&lt;d&gt;&amp;e\\[f\\](g)\\*h\\*"
     assert md_cell("x\\|y") == "x\\\\\\|y"  # a backslash cannot un-escape the pipe after it
     assert md_cell("one\ntwo") == "one\\\\x0atwo"  # the escape's own backslash is escaped: shown as typed
+    assert md_cell("torch_cnn_relu") == "torch_cnn_relu" and md_cell("_x_ a__b") == "\\_x\\_ a\\_\\_b"
 
 
 def test_printable():
