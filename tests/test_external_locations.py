@@ -160,3 +160,14 @@ def test_symlink_loop(capfd, tmp_path):
     path = external_model(tmp_path / "model", location="loop.bin")
     os.symlink("loop.bin", tmp_path / "model" / "loop.bin")
     refused(capfd, path, "external data location 'loop.bin' cannot be resolved (a loop of symbolic links?)")
+
+
+def test_input_element_type_in_memory():
+    """The same check for a model handed over as a proto (the Python API)."""
+    from onnxaff.errors import OnnxaffError
+    from onnxaff.graph.load import from_proto
+
+    model = onnx.parser.parse_model(HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }")
+    model.graph.input[0].type.tensor_type.elem_type = 0
+    with pytest.raises(OnnxaffError, match=r"^invalid ONNX model g: input 'x' has element type 0 \(undefined\)$"):
+        from_proto(model)
