@@ -17,7 +17,7 @@ NEAR_LINEAR = 0.95
 
 
 def signature_stats(values: list[float]) -> dict:
-    """The statistics of DESIGN §4 over one metric's per-site scores."""
+    """A signature's statistics over one metric's per-site scores (non-finite and missing scores left out)."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
     if v.size == 0:
         return {"sites": 0}
