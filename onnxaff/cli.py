@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from onnxaff.errors import Interrupted, OnnxaffError
+from onnxaff.text import printable
 
 
 def _fmt_shape(shape) -> str:
@@ -18,6 +19,8 @@ def _fmt_shape(shape) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
+    """Aligned columns for the terminal; cells are printable text (a name cannot break a line or send escapes)."""
+    rows, header = [[printable(c) for c in r] for r in rows], [printable(h) for h in header]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
@@ -53,7 +56,8 @@ def sites(model: str, fmt: str, layout: str) -> None:
     ]
     click.echo(_table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "note"]))
     ok = sum(s.ok for s in found)
-    click.echo(f"\n{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped)")
+    summary = f"{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped)"
+    click.echo("\n" + printable(summary))
 
 
 def _fmt_score(entry: dict | None) -> str:
@@ -91,13 +95,13 @@ def print_summary(sig) -> None:
     if stats_rows:
         click.echo(_table(stats_rows, ["signature", "sites", "mean", "median", "min", "max", "std", ">0.95"]))
     d, rt = sig.data, sig.runtime
-    click.echo(f"\n{sig.model['name']}: {d['samples']} samples from {d['source']}, chunks of "
-               f"{sig.options['chunk_size']}, reduce={sig.options['reduce']}, {rt['providers'][0]}, "
-               f"{rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")
+    click.echo("\n" + printable(f"{sig.model['name']}: {d['samples']} samples from {d['source']}, chunks of "
+                                 f"{sig.options['chunk_size']}, reduce={sig.options['reduce']}, {rt['providers'][0]}, "
+                                 f"{rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)"))
     if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
         click.echo("* scored on one partial chunk: the data has fewer rows than --chunk-size")
     for w in sig.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(printable(f"warning: {w}"), err=True)
 
 
 def _analysis_options(f):
@@ -208,8 +212,8 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                 raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
             run.restore(checkpoint)
         elif Path(checkpoint).exists():
-            click.echo(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
-                       f"(--resume continues it)", err=True)
+            click.echo(printable(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
+                                 f"(--resume continues it)"), err=True)
         # A part is saved unfinished (merging finishes once); a whole run finishes inside run(), where Ctrl-C
         # during its last scores still saves the state.
         run.run(checkpoint, checkpoint_every, finish=shard is None)
@@ -219,7 +223,7 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
             path, sig = write_result(run, checkpoint, lambda: _signature_to(run, out))
     if not quiet:
         print_summary(sig)
-        click.echo(f"signature written to {path}")
+        click.echo(printable(f"signature written to {path}"))
     return sig
 
 
@@ -295,7 +299,7 @@ def merge(parts, out, quiet) -> None:
     path = sig.write(out)
     if not quiet:
         print_summary(sig)
-    click.echo(f"merged {len(parts)} parts into {path}")
+    click.echo(printable(f"merged {len(parts)} parts into {path}"))
 
 
 @cli.command()
@@ -328,7 +332,8 @@ def demo(out, metrics, chunk_size, device, only, quiet) -> None:
         click.echo(_table([[r["model"], r["framework"], r["sites"], fmt(r["accuracy"]), fmt(r["mean"]), fmt(r["min"]),
                             fmt(r["share_above_0.95"], ".0%")] for r in run.rows],
                           ["model", "framework", "sites", "accuracy", f"{names[0]} mean", "min", ">0.95"]))
-    click.echo(f"demo outputs in {run.folder.resolve()}: report.html and signatures/ ({len(run.signatures)} models)")
+    click.echo(printable(f"demo outputs in {run.folder.resolve()}: report.html and signatures/ "
+                         f"({len(run.signatures)} models)"))
 
 
 @cli.command()
@@ -365,7 +370,7 @@ def _read_all(paths):
 def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
     """DTW distances, clustering and statistics of several signatures, per metric."""
     from onnxaff.compare import compare as run_compare
-    from onnxaff.compare import shared_metrics
+    from onnxaff.compare import comparison_table, shared_metrics
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import comparison_page
     from onnxaff.signature import write_json_atomic
@@ -384,22 +389,12 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
             c.metric: {"dtw": c.distances.tolist(), "order": c.order, "clusters": c.clusters(clusters),
                        "neighbours": c.neighbours()} for c in comps}})
     else:
-        lines = ["metric,model," + ",".join(comps[0].names)] if fmt == "csv" else []
-        for c in comps:
-            if fmt == "md":
-                lines += [f"### {c.metric}", "", "| model | " + " | ".join(c.names) + " |",
-                          "|" + "---|" * (len(c.names) + 1)]
-            for i, n in enumerate(c.names):
-                cells = [f"{d:.6g}" for d in c.distances[i]]
-                lines.append(f"| {n} | " + " | ".join(cells) + " |" if fmt == "md" else ",".join([c.metric, n, *cells]))
-            if fmt == "md":
-                lines.append("")
-        path = write_text_atomic(out, "\n".join(lines) + "\n")
+        path = write_text_atomic(out, comparison_table(comps, fmt))
     comp = comps[0]
     nb = comp.neighbours(1)
     for n in comp.names:
-        click.echo(f"{n}: nearest by {comp.metric} {nb[n][0][0]} (DTW {nb[n][0][1]:.4f})")
-    click.echo(f"report written to {path}")
+        click.echo(printable(f"{n}: nearest by {comp.metric} {nb[n][0][0]}") + f" (DTW {nb[n][0][1]:.4f})")
+    click.echo(printable(f"report written to {path}"))
 
 
 @cli.command()
@@ -407,11 +402,11 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
 @click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
 @click.option("--metric", default="affinity", show_default=True)
-@click.option("--out", default="correlate.html", show_default=True)
+@click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
 def correlate(signatures, accuracy, group_file, metric, out) -> None:
     """R² and Pearson r of accuracy against each signature statistic and model baseline."""
     from onnxaff.compare import correlate as run_correlate
-    from onnxaff.compare import read_table
+    from onnxaff.compare import correlation_table, read_table
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import correlation_page
     from onnxaff.signature import write_json_atomic
@@ -422,13 +417,15 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
                            groups=read_table(group_file, "group") if group_file else None)
     if out.endswith(".json"):
         path = write_json_atomic(out, result)
+    elif out.endswith((".csv", ".md")):
+        path = write_text_atomic(out, correlation_table(result, out.rsplit(".", 1)[1]))
     else:
         path = write_text_atomic(out, correlation_page(result))
     rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
     click.echo(_table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}"] for f, v in rows], ["statistic", "R²", "r"]))
     if result["left_out"]:
-        click.echo(f"warning: not in every signature, left out: {', '.join(result['left_out'])}", err=True)
-    click.echo(f"report written to {path}")
+        click.echo(printable(f"warning: not in every signature, left out: {', '.join(result['left_out'])}"), err=True)
+    click.echo(printable(f"report written to {path}"))
 
 
 @cli.command()
@@ -444,7 +441,7 @@ def report(signature, out, metric) -> None:
     out = out or os.path.splitext(signature)[0] + ".html"
     refuse_overwrite([("--out", out)], [("the signature", signature)])
     path = write_text_atomic(out, single_page(read_signature(signature), metric))
-    click.echo(f"report written to {path}")
+    click.echo(printable(f"report written to {path}"))
 
 
 def _exit_interrupted() -> None:
@@ -472,10 +469,10 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        click.echo(f"onnxaff: interrupted: {exc}", err=True)
+        click.echo(f"onnxaff: interrupted: {printable(exc)}", err=True)
         _exit_interrupted()
     except OnnxaffError as exc:
-        click.echo(f"onnxaff: error: {exc}", err=True)
+        click.echo(f"onnxaff: error: {printable(exc)}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("onnxaff: interrupted", err=True)
@@ -483,8 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             traceback.print_exc()
-        click.echo(f"onnxaff: internal error: {type(exc).__name__}: {exc} (set ONNXAFF_DEBUG=1 for the traceback)",
-                   err=True)
+        click.echo(f"onnxaff: internal error: {type(exc).__name__}: {printable(exc)} (set ONNXAFF_DEBUG=1 for the "
+                   "traceback)", err=True)
         sys.exit(1)
 
 

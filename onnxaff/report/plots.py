@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import functools
 import io
+import warnings
 
 import matplotlib
 
@@ -11,6 +13,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.cluster import hierarchy  # noqa: E402
+
+from onnxaff.text import printable  # noqa: E402
+
+# Names are text: `$x\y$` must not go through mathtext (it raised) nor LaTeX, whatever the user's matplotlibrc says.
+_PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
+
+
+def _plain_text(plot):
+    """Draw inside an rc context where every label is literal text (only this figure, not the caller's pyplot).
+
+    A name in letters the plot font lacks shows as boxes in the figure (the tables beside it have it right):
+    matplotlib's warning per missing glyph, per figure, would bury the command's one line of output.
+    """
+    @functools.wraps(plot)
+    def wrapper(*args, **kwargs):
+        with plt.rc_context(_PLAIN_TEXT), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+            return plot(*args, **kwargs)
+    return wrapper
 
 
 def _uri(fig) -> str:
@@ -20,12 +41,15 @@ def _uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
+@_plain_text
 def signatures(named: dict[str, list[float]], metric: str) -> str:
+    metric = printable(metric)
     fig, ax = plt.subplots(figsize=(8, 4))
     styles = ("-", "--", ":", "-.")  # past ten models the colour cycle repeats: the line style tells them apart
     for k, (name, values) in enumerate(named.items()):
         depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker="o", markersize=3, label=name, linestyle=styles[(k // 10) % len(styles)])
+        ax.plot(depth, values, marker="o", markersize=3, label=printable(name),
+                linestyle=styles[(k // 10) % len(styles)])
     ax.set_xlabel("normalised depth (site index / last)")
     ax.set_ylabel(metric)
     ax.set_title(f"non-linearity signatures ({metric})")
@@ -34,6 +58,7 @@ def signatures(named: dict[str, list[float]], metric: str) -> str:
     return _uri(fig)
 
 
+@_plain_text
 def histograms(named: dict[str, list[float]], metric: str) -> str:
     n = len(named)
     cols = min(n, 4)
@@ -41,17 +66,18 @@ def histograms(named: dict[str, list[float]], metric: str) -> str:
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
     for ax, (name, values) in zip(axes.ravel(), named.items(), strict=False):
         ax.hist(values, bins=20, range=(min(0.0, min(values)), max(1.0, max(values))), color="#4c72b0")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel(metric, fontsize=8)
+        ax.set_title(printable(name), fontsize=9)
+        ax.set_xlabel(printable(metric), fontsize=8)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     fig.tight_layout()
     return _uri(fig)
 
 
+@_plain_text
 def heatmap(names: list[str], distances: np.ndarray, order: list[int], title: str) -> str:
     d = distances[np.ix_(order, order)]
-    labels = [names[i] for i in order]
+    labels = [printable(names[i]) for i in order]
     fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(names), 0.8 + 0.5 * len(names)))
     im = ax.imshow(d, cmap="viridis")
     ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=8)
@@ -61,23 +87,25 @@ def heatmap(names: list[str], distances: np.ndarray, order: list[int], title: st
     return _uri(fig)
 
 
+@_plain_text
 def dendrogram(names: list[str], linkage) -> str:
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names)), 3))
-    hierarchy.dendrogram(linkage, labels=names, ax=ax, leaf_rotation=90)
+    hierarchy.dendrogram(linkage, labels=[printable(n) for n in names], ax=ax, leaf_rotation=90)
     ax.set_ylabel("DTW distance")
     ax.set_title("hierarchical clustering of signatures", fontsize=9)
     return _uri(fig)
 
 
+@_plain_text
 def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict) -> str:
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.scatter(x, y)
     for xi, yi, lab in zip(x, y, labels, strict=True):
-        ax.annotate(lab, (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(printable(lab), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if np.isfinite(fit.get("slope", np.nan)):
         xs = np.linspace(min(x), max(x), 10)
         ax.plot(xs, fit["slope"] * xs + fit["intercept"], color="C3", label=f"R² = {fit['r2']:.3f}")
         ax.legend(fontsize=8)
-    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_xlabel(printable(xlabel), fontsize=8)
     ax.set_ylabel("accuracy", fontsize=8)
     return _uri(fig)
