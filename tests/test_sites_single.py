@@ -157,3 +157,21 @@ def test_softmax_features_are_its_normalised_axis(opset, attr, axis):
     )
     (site,) = discover_sites(parse(text))
     assert (site.feature_axis, site.layout) == (axis, "softmax_axis")
+
+
+@pytest.mark.parametrize("axis", [0, -4])
+def test_softmax_over_the_batch_axis_is_skipped_with_the_reason(axis, tmp_path):
+    # Normalised across examples, its "features" would be the batch: analysing it crashed (IndexError).
+    import numpy as np
+
+    import onnxaff
+    from onnxaff.errors import OnnxaffError
+
+    model = parse(one_node(f"y = Softmax<axis = {axis}>(x)"))
+    (site,) = discover_sites(model)
+    assert site.status == "skipped" and "batch axis" in site.reason
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((8, 4, 5, 5)).astype(np.float32))
+    with pytest.raises(OnnxaffError, match="no site can be analysed: normalised along the batch axis"):
+        onnxaff.analyze(path, str(tmp_path / "x.npy"), chunk_size=4, metrics=["affinity"], progress=False)

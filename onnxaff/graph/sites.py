@@ -204,11 +204,13 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
         return
     if site.rank == 1:
         site.feature_axis, site.layout = None, "per_example_scalar"
-    elif site.kind in NOT_ELEMENTWISE and site.rank >= 3:
+    elif site.kind in NOT_ELEMENTWISE and (site.rank >= 3 or int(site.params.get("axis", 1)) % 2 == 0):
         # Averaging along the normalisation axis of a softmax gives the constant 1/T: the features are
         # the normalised axis instead (the keys of an attention map), averaged over the others.
         axis = int(site.params.get("axis", -1 if (view.opset or 13) >= 13 else 1))
         site.feature_axis, site.layout = axis % site.rank, "softmax_axis"
+        if site.feature_axis == 0:
+            site.status, site.reason = "skipped", "normalised along the batch axis: its features would be the examples"
     elif site.rank == 2:
         site.feature_axis, site.layout = 1, "vector"
     elif site.rank == 3:
