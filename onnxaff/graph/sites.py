@@ -332,6 +332,19 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
     return sites
 
 
+def format_params(params: dict) -> str:
+    """A site's parameters on one line: alpha=0.1, slope=[64 values]."""
+    parts = []
+    for k, v in params.items():
+        if isinstance(v, list):
+            parts.append(f"{k}=[{np.asarray(v, dtype=float).size} values]")
+        elif isinstance(v, float):
+            parts.append(f"{k}={v:.6g}")
+        else:
+            parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
 def sanitize(name: str) -> str:
     """A tensor-name-safe form of a site id."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "site"
