@@ -158,3 +158,17 @@ def test_exp_read_elsewhere_is_no_softmax():
     body = ("ax = Constant<value_ints = [1]>()\ne = Exp(x)\ns = ReduceSum<keepdims = 1>(e, ax)\nd = Div(e, s)\n"
             "y = Add(d, e)")
     assert [s.kind for s in discover_sites(parse(graph(body)))] == []
+
+
+@pytest.mark.parametrize("body", [
+    # island constants that cannot broadcast together
+    "c3 = Constant<value_floats = [1, 2, 3]>()\nc4 = Constant<value_floats = [1, 2, 3, 4]>()\n"
+    "a = Mul(x, c3)\ne = Exp(a)\ny = Mul(e, c4)",
+    # a ConstantOfShape asked for a negative size
+    "s = Constant<value_ints = [-2]>()\nc = ConstantOfShape(s)\ne = Exp(x)\ny = Mul(e, c)",
+])
+def test_malformed_constants_leave_discovery_standing(body):
+    from onnx import parser
+
+    model = parser.parse_model(graph(body))  # not checked: invalid on purpose
+    assert [s.kind for s in discover_sites(model, infer_shapes=False)] == []

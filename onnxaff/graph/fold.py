@@ -31,6 +31,13 @@ def as_float64(value: np.ndarray) -> np.ndarray:
 
 def fold_node(view, node: onnx.NodeProto) -> np.ndarray | None:
     """The value of the node's first output when every operand it reads is a constant, else None."""
+    try:
+        return _fold(view, node)
+    except (KeyError, ValueError, TypeError, IndexError, OverflowError, MemoryError):
+        return None  # a malformed constant: discovery goes on without it
+
+
+def _fold(view, node: onnx.NodeProto) -> np.ndarray | None:
     if node.domain not in ("", "ai.onnx") or not node.output:
         return None
     op = node.op_type

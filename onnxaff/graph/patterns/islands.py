@@ -108,10 +108,10 @@ class Islands:
 
     def describe(self, cand: Candidate) -> tuple[str, dict] | None:
         """('affine', {}), a named (kind, params), ('elementwise', {}) or None (not a number function)."""
-        f, shape = self.function(cand)
-        try:
+        try:  # constants that do not broadcast, a Clip with a tensor bound...: not a function of x alone
+            f, shape = self.function(cand)
             g = f(library.WIDE)
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, IndexError):
             return None
         if g.dtype == bool or not np.issubdtype(g.dtype, np.number):
             return None
