@@ -75,9 +75,10 @@ def _affinity(model, tmp_path, tag):
     path = tmp_path / f"{tag}.onnx"
     onnx.save(model, path)
     np.save(tmp_path / f"{tag}.npy", data)
-    sig = onnxaff.analyze(path, str(tmp_path / f"{tag}.npy"), chunk_size=32, metrics=["affinity"],
+    sig = onnxaff.analyze(path, str(tmp_path / f"{tag}.npy"), chunk_size=32, metrics=["affinity", "nlc"],
                           progress=False, chunk_workers=0)
-    return [(s["kind"], s["status"], s["metrics"]["affinity"]["mean"]) for s in sig.sites]
+    return [(s["kind"], s["status"], s["params"], s["metrics"]["affinity"]["mean"], s["metrics"]["nlc"]["mean"])
+            for s in sig.sites]
 
 
 ANALYSED = sorted(n for n, p in PAIRS.items() if p.dtype != "bfloat16")
@@ -92,7 +93,9 @@ def test_expanded_body_gives_the_single_node_affinity(name, tmp_path):
                 _affinity(model, tmp_path, "m")
         return
     single, expanded = _affinity(pair.single, tmp_path, "a"), _affinity(pair.expanded, tmp_path, "b")
-    assert [r[:2] for r in expanded] == [r[:2] for r in single]
+    assert [r[:3] for r in expanded] == [r[:3] for r in single]  # the signature entry carries the params
     # float16: the expansion rounds to half precision after each of its ops (eps 9.8e-4), the node once.
     tol = 1e-6 if pair.dtype == "float32" else 1e-4
-    assert [r[2] for r in expanded] == pytest.approx([r[2] for r in single], abs=tol)
+    assert [r[3] for r in expanded] == pytest.approx([r[3] for r in single], abs=tol)
+    # nlc differentiates the site's own nodes (cloned): the island's, or the node's.
+    assert [r[4] for r in expanded] == pytest.approx([r[4] for r in single], abs=10 * tol)
