@@ -54,10 +54,24 @@ def transformer_like(blocks: int = 24, d: int = 16) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def elementwise_chain(n: int = 500) -> onnx.ModelProto:
+    """The worst case for islands: n elementwise ops in one chain, every tensor a possible entry."""
+    ops = ["Mul", "Add", "Abs", "Mul", "Add", "Exp", "Neg", "Add", "Log", "Mul"]
+    nodes, x = [], "x"
+    for k in range(n):
+        op = ops[k % len(ops)]
+        nodes.append(helper.make_node(op, [x, "c"] if op in ("Mul", "Add") else [x], [f"t{k}"], name=f"n{k}"))
+        x = f"t{k}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["N", 8])],
+                              [numpy_helper.from_array(np.array(0.5, np.float32), "c")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def main() -> None:
     from onnxaff.graph import discover_sites, load_model
 
-    models = {"transformer_like (24 blocks)": transformer_like()}
+    models = {"transformer_like (24 blocks)": transformer_like(), "elementwise chain": elementwise_chain()}
     for name in ("light_resnet50", "light_densenet121", "light_inception_v2"):
         models[name] = load_model(LIGHT / f"{name}.onnx").model
     print(f"onnxaff from {sys.modules['onnxaff'].__file__}")

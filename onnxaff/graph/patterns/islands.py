@@ -20,7 +20,7 @@ from onnxaff.graph.patterns import library
 from onnxaff.graph.patterns.region import Candidate
 from onnxaff.graph.view import GraphView
 
-MAX_ISLAND_NODES = 24
+MAX_ISLAND_NODES = 16
 MAX_CONSTANT_SIZE = 4096
 _PASS_THROUGH = {"Identity", "Cast", "CastLike"}
 _ALGEBRA = _PASS_THROUGH | {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sum", "Mean"}
@@ -79,50 +79,66 @@ class Islands:
                     return None
         return tuple(sorted(region, key=view.order.__getitem__))
 
-    def function(self, cand: Candidate):
-        """f(x) of the island on a probe vector, shape (P, positions): constants may vary by position."""
-        view = self.view
+    def _consts(self, entry: str, nodes) -> dict[str, np.ndarray]:
+        view, inside = self.view, set(nodes)
         consts = {}
-        for i in cand.nodes:
+        for i in nodes:
             node = view.nodes[i]
-            names = node.input[:1] if node.op_type == "CastLike" else node.input
-            for n in names:
-                if n and n != cand.entry and view.producer.get(n) not in cand.nodes:
+            for n in (node.input[:1] if node.op_type == "CastLike" else node.input):
+                if n and n != entry and view.producer.get(n) not in inside:
                     consts[n] = as_float64(view.constant(n))
-        ndim = max((c.ndim for c in consts.values()), default=0)
-        shape = np.broadcast_shapes(*(c.shape for c in consts.values())) if consts else ()
+        return consts
 
-        def f(x: np.ndarray) -> np.ndarray:
-            env = {cand.entry: np.asarray(x, dtype=np.float64).reshape((-1,) + (1,) * ndim)}
-            for i in cand.nodes:
+    def _run(self, entry: str, nodes, consts: dict, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Every tensor of `nodes` (forward order) from x at the entry; x along a new leading axis."""
+        view = self.view
+        ndim = max((c.ndim for c in consts.values()), default=0)
+        env = {entry: np.asarray(x, dtype=np.float64).reshape((-1,) + (1,) * ndim)}
+        with np.errstate(all="ignore"):
+            for i in nodes:
                 node = view.nodes[i]
                 args = [None if not n else env[n] if n in env else consts.get(n) for n in node.input]
-                if node.op_type == "CastLike":
-                    args = args[:1]
-                with np.errstate(all="ignore"):
-                    env[node.output[0]] = np.asarray(elementwise.evaluate(view, node, args))
-            y = env[cand.exit]
-            return np.broadcast_to(y, (len(x),) + tuple(shape)).reshape(len(x), -1)
+                env[node.output[0]] = np.asarray(
+                    elementwise.evaluate(view, node, args[:1] if node.op_type == "CastLike" else args))
+        return env
 
-        return f, tuple(shape)
+    @staticmethod
+    def _columns(y: np.ndarray, n: int) -> np.ndarray:
+        return np.broadcast_to(y, (n,) + y.shape[1:]).reshape(n, -1)
 
-    def describe(self, cand: Candidate) -> tuple[str, dict] | None:
-        """('affine', {}), a named (kind, params), ('elementwise', {}) or None (not a number function)."""
-        try:  # constants that do not broadcast, a Clip with a tensor bound...: not a function of x alone
-            f, shape = self.function(cand)
-            g = f(library.WIDE)
-        except (KeyError, ValueError, TypeError, IndexError):
+    def function(self, cand: Candidate):
+        """f(x) of the island on a probe vector, shape (P, positions): constants may vary by position."""
+        consts = self._consts(cand.entry, cand.nodes)
+
+        def f(x: np.ndarray) -> np.ndarray:
+            return self._columns(self._run(cand.entry, cand.nodes, consts, x)[cand.exit], len(x))
+
+        return f
+
+    def values(self, cands: list[Candidate]) -> dict[Candidate, np.ndarray | None]:
+        """Each candidate on the probe points; one forward run per entry serves all its exits."""
+        by_entry: dict[str, list[Candidate]] = {}
+        for c in cands:
+            by_entry.setdefault(c.entry, []).append(c)
+        out: dict[Candidate, np.ndarray | None] = {}
+        for entry, group in by_entry.items():
+            nodes = sorted({i for c in group for i in c.nodes}, key=self.view.order.__getitem__)
+            try:  # constants that do not broadcast, a Clip with a tensor bound...: not a function of x alone
+                env = self._run(entry, nodes, self._consts(entry, nodes), library.WIDE)
+                out.update((c, self._columns(env[c.exit], len(library.WIDE))) for c in group)
+            except (KeyError, ValueError, TypeError, IndexError):
+                out.update((c, None) for c in group)
+        return out
+
+    def name(self, cand: Candidate, g: np.ndarray) -> tuple[str, dict] | None:
+        """The named function (kind, params) the island computes, or None (affine functions name none)."""
+        if g.shape[1] == 1 or np.array_equal(g, np.broadcast_to(g[:, :1], g.shape), equal_nan=True):
+            return library.identify(g[:, 0], lambda x: self.function(cand)(x)[:, 0])
+        try:
+            shape = np.broadcast_shapes(*(c.shape for c in self._consts(cand.entry, cand.nodes).values()))
+        except ValueError:
             return None
-        if g.dtype == bool or not np.issubdtype(g.dtype, np.number):
-            return None
-        g = g.astype(np.float64)
-        if library.is_affine(g):
-            return "affine", {}
-        if np.array_equal(g, np.broadcast_to(g[:, :1], g.shape), equal_nan=True):
-            hit = library.identify(g[:, 0], lambda x: f(x)[:, 0])
-        else:
-            hit = library.identify_columns(g, shape)
-        return hit or ("elementwise", {})
+        return library.identify_columns(g, shape if int(np.prod(shape)) == g.shape[1] else (g.shape[1],))
 
 
 def _ops(view: GraphView, cand: Candidate) -> list[str]:
@@ -135,41 +151,54 @@ def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
     exits = [i for i in sorted(range(len(view.nodes)), key=view.order.__getitem__, reverse=True)
              if i not in claimed and isl.variable_inputs(i) is not None
              and view.nodes[i].op_type not in _PASS_THROUGH]
+    per_exit = {}
+    for i in exits:
+        cands = []
+        for cand in isl.candidates(i):
+            if sum(view.nodes[j].op_type in elementwise.ACTIVATION_OPS for j in cand.nodes) > 1:
+                break
+            cands.append(cand)
+        per_exit[i] = cands
+    values = isl.values([c for cands in per_exit.values() for c in cands])
+    for c, g in values.items():
+        usable = g is not None and g.size and np.issubdtype(g.dtype, np.number)
+        values[c] = g.astype(np.float64) if usable else None
+    affine_memo: dict[Candidate, bool] = {}
+
+    def affine(c: Candidate) -> bool:  # computed only where asked: most candidates never are
+        if c not in affine_memo:
+            affine_memo[c] = library.is_affine(values[c])
+        return affine_memo[c]
+
     named, unnamed, dead = [], [], set()
     for i in exits:
-        described = []
-        for cand in isl.candidates(i):
-            ops = _ops(view, cand)
-            if sum(op in elementwise.ACTIVATION_OPS for op in ops) > 1:
-                break
-            d = isl.describe(cand)
-            if d is not None:
-                described.append((cand, d, ops))
-        if described and described[-1][1][0] == "affine" and not set(described[-1][2]) <= _ALGEBRA:
+        cands = [c for c in per_exit[i] if values[c] is not None]
+        if cands and affine(cands[-1]) and not set(_ops(view, cands[-1])) <= _ALGEBRA:
             # Non-linear parts that cancel (Clip with min > max: a constant) make no non-linearity.
-            dead.update(described[-1][0].nodes)
+            dead.update(cands[-1].nodes)
             continue
         # Named: the outermost name, taken as far in as that same name and parameters reach.
         pick = None
-        for cand, (kind, params), _ in reversed(described):
-            if kind in ("affine", "elementwise"):
+        for cand in reversed(cands):
+            hit = isl.name(cand, values[cand])
+            if hit is None:
                 if pick is not None:
                     break
                 continue
-            if pick is not None and (kind, params) != pick[1:]:
+            if pick is not None and hit != pick[1:]:
                 break
-            pick = (cand, kind, params)
+            pick = (cand, *hit)
         if pick is not None:
-            ops = _ops(view, pick[0])
-            if len(ops) > 1 or ops[0] not in _SINGLE_NODE_SITES:
+            # A lone op is the single-node pass's (Relu, Max(x, 0)) or no site (|x| is a leaky ReLU of -1).
+            if len([op for op in _ops(view, pick[0]) if op not in _PASS_THROUGH]) >= 2:
                 named.append(pick)
             continue
         # Unnamed: the innermost non-affine region; single activation nodes are their own sites.
-        for cand, (kind, params), ops in described:
-            if kind == "elementwise":
-                core = [op for op in ops if op not in _PASS_THROUGH]
+        for cand in cands:
+            if not affine(cand):
+                core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
                 if len(core) >= 2 and not set(core) & _SINGLE_NODE_SITES and not set(core) <= _ALGEBRA:
-                    unnamed.append((cand, kind, params))
+                    unnamed.append((cand, "elementwise", {}))
                 break
     found = []
     taken = set(claimed) | dead
