@@ -49,35 +49,38 @@ class Islands:
         return result
 
     def candidates(self, exit_node: int) -> list[Candidate]:
-        """(entry, exit) regions ending at exit_node, innermost first."""
+        """(entry, exit) regions ending at exit_node, innermost first, with at most one activation op.
+
+        The region grows by the latest producer first, so a node's consumers are in it before the node
+        is: once a node's output leaves the region, no larger region is closed either.
+        """
         view = self.view
+        exit = view.nodes[exit_node].output[0]
+        added = [exit_node]  # reverse forward order
         region, frontier = {exit_node}, set(self.variable_inputs(exit_node) or [])
+        activations = view.nodes[exit_node].op_type in elementwise.ACTIVATION_OPS
         out = []
         while frontier:
             if len(frontier) == 1:
-                entry = next(iter(frontier))
-                nodes = self._closed(entry, region, view.nodes[exit_node].output[0])
-                if nodes is not None:
-                    out.append(Candidate(entry, view.nodes[exit_node].output[0], nodes))
+                out.append(Candidate(next(iter(frontier)), exit, tuple(reversed(added))))
             if len(region) >= MAX_ISLAND_NODES:
                 break
             t = max(frontier, key=lambda n: view.order.get(view.producer.get(n, -1), -1))
             p = view.producer.get(t)
             if p is None or p in self.claimed or p in region or self.variable_inputs(p) is None:
                 break
+            if any(out in view.graph_outputs or any(c not in region for c in view.consumers.get(out, []))
+                   for out in view.nodes[p].output if out):
+                break  # an inner tensor read outside
+            if view.nodes[p].op_type in elementwise.ACTIVATION_OPS:
+                if activations:
+                    break  # two activations in a row are two sites
+                activations = True
             region.add(p)
+            added.append(p)
             frontier.discard(t)
             frontier.update(self.variable_inputs(p))
         return out
-
-    def _closed(self, entry: str, region: set[int], exit: str) -> tuple[int, ...] | None:
-        view = self.view
-        for i in region:
-            for out in view.nodes[i].output:
-                if out and out != exit and (out in view.graph_outputs or any(
-                        c not in region for c in view.consumers.get(out, []))):
-                    return None
-        return tuple(sorted(region, key=view.order.__getitem__))
 
     def _consts(self, entry: str, nodes) -> dict[str, np.ndarray]:
         view, inside = self.view, set(nodes)
@@ -151,14 +154,7 @@ def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
     exits = [i for i in sorted(range(len(view.nodes)), key=view.order.__getitem__, reverse=True)
              if i not in claimed and isl.variable_inputs(i) is not None
              and view.nodes[i].op_type not in _PASS_THROUGH]
-    per_exit = {}
-    for i in exits:
-        cands = []
-        for cand in isl.candidates(i):
-            if sum(view.nodes[j].op_type in elementwise.ACTIVATION_OPS for j in cand.nodes) > 1:
-                break
-            cands.append(cand)
-        per_exit[i] = cands
+    per_exit = {i: isl.candidates(i) for i in exits}
     values = isl.values([c for cands in per_exit.values() for c in cands])
     for c, g in values.items():
         usable = g is not None and g.size and np.issubdtype(g.dtype, np.number)
