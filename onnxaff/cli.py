@@ -43,6 +43,7 @@ def sites(model: str, fmt: str, layout: str) -> None:
     """List the non-linearities (sites) of MODEL in forward order."""
     from onnxaff.graph import discover_sites, load_model
     from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.graph.sites import format_params
 
     loaded = load_model(model)
     found = discover_sites(loaded.model, layout=layout)
@@ -51,10 +52,10 @@ def sites(model: str, fmt: str, layout: str) -> None:
         return
     rows = [
         [s.index, s.id, s.kind, s.status, _fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",
-         "+".join(s.op_types), s.reason]
+         "+".join(s.op_types), format_params(s.params), s.reason]
         for s in found
     ]
-    click.echo(_table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "note"]))
+    click.echo(_table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"]))
     ok = sum(s.ok for s in found)
     summary = f"{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped)"
     click.echo("\n" + printable(summary))
