@@ -30,7 +30,7 @@ from onnxaff.analysis import analyze
 OUT = Path(__file__).resolve().parent / "output"
 STEM = "01_activation_functions"
 OPSET = 20  # Gelu is an ONNX op from opset 20; Split's num_outputs from 18
-EPS = 1e-6  # the affinity score's covariance regulariser (DESIGN §4); not settable through the API
+EPS = 1e-6  # the affinity score's covariance regulariser (docs/metrics.md); not settable through the API
 SEED = 0
 METRICS = ("affinity", "cka", "r2")
 

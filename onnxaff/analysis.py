@@ -12,6 +12,7 @@ chunks are exactly one run's chunks and `onnxaff.shards.merge_parts` rebuilds on
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -317,9 +318,10 @@ class Analysis:
 
     # --- the batch loop ---
 
-    def run(self, checkpoint: str | Path | None = None, every: int = 0) -> None:
+    def run(self, checkpoint: str | Path | None = None, every: int = 0, finish: bool = False) -> None:
         """Feed [cursor, stop) through the runtime. With a checkpoint path, save the state every `every`
-        batches and on SIGINT/SIGTERM (then raise Interrupted)."""
+        batches and on SIGINT/SIGTERM (then raise Interrupted); with `finish` too, the end-of-data scoring
+        runs here, where a signal still saves the state (the one from before the finish)."""
         if every < 0:
             raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {every}")
         if checkpoint is not None:
@@ -328,32 +330,66 @@ class Analysis:
         bar = Progress(self.stop - self.start, enabled=self.progress)
         bar.update(self.cursor - self.start)
         scorer = ChunkScorer(self.chunk_workers)
-        restore = self._catch_signals() if checkpoint is not None else {}
+        restore = self._catch_signals(scorer) if checkpoint is not None else {}
         session_start, batches = time.perf_counter(), 0
         try:
+            for st in self.states:  # chunks a stopped run left unscored come first
+                st.rescore(self.metrics, scorer)
+            for st in self.stage_states:
+                st.rescore(self.track_metrics, scorer)
             for batch in self.source.batches(self.batch_size, start=self.cursor, stop=self.stop):
                 self._feed(batch, scorer, bar)
                 self.cursor = min(self.cursor + self.batch_size, self.stop)
                 batches += 1
+                stop = self._stop_signal or scorer.stop_signal  # the latter: a plugin raised KeyboardInterrupt
                 if checkpoint is None:
+                    if stop is not None:
+                        raise KeyboardInterrupt
                     continue
-                if self._stop_signal is not None:
+                if stop is not None:
                     self.seconds_before += time.perf_counter() - session_start
-                    self.save(checkpoint, STATE_KIND_CHECKPOINT)
-                    name = signal.Signals(self._stop_signal).name
-                    raise Interrupted(f"{name} after {self.cursor - self.start} of {self.stop - self.start} "
-                                      f"examples; state saved to {checkpoint} (continue with --resume)")
+                    self._interrupted(checkpoint, stop, self.state(STATE_KIND_CHECKPOINT))
                 if every and batches % every == 0:
                     elapsed = time.perf_counter() - session_start
                     self.seconds_before += elapsed
                     session_start += elapsed
                     self.save(checkpoint, STATE_KIND_CHECKPOINT)
+            if checkpoint is not None:
+                elapsed = time.perf_counter() - session_start
+                self.seconds_before += elapsed
+                session_start += elapsed
+                self._end_or_save(checkpoint, scorer, finish)
         finally:
             for sig, handler in restore.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
             scorer.close()
             bar.close()
         self.seconds_before += time.perf_counter() - session_start
+
+    def _interrupted(self, checkpoint, signum: int, state: dict) -> None:
+        save_state(checkpoint, state)
+        raise Interrupted(f"{signal.Signals(signum).name} after {self.cursor - self.start} of "
+                          f"{self.stop - self.start} examples; state saved to {checkpoint} (continue with --resume)")
+
+    def _end_or_save(self, checkpoint, scorer: ChunkScorer, finish: bool) -> None:
+        """The last chunk scores (and with `finish` the pooled metrics), stoppable: a signal or a plugin's
+        KeyboardInterrupt meanwhile saves the state from before the finish, so --resume finishes from there."""
+        for st in self.states + self.stage_states:
+            st.collect()  # gives up on a stop; the chunks not done are saved unscored
+        if not finish:
+            if stop := self._stop_signal or scorer.stop_signal:
+                self._interrupted(checkpoint, stop, self.state(STATE_KIND_CHECKPOINT))
+            return
+        before = self.state(STATE_KIND_CHECKPOINT)
+        try:
+            if not (self._stop_signal or scorer.stop_signal):
+                self.finish(scorer)
+        except KeyboardInterrupt:
+            if not (self._stop_signal or scorer.stop_signal):
+                raise
+        if stop := self._stop_signal or scorer.stop_signal:
+            self._restore(checkpoint, before)  # in memory too: a caller may run() again after Interrupted
+            self._interrupted(checkpoint, stop, before)
 
     def _feed(self, batch: dict, scorer: ChunkScorer, bar: Progress) -> None:
         n = next(iter(batch.values())).shape[0]
@@ -381,15 +417,16 @@ class Analysis:
         self.used += n
         bar.update(n)
 
-    def _catch_signals(self) -> dict:
-        """SIGINT/SIGTERM only set a flag, so the state is saved at a batch boundary, never mid-batch."""
+    def _catch_signals(self, scorer: ChunkScorer) -> dict:
+        """SIGINT/SIGTERM only set a flag, so the state is saved at a batch boundary, never mid-batch. The
+        scorer's waits give up on it, so a stuck metric cannot hold the batch loop (its chunk is saved unscored)."""
         if threading.current_thread() is not threading.main_thread():
             return {}
 
         def handler(signum, frame):
             if self._stop_signal is not None:  # a second signal: stop now, without saving
                 raise KeyboardInterrupt
-            self._stop_signal = signum
+            self._stop_signal = scorer.stop_signal = signum
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -470,11 +507,11 @@ class Analysis:
             "warnings": list(self.warnings),
         }
 
-    def finish(self) -> None:
+    def finish(self, scorer: ChunkScorer | None = None) -> None:
         """Score what only the end of the data can: a lone partial chunk, pooled metrics (once)."""
         if self._finished:
             return
-        with ChunkScorer(self.chunk_workers) as scorer:
+        with ChunkScorer(self.chunk_workers) if scorer is None else contextlib.nullcontext(scorer) as scorer:
             for st in self.states:
                 st.finish(self.metrics, scorer)
             for st in self.stage_states:
@@ -556,5 +593,5 @@ def analyze(
         if not Path(checkpoint).exists():
             raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
         run.restore(checkpoint)
-    run.run(checkpoint, checkpoint_every)
+    run.run(checkpoint, checkpoint_every, finish=True)
     return run.signature()

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from onnxaff.errors import Interrupted, OnnxaffError
+from onnxaff.text import printable
 
 
 def _fmt_shape(shape) -> str:
@@ -18,6 +19,8 @@ def _fmt_shape(shape) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
+    """Aligned columns for the terminal; cells are printable text (a name cannot break a line or send escapes)."""
+    rows, header = [[printable(c) for c in r] for r in rows], [printable(h) for h in header]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
@@ -60,6 +63,7 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
     from onnxaff.graph import load_model
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
     from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.graph.sites import format_params
     from onnxaff.sitelist import list_sites, resolve_by_probe
 
     loaded = load_model(model)
@@ -72,13 +76,14 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
         return
     rows = [
         [s.index, s.id, s.kind, s.status, _fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",
-         "+".join(s.op_types), s.reason]
+         "+".join(s.op_types), format_params(s.params), s.reason]
         for s in found
     ]
-    click.echo(_table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "note"]))
+    click.echo(_table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"]))
     ok = sum(s.ok for s in found)
     extra = f", {len(listed.extra)} of them pairs/blocks" if listed.extra else ""
-    click.echo(f"\n{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} skipped{extra})")
+    click.echo("\n" + printable(f"{len(found)} sites in {os.path.basename(model)} ({ok} ok, {len(found) - ok} "
+                                 f"skipped{extra})"))
     if listed.stages:
         click.echo(f"{len(listed.stages)} residual stage(s) of "
                    f"{', '.join(str(len(st)) for st in listed.stages)} blocks get trajectory metrics")
@@ -113,12 +118,13 @@ def print_summary(sig) -> None:
     rows = []
     for s in sig.sites:
         cells = [_fmt_score(s["metrics"].get(n), chunks=False) for n in names]
-        rows.append([s["index"], s["id"][:32], s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s), *cells])
+        rows.append([s["index"], printable(s["id"])[:32], s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s),
+                     *cells])
     click.echo(wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", *names], fixed=6, repeat=2))
     click.echo("scores: mean±std over the chunks")
     click.echo("")
     if sig.stages:
-        click.echo(wrapped([[st["index"], st["id"][:40], st["length"], st.get("dim") or "-", st["status"],
+        click.echo(wrapped([[st["index"], printable(st["id"])[:40], st["length"], st.get("dim") or "-", st["status"],
                              *[_fmt_score(st["metrics"].get(n)) for n in track_names]] for st in sig.stages],
                            ["#", "residual stage", "blocks", "D", "status", *[f"{n} mean±std (chunks)"
                                                                                for n in track_names]], fixed=5))
@@ -133,13 +139,13 @@ def print_summary(sig) -> None:
     if stats_rows:
         click.echo(_table(stats_rows, ["signature", "sites", "mean", "median", "min", "max", "std", "near-linear"]))
     d, rt = sig.data, sig.runtime
-    click.echo(f"\n{sig.model['name']}: {d['samples']} samples from {d['source']}")
-    click.echo(f"chunks of {sig.options['chunk_size']}, reduce={sig.options['reduce']}, {rt['providers'][0]}, "
-               f"{rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")
+    click.echo("\n" + printable(f"{sig.model['name']}: {d['samples']} samples from {d['source']}"))
+    click.echo(printable(f"chunks of {sig.options['chunk_size']}, reduce={sig.options['reduce']}, "
+                         f"{rt['providers'][0]}, {rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)"))
     if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
         click.echo("* scored on one partial chunk: the data has fewer rows than --chunk-size")
     for w in sig.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(printable(f"warning: {w}"), err=True)
 
 
 def _analysis_options(f):
@@ -262,16 +268,18 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                 raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
             run.restore(checkpoint)
         elif Path(checkpoint).exists():
-            click.echo(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
-                       f"(--resume continues it)", err=True)
-        run.run(checkpoint, checkpoint_every)
+            click.echo(printable(f"warning: {checkpoint} holds an interrupted run; starting over replaces it "
+                                 f"(--resume continues it)"), err=True)
+        # A part is saved unfinished (merging finishes once); a whole run finishes inside run(), where Ctrl-C
+        # during its last scores still saves the state.
+        run.run(checkpoint, checkpoint_every, finish=shard is None)
         if shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
             path, sig = write_result(run, checkpoint, lambda: write_part(run, out))
         else:
             path, sig = write_result(run, checkpoint, lambda: _signature_to(run, out))
     if not quiet:
         print_summary(sig)
-        click.echo(f"signature written to {path}")
+        click.echo(printable(f"signature written to {path}"))
     return sig
 
 
@@ -348,7 +356,7 @@ def merge(parts, out, quiet) -> None:
     path = sig.write(out)
     if not quiet:
         print_summary(sig)
-    click.echo(f"merged {len(parts)} parts into {path}")
+    click.echo(printable(f"merged {len(parts)} parts into {path}"))
 
 
 @cli.command()
@@ -382,7 +390,7 @@ def demo(out, metrics, chunk_size, device, only, quiet) -> None:
                             fmt(r["share_above_0.95"], ".0%")] for r in run.rows],
                           ["model", "framework", "sites", "accuracy", f"{names[0]} mean", "min", ">0.95"]))
     wrote = "report.html and signatures/" if len(run.signatures) >= 2 else "signatures/ (a report compares two or more)"
-    click.echo(f"demo outputs in {run.folder.resolve()}: {wrote} ({len(run.signatures)} models)")
+    click.echo(printable(f"demo outputs in {run.folder.resolve()}: {wrote} ({len(run.signatures)} models)"))
 
 
 @cli.command()
@@ -438,10 +446,9 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
     Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
     (without labels, runs of one model are told apart by their data source)."""
     from onnxaff.compare import compare as run_compare
-    from onnxaff.compare import shared_metrics
+    from onnxaff.compare import comparison_table, shared_metrics
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import comparison_page
-    from onnxaff.report.markdown import statistics_table
     from onnxaff.signature import write_json_atomic
 
     labels, signatures = _split_labels(signatures)
@@ -463,23 +470,12 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
             c.metric: {"dtw": c.distances.tolist(), "order": c.order, "clusters": c.clusters(clusters),
                        "neighbours": c.neighbours()} for c in comps}})
     else:
-        lines = ["metric,model," + ",".join(comps[0].names)] if fmt == "csv" else []
-        for c in comps:
-            if fmt == "md":
-                lines += [f"### {c.metric}", "", "| model | " + " | ".join(c.names) + " |",
-                          "|" + "---|" * (len(c.names) + 1)]
-            for i, n in enumerate(c.names):
-                cells = [f"{d:.6g}" for d in c.distances[i]]
-                lines.append(f"| {n} | " + " | ".join(cells) + " |" if fmt == "md" else ",".join([c.metric, n, *cells]))
-            if fmt == "md":
-                lines.append("")
-                lines += statistics_table(sigs, c)
-        path = write_text_atomic(out, "\n".join(lines) + "\n")
+        path = write_text_atomic(out, comparison_table(comps, fmt, sigs))
     comp = comps[0]
     nb = comp.neighbours(1)
     for n in comp.names:
-        click.echo(f"{n}: nearest by {comp.metric} {nb[n][0][0]} (DTW {nb[n][0][1]:.4f})")
-    click.echo(f"report written to {path}")
+        click.echo(printable(f"{n}: nearest by {comp.metric} {nb[n][0][0]}") + f" (DTW {nb[n][0][1]:.4f})")
+    click.echo(printable(f"report written to {path}"))
 
 
 @cli.command()
@@ -487,14 +483,14 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
 @click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
 @click.option("--metric", default="affinity", show_default=True)
-@click.option("--out", default="correlate.html", show_default=True)
+@click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
 def correlate(signatures, accuracy, group_file, metric, out) -> None:
     """R² and Pearson r of accuracy against each signature statistic and model baseline.
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
     accuracy and group CSVs (which may also key it by model name or sha256)."""
     from onnxaff.compare import correlate as run_correlate
-    from onnxaff.compare import read_table
+    from onnxaff.compare import correlation_table, read_table
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import correlation_page
     from onnxaff.signature import write_json_atomic
@@ -506,13 +502,15 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
                            groups=read_table(group_file, "group") if group_file else None)
     if out.endswith(".json"):
         path = write_json_atomic(out, result)
+    elif out.endswith((".csv", ".md")):
+        path = write_text_atomic(out, correlation_table(result, out.rsplit(".", 1)[1]))
     else:
         path = write_text_atomic(out, correlation_page(result))
     rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
     click.echo(_table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}"] for f, v in rows], ["statistic", "R²", "r"]))
     if result["left_out"]:
-        click.echo(f"warning: not in every signature, left out: {', '.join(result['left_out'])}", err=True)
-    click.echo(f"report written to {path}")
+        click.echo(printable(f"warning: not in every signature, left out: {', '.join(result['left_out'])}"), err=True)
+    click.echo(printable(f"report written to {path}"))
 
 
 @cli.command()
@@ -533,7 +531,18 @@ def report(signature, out, metric) -> None:
         raise OnnxaffError(f"--metric {metric!r}: the signature has no {metric} scores; it has: "
                            f"{', '.join(scored) or 'none'}")
     path = write_text_atomic(out, single_page(sig, metric))
-    click.echo(f"report written to {path}")
+    click.echo(printable(f"report written to {path}"))
+
+
+def _exit_interrupted() -> None:
+    """Exit 130; hard (after flushing) when a metric is stuck in a thread, which Python cannot kill or join."""
+    from onnxaff.scoring import busy_threads
+
+    if busy_threads():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(130)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -550,19 +559,19 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        click.echo(f"onnxaff: interrupted: {exc}", err=True)
-        sys.exit(130)
+        click.echo(f"onnxaff: interrupted: {printable(exc)}", err=True)
+        _exit_interrupted()
     except OnnxaffError as exc:
-        click.echo(f"onnxaff: error: {exc}", err=True)
+        click.echo(f"onnxaff: error: {printable(exc)}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("onnxaff: interrupted", err=True)
-        sys.exit(130)
+        _exit_interrupted()
     except Exception as exc:  # a bug: still one line, the traceback on request
         if debug:
             traceback.print_exc()
-        click.echo(f"onnxaff: internal error: {type(exc).__name__}: {exc} (set ONNXAFF_DEBUG=1 for the traceback)",
-                   err=True)
+        click.echo(f"onnxaff: internal error: {type(exc).__name__}: {printable(exc)} (set ONNXAFF_DEBUG=1 for the "
+                   "traceback)", err=True)
         sys.exit(1)
 
 

@@ -14,6 +14,7 @@ from scipy.spatial.distance import squareform
 
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import Signature, signature_stats
+from onnxaff.text import csv_text, md_cell, md_table
 
 DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
                    "along the optimal warping path, no window, no z-normalisation")
@@ -133,6 +134,23 @@ def compare(sigs: list[Signature], metric: str = "affinity", normalized: bool = 
     return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized)
 
 
+def comparison_table(comps: list[Comparison], fmt: str, sigs: list[Signature] | None = None) -> str:
+    """The DTW matrices as CSV (one row per metric and model) or Markdown (a table per metric, followed by its
+    signature statistics table when `sigs` are given); names as text."""
+    if fmt == "csv":
+        return csv_text([["metric", "model", *comps[0].names],
+                         *[[c.metric, n, *c.distances[i]] for c in comps for i, n in enumerate(c.names)]])
+    from onnxaff.report.markdown import statistics_table
+
+    lines = []
+    for c in comps:
+        lines += [f"### {md_cell(c.metric)}", "",
+                  *md_table(["model", *c.names], [[n, *c.distances[i]] for i, n in enumerate(c.names)]), ""]
+        if sigs is not None:
+            lines += statistics_table(sigs, c)
+    return "\n".join(lines) + "\n"
+
+
 def shared_metrics(sigs: list[Signature]) -> list[str]:
     """Metrics with a score in every signature, in the first signature's order."""
     return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
@@ -149,12 +167,35 @@ def read_table(path: str | Path, what: str) -> dict[str, str]:
     path = Path(path)
     if not path.exists():
         raise OnnxaffError(f"{what} file not found: {path}")
+    if not path.is_file():  # a FIFO would be waited on forever
+        raise OnnxaffError(f"{what} path is not a regular file: {path}")
     table = {}
-    with open(path, newline="") as f:
-        for row in csv.reader(f):
-            if len(row) >= 2 and row[0].strip() and not row[0].startswith("#"):
-                table[row[0].strip()] = row[1].strip()
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            for row in csv.reader(f, strict=True):
+                if len(row) >= 2 and row[0].strip() and not row[0].startswith("#"):
+                    table[row[0].strip()] = row[1].strip()
+    except UnicodeDecodeError as exc:
+        raise OnnxaffError(f"{path}: {what} file is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    except csv.Error as exc:
+        raise OnnxaffError(f"{path}: {what} file is not a readable CSV: {exc}") from None
+    except OSError as exc:
+        raise OnnxaffError(f"cannot read {path}: {exc.strerror or exc}") from None
     return table
+
+
+CORRELATION_COLUMNS = ["r2", "pearson_r", "slope", "intercept", "models"]
+
+
+def correlation_table(result: dict, fmt: str) -> str:
+    """correlate's table as CSV or Markdown: one row per group and statistic; numbers stay numbers."""
+    rows = [[group, feat, *[v[k] for k in CORRELATION_COLUMNS]]
+            for group, table in result["table"].items() for feat, v in table.items()]
+    header = ["group", "statistic", *CORRELATION_COLUMNS]
+    if fmt == "csv":
+        return csv_text([header, *rows])
+    title = f"### correlation with accuracy: {md_cell(result['metric'])}"
+    return "\n".join([title, "", *md_table(header, rows)]) + "\n"
 
 
 def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:

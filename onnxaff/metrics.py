@@ -23,6 +23,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
+import numbers
+import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -53,16 +58,16 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Tracks:
-    """One chunk of a residual stage: h⁰ … h^L, each [n, D] float64, row i the same example throughout."""
+    """One chunk of a residual stage: h⁰ … h^L, each [n, D] float64 (read-only), row i the same example."""
 
-    arrays: list
+    arrays: tuple
 
     @property
     def n(self) -> int:
         return self.arrays[0].shape[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class JvpStats:
     """What the non-linearity coefficient needs of one site, accumulated over the data in float64.
 
@@ -75,6 +80,50 @@ class JvpStats:
     numerator: float
     denominator: float
     examples: int
+
+
+_local = threading.local()
+_router_lock = threading.Lock()
+_router_users = 0
+
+
+class _StdoutRouter:
+    """sys.stdout while plugin code runs: a thread marked as running plugin code writes to stderr.
+
+    A plain redirect_stdout is process-wide and is restored out of order by concurrent threads; this
+    routes per thread, so the main thread's own output (JSON on stdout) is untouched.
+    """
+
+    def __init__(self, real):
+        self._real = real
+
+    def _target(self):
+        return sys.stderr if getattr(_local, "plugin", 0) else self._real
+
+    def write(self, text):
+        return self._target().write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._target(), name)
+
+
+@contextmanager
+def plugin_output():
+    """Run plugin code (import, construction, compute) with its prints sent to stderr."""
+    global _router_users
+    with _router_lock:
+        if _router_users == 0 and not isinstance(sys.stdout, _StdoutRouter):
+            sys.stdout = _StdoutRouter(sys.stdout)
+        _router_users += 1
+    _local.plugin = getattr(_local, "plugin", 0) + 1
+    try:
+        yield
+    finally:
+        _local.plugin -= 1
+        with _router_lock:
+            _router_users -= 1
+            if _router_users == 0 and isinstance(sys.stdout, _StdoutRouter):
+                sys.stdout = sys.stdout._real
 
 
 class Metric:
@@ -112,11 +161,26 @@ class Registered:
     origin: str  # "entry point <dist>: module:attr" or "file <path>"
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not math.isnan(v)
+
+
 def _check(cls, origin: str) -> None:
-    if not (inspect.isclass(cls) and issubclass(cls, Metric)) or not cls.name:
+    """The declared attributes, checked at load time: a bad one is one line now, not a traceback mid-run."""
+    if not (inspect.isclass(cls) and issubclass(cls, Metric)) or not cls.name or not isinstance(cls.name, str):
         raise OnnxaffError(f"{origin} is not an onnxaff Metric subclass with a name")
-    if cls.needs not in NEEDS:
-        raise OnnxaffError(f"metric {cls.name!r} ({origin}) declares unknown needs {cls.needs!r}")
+    what = f"metric {cls.name!r} ({origin})"
+    if not isinstance(cls.needs, str) or cls.needs not in NEEDS:
+        raise OnnxaffError(f"{what} declares unknown needs {cls.needs!r}; one of {', '.join(NEEDS)}")
+    r = cls.range
+    if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(map(_is_number, r)) and r[0] <= r[1]):
+        raise OnnxaffError(f"{what} declares range {r!r:.80}; it must be (low, high), two numbers with low <= high "
+                           f"(float('inf') for no bound)")
+    if not (cls.higher_is_more_linear is None or isinstance(cls.higher_is_more_linear, bool)):
+        raise OnnxaffError(f"{what} declares higher_is_more_linear {cls.higher_is_more_linear!r:.80}; "
+                           f"it must be True, False or None")
+    if not callable(getattr(cls, "compute", None)):
+        raise OnnxaffError(f"{what} has no compute method")
 
 
 def _add(found: dict[str, Registered], cls, origin: str, key: str) -> None:
@@ -135,7 +199,10 @@ def load_plugin_file(path: str | Path) -> list[type[Metric]]:
     spec = importlib.util.spec_from_file_location(f"onnxaff_plugin_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        with plugin_output():
+            spec.loader.exec_module(module)
+    except SystemExit as exc:
+        raise OnnxaffError(f"plugin file {path} called sys.exit({exc.code!r}) on import") from None
     except Exception as exc:
         raise OnnxaffError(f"plugin file {path} failed to import: {type(exc).__name__}: {exc}") from None
     classes = [
@@ -158,8 +225,9 @@ def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Regist
         dist = getattr(ep.dist, "name", None) or "?"
         origin = f"entry point of {dist}: {ep.value}"
         try:
-            cls = ep.load()
-        except Exception as exc:
+            with plugin_output():
+                cls = ep.load()
+        except (Exception, SystemExit) as exc:
             raise OnnxaffError(f"metric entry point {ep.name!r} ({origin}) failed to load: {exc}") from None
         _add(found, cls, origin, ep.name)
     for path in plugin_files:
@@ -175,4 +243,12 @@ def resolve(names: list[str], plugin_files=(), available: dict[str, Registered] 
     unknown = [n for n in names if n not in available]
     if unknown:
         raise OnnxaffError(f"unknown metric {unknown[0]!r}; available: {', '.join(sorted(available))}")
-    return [available[n].cls() for n in names]
+    out = []
+    for n in names:
+        try:
+            with plugin_output():
+                out.append(available[n].cls())
+        except (Exception, SystemExit) as exc:
+            raise OnnxaffError(f"metric {n!r} ({available[n].origin}) failed to start: "
+                               f"{type(exc).__name__}: {exc}") from None
+    return out

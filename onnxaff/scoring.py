@@ -1,18 +1,35 @@
-"""Chunk scoring off the batch loop: metric mathematics in a thread pool, results kept in chunk order.
+"""Chunk scoring off the batch loop: metric mathematics in threads, results kept in chunk order.
 
 The heavy parts (eigendecompositions, the assignment problem) run in LAPACK and scipy's C++ code, which
 release the GIL, so threads overlap them with onnxruntime's own threads. At most `limit` chunks wait
 at a time; past that the loop waits for the oldest, which bounds the memory held by queued chunks.
+
+Metric code is never run on the main thread, not even inline (workers=0: one thread, and the loop waits
+for each chunk): a Python thread cannot be killed, so the main thread must never be the one stuck in a
+plugin. Every wait gives up as soon as `stop_signal` is set (Ctrl-C): chunks whose scores are not done
+then are saved unscored and scored again on resume. The threads are daemons, so a stuck plugin does not
+keep the process alive either.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
+import queue
+import signal
+import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
-from onnxaff.metrics import Metric
+import numpy as np
+
+from onnxaff.metrics import Metric, plugin_output
+
+POLL_SECONDS = 0.05  # how often a wait for a metric looks at the stop flag
+_busy_lock = threading.Lock()
+_busy = 0  # scoring threads inside metric code right now (stuck ones stay counted)
 
 
 def default_workers() -> int:
@@ -20,15 +37,46 @@ def default_workers() -> int:
     return max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
+def busy_threads() -> int:
+    """How many scoring threads are inside metric code now: the CLI exits hard when one is stuck."""
+    return _busy
+
+
+# --- checking what a metric returns ---
+
+def check_value(metric: Metric, value) -> float:
+    """The metric's value as a float, or ValueError/TypeError saying why it cannot be stored.
+
+    Bounds allow 1e-9 (relative beyond 1) of rounding: a score of 1 + 2e-16 is a 1, not a fault.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"returned {type(value).__name__} {value!r:.60}, not a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"returned {value}")
+    lo, hi = metric.range
+    if value < lo - 1e-9 * max(1.0, abs(lo)) or value > hi + 1e-9 * max(1.0, abs(hi)):
+        raise ValueError(f"out of range [{lo:g}, {hi:g}]: {value!r}")
+    return value
+
+
 def evaluate(metric: Metric, sample) -> tuple[float | None, str | None]:
-    """(value, None) or (None, error message): a raising or non-finite metric never stops a run."""
+    """(value, None) or (None, error message): a raising, exiting or misbehaving metric never stops a run.
+
+    KeyboardInterrupt is passed on: whoever runs the metric treats it as Ctrl-C.
+    """
     try:
-        value = float(metric.compute(sample))
-        if not math.isfinite(value):
-            raise ValueError(f"returned {value}")
-    except Exception as exc:
+        with plugin_output():
+            value = metric.compute(sample)
+        return check_value(metric, value), None
+    except SystemExit as exc:
+        return None, f"SystemExit: the metric called sys.exit({exc.code!r})"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # Exception, or an odd BaseException subclass: that metric's error either way
         return None, f"{type(exc).__name__}: {exc}"
-    return value, None
 
 
 def _score(jobs: list[tuple[Metric, object]]) -> list[tuple[str, float | None, str | None]]:
@@ -36,29 +84,77 @@ def _score(jobs: list[tuple[Metric, object]]) -> list[tuple[str, float | None, s
 
 
 class ChunkScorer:
-    """Runs a chunk's metric jobs now (workers=0) or in a pool; `submit` returns a Future either way."""
+    """Runs each chunk's metric jobs on daemon threads; `submit` returns a Future in chunk order.
+
+    workers=0 is inline: one thread, and `submit` returns once the chunk is scored (or a stop is asked).
+    After `stop_signal` is set nothing new runs: later submits return futures that stay pending.
+    """
 
     def __init__(self, workers: int | None = None):
         self.workers = default_workers() if workers is None else max(0, workers)
-        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="onnxaff-chunk") if self.workers else None
         self.limit = 4 * self.workers
         self.inflight: deque[Future] = deque()
+        self.stop_signal: int | None = None  # set by a signal handler, or by a plugin's KeyboardInterrupt
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def _start(self) -> None:
+        while len(self._threads) < max(1, self.workers):
+            t = threading.Thread(target=self._work, name=f"onnxaff-chunk-{len(self._threads)}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _work(self) -> None:
+        global _busy
+        while (item := self._queue.get()) is not None:
+            future, jobs = item
+            if self.stop_signal is not None:
+                future.cancel()
+            if not future.set_running_or_notify_cancel():
+                continue
+            with _busy_lock:
+                _busy += 1
+            try:
+                future.set_result(_score(jobs))
+            except KeyboardInterrupt as exc:  # raised by a plugin: Ctrl-C, and this chunk stays unscored
+                self.stop_signal = self.stop_signal or signal.SIGINT
+                future.set_exception(exc)
+            except BaseException as exc:  # pragma: no cover - evaluate() catches the rest
+                future.set_exception(exc)
+            finally:
+                with _busy_lock:
+                    _busy -= 1
 
     def submit(self, jobs: list[tuple[Metric, object]]) -> Future:
-        if self.pool is None:
-            done: Future = Future()
-            done.set_result(_score(jobs))
-            return done
+        future: Future = Future()
+        if self.stop_signal is not None:
+            return future  # never run: its chunk is saved unscored
         while self.inflight and (self.inflight[0].done() or len(self.inflight) >= self.limit):
-            self.inflight.popleft().result()
-        future = self.pool.submit(_score, jobs)
+            if not self.wait(self.inflight[0]):
+                break
+            self.inflight.popleft()
+        self._start()
+        self._queue.put((future, jobs))
         self.inflight.append(future)
+        if self.workers == 0:
+            self.wait(future)
         return future
 
+    def wait(self, future: Future) -> bool:
+        """Wait until `future` is done, unless a stop is asked for: True when it is done."""
+        while not future.done() and self.stop_signal is None:
+            try:
+                future.exception(timeout=POLL_SECONDS)
+            except (FutureTimeout, CancelledError):
+                continue
+        return future.done()
+
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-            self.pool = None
+        """Let the threads finish what is queued and end; waits for none of them (one may be stuck)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        self._threads = []
+        self.inflight.clear()
 
     def __enter__(self) -> ChunkScorer:
         return self

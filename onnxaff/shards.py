@@ -14,6 +14,7 @@ from onnxaff.errors import OnnxaffError
 from onnxaff.graph.load import sha256_of
 from onnxaff.metrics import registry, resolve
 from onnxaff.network import merge_nlc_states, nlc_result
+from onnxaff.schema import load_json, validate
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
@@ -53,14 +54,7 @@ def read_part(path: str | Path) -> dict:
     if path.suffix == ".npz":
         state = load_state(path)
     else:
-        if not path.is_file():
-            raise OnnxaffError(f"part not found: {path}")
-        try:
-            shard = json.loads(path.read_text()).get("data", {}).get("shard")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-            raise OnnxaffError(f"{path} is not a signature JSON") from None
-        if not shard or "state" not in shard:
-            raise OnnxaffError(f"{path} is not a shard part (run `onnxaff analyze ... --shard i/n`)")
+        shard = read_part_entry(path)
         state_file = path.parent / shard["state"]
         if not state_file.is_file():
             raise OnnxaffError(f"{path}: its state file {state_file} is missing")
@@ -70,6 +64,23 @@ def read_part(path: str | Path) -> dict:
     if state.get("kind") != STATE_KIND_PART:
         raise OnnxaffError(f"{path} is a checkpoint, not a shard part")
     return state
+
+
+def read_part_entry(path: Path) -> dict:
+    """The `data.shard` entry of a part's signature JSON, the whole file checked as a signature first."""
+    d = load_json(path, "part")
+    validate(d, str(path))
+    shard = d["data"].get("shard")
+    if shard is None or (isinstance(shard, dict) and "state" not in shard):
+        raise OnnxaffError(f"{path} is not a shard part (run `onnxaff analyze ... --shard i/n`)")
+    if not isinstance(shard, dict):
+        raise OnnxaffError(f"{path}: data.shard: expected an object")
+    state = shard["state"]
+    if not isinstance(state, str) or not state or state != Path(state).name or state in (".", ".."):
+        raise OnnxaffError(f"{path}: data.shard.state: expected the name of a file beside the part")
+    if not isinstance(shard.get("state_sha256"), str):
+        raise OnnxaffError(f"{path}: data.shard.state_sha256: expected text")
+    return shard
 
 
 def merge_states(parts: list[dict]) -> Signature:

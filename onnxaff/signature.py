@@ -9,11 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.errors import OnnxaffError
 from onnxaff.files import write_text_atomic
+from onnxaff.schema import SCHEMA, SCHEMA_VERSION, load_json, validate
+from onnxaff.text import json_safe
 
-SCHEMA = "onnxaff.signature"
-SCHEMA_VERSION = 1
 NEAR_LINEAR = 0.95
 
 
@@ -38,8 +37,9 @@ def near_linear_rule(info: dict | None) -> tuple[str, float] | None:
 
 
 def signature_stats(values: list[float], info: dict | None = None) -> dict:
-    """The statistics of one metric's per-site scores; the near-linear share by the metric's declared
-    direction and range (see near_linear_rule), `share_above_0.95` where that is the rule."""
+    """A signature's statistics over one metric's per-site scores (non-finite and missing scores left out); the
+    near-linear share by the metric's declared direction and range (see near_linear_rule), `share_above_0.95`
+    where that is the rule."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
     if v.size == 0:
         return {"sites": 0}
@@ -57,10 +57,6 @@ def signature_stats(values: list[float], info: dict | None = None) -> dict:
         if rule == (">", NEAR_LINEAR):
             stats["share_above_0.95"] = share
     return stats
-
-
-# What every reader of a signature relies on (a hand-edited or truncated file fails here, in one line).
-_REQUIRED = {"model": dict, "data": dict, "options": dict, "runtime": dict, "metrics": dict, "sites": list}
 
 
 @dataclass
@@ -97,16 +93,9 @@ class Signature:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> Signature:
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise OnnxaffError("not an onnxaff signature (missing schema field)")
-        if d.get("schema_version") != SCHEMA_VERSION:
-            raise OnnxaffError(f"signature schema version {d.get('schema_version')} is not {SCHEMA_VERSION}")
-        for key, kind in _REQUIRED.items():
-            if not isinstance(d.get(key), kind):
-                raise OnnxaffError(f"damaged signature: field {key!r} is missing or not a {kind.__name__}")
-        if not all(isinstance(s, dict) for s in d["sites"]):
-            raise OnnxaffError("damaged signature: an entry of 'sites' is not an object")
+    def from_dict(cls, d: dict, where: str = "signature") -> Signature:
+        """Checked against what every reader uses (onnxaff.schema): a damaged file fails here, naming the field."""
+        validate(d, where)
         return cls(model=d["model"], data=d["data"], options=d["options"], runtime=d["runtime"],
                    metrics=d["metrics"], sites=d["sites"], network=d.get("network", {}),
                    warnings=d.get("warnings", []), stages=d.get("stages", []),
@@ -128,11 +117,14 @@ class Signature:
 
 
 def _clean(obj):
-    """JSON without NaN: non-finite numbers become null (their status says why)."""
+    """JSON without NaN: non-finite numbers become null (their status says why); text a UTF-8 reader takes (a
+    file name that is not UTF-8 keeps its bytes as `\\xff` escapes instead of lone surrogates)."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
+    if isinstance(obj, str):
+        return json_safe(obj)
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {json_safe(k) if isinstance(k, str) else k: _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
     if isinstance(obj, np.generic):
@@ -145,11 +137,4 @@ def write_json_atomic(path: str | Path, payload: dict) -> Path:
 
 
 def read_signature(path: str | Path) -> Signature:
-    path = Path(path)
-    if not path.exists():
-        raise OnnxaffError(f"signature file not found: {path}")
-    try:
-        d = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OnnxaffError(f"{path} is not valid JSON: {exc}") from None
-    return Signature.from_dict(d)
+    return Signature.from_dict(load_json(path), str(path))

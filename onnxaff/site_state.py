@@ -5,21 +5,40 @@ chunk-aligned slices of the data gives the state of one run over all of it: chun
 in order (bit for bit), pooled moments merge on a fixed block tree (bit for bit), NLC sums add in another
 order (equal to rounding, ~1e-16 relative), and a chunk_pair metric scores the one pair that straddles each
 boundary (the last chunk of a part with the first chunk of the next).
+
+Metrics get read-only arrays (chunks, pairs, tracks, moments), so no metric can change what another one
+sees. Chunks whose scores were not done when a run stopped (Ctrl-C while a metric is slow or stuck) are
+kept as `unscored` and scored again first when the run continues.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator
+from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator, Moments
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
-from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks
-from onnxaff.scoring import ChunkScorer, evaluate
+from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks, plugin_output
+from onnxaff.scoring import ChunkScorer
+
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A float64 view that refuses writes: a metric writing into its input raises instead of corrupting it."""
+    v = np.asarray(a, np.float64).view()
+    v.flags.writeable = False
+    return v
+
+
+def readonly_moments(m: Moments) -> Moments:
+    """A copy of the pooled moments whose arrays are read-only views (the live ones stay untouched)."""
+    return dataclasses.replace(m, mean_x=readonly(m.mean_x), mean_y=readonly(m.mean_y), m_xx=readonly(m.m_xx),
+                               m_yy=readonly(m.m_yy), m_xy=readonly(m.m_xy))
 
 
 def _chunk_state(c: Chunk | None) -> dict | None:
@@ -27,7 +46,16 @@ def _chunk_state(c: Chunk | None) -> dict | None:
 
 
 def _chunk_from(d: dict | None) -> Chunk | None:
-    return None if d is None else Chunk(d["x"], d["y"])
+    return None if d is None else Chunk(readonly(d["x"]), readonly(d["y"]))
+
+
+class Pending(NamedTuple):
+    """A chunk whose scores are being computed, with what is needed to score it again."""
+
+    future: Future
+    scorer: ChunkScorer
+    chunk: Chunk
+    previous: Chunk | None
 
 
 @dataclass
@@ -48,7 +76,8 @@ class SiteState:
     first: Chunk | None = None  # for chunk_pair metrics across a shard boundary
     previous: Chunk | None = None  # for chunk_pair metrics
     jvp: JvpAccumulator | None = None
-    pending: list[Future] = field(default_factory=list)  # chunk scores still being computed, in chunk order
+    pending: list[Pending] = field(default_factory=list)  # chunk scores still being computed, in chunk order
+    unscored: list[tuple[Chunk, Chunk | None]] = field(default_factory=list)  # (chunk, previous) to score again
     partial: bool = False  # the one partial chunk was scored (no full chunk)
     tracks: int | None = None  # a residual stage: X is h⁰ … h^L side by side, Y is empty
 
@@ -89,28 +118,44 @@ class SiteState:
     def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
         self.chunks += 1
         self.chunk_rows = x.shape[0]
-        chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
+        chunk = Chunk(readonly(x), readonly(y))
+        self._submit(chunk, self.previous, metrics, scorer)
+        if any(m.needs == "chunk_pair" for m in metrics):
+            self.previous = chunk  # kept only when asked for: a chunk per site is real memory
+            if self.first is None:
+                self.first = chunk
+
+    def _submit(self, chunk: Chunk, previous: Chunk | None, metrics: list[Metric], scorer: ChunkScorer) -> None:
         jobs = []
         for m in metrics:
             if self._not_applicable(m):
                 continue
             if m.needs == "chunk":
                 jobs.append((m, chunk))
-            elif m.needs == "chunk_pair" and self.previous is not None:
-                jobs.append((m, (self.previous, chunk)))
+            elif m.needs == "chunk_pair" and previous is not None:
+                jobs.append((m, (previous, chunk)))
             elif m.needs == "tracks" and self.tracks:
-                jobs.append((m, Tracks(np.split(chunk.x, self.tracks, axis=1))))
+                jobs.append((m, Tracks(tuple(np.split(chunk.x, self.tracks, axis=1)))))
         if jobs:
-            self.pending.append(scorer.submit(jobs))
-        if any(m.needs == "chunk_pair" for m in metrics):
-            self.previous = chunk  # kept only when asked for: a chunk per site is real memory
-            if self.first is None:
-                self.first = chunk
+            self.pending.append(Pending(scorer.submit(jobs), scorer, chunk, previous))
+
+    def rescore(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
+        """Score again the chunks a stopped run left unscored (they come before any new chunk)."""
+        again, self.unscored = self.unscored, []
+        for chunk, previous in again:
+            self._submit(chunk, previous, metrics, scorer)
 
     def collect(self) -> None:
-        """Record the finished chunk scores in chunk order (the first error of a metric is kept)."""
-        for future in self.pending:
-            for name, value, error in future.result():
+        """Record the finished chunk scores in chunk order (the first error of a metric is kept).
+
+        Once a stop is asked for, nothing is waited for: from the first chunk not done on, the chunks are
+        kept unscored (a later chunk done early is scored again too, so the scores stay in chunk order).
+        """
+        for k, p in enumerate(self.pending):
+            if not p.scorer.wait(p.future) or p.future.cancelled() or p.future.exception() is not None:
+                self.unscored += [(q.chunk, q.previous) for q in self.pending[k:]]
+                break
+            for name, value, error in p.future.result():
                 self._store(name, value, error)
         self.pending = []
 
@@ -127,27 +172,33 @@ class SiteState:
         else:
             self.values.setdefault(name, []).append(value)
 
-    def _record(self, m: Metric, sample) -> None:
-        self._store(m.name, *evaluate(m, sample))
-
     def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
-        """Score the partial chunk if it is all there is (sets `partial`), collect the chunks, then the pooled."""
+        """Score the partial chunk if it is all there is (sets `partial`), collect the chunks, then the pooled.
+
+        A stop asked for meanwhile (a plugin's KeyboardInterrupt) raises KeyboardInterrupt: no number is
+        left out silently.
+        """
+        self.rescore(metrics, scorer)
         rest = self.buffer.remainder()
         if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
             self.score(*rest, metrics, scorer)
             self.partial = True
         self.collect()
+        jobs = []
         if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
-            pooled = self.moments.total()
-            for m in metrics:
-                if m.needs == "moments" and not self._not_applicable(m):
-                    self._record(m, pooled)
+            pooled = readonly_moments(self.moments.total())
+            jobs += [(m, pooled) for m in metrics if m.needs == "moments" and not self._not_applicable(m)]
         traces = self.jvp.traces() if self.jvp is not None and not self.nonfinite_rows else None
         if traces is not None:
             stats = JvpStats(self.jvp.form, *traces)
-            for m in metrics:
-                if m.needs == "jvp":
-                    self._record(m, stats)
+            jobs += [(m, stats) for m in metrics if m.needs == "jvp"]
+        if jobs:
+            future = scorer.submit(jobs)
+            if scorer.wait(future) and not future.cancelled() and future.exception() is None:
+                for name, value, error in future.result():
+                    self._store(name, value, error)
+        if self.unscored or scorer.stop_signal is not None:
+            raise KeyboardInterrupt
 
     def entry(self, m: Metric, partial: bool) -> dict:
         values = self.values.get(m.name, [])
@@ -170,24 +221,35 @@ class SiteState:
                 out["partial"] = True
             if m.needs in ("moments", "jvp"):
                 out.update(chunks=0, std=None, pooled_rows=self.rows)
-            if self.dims and (note := m.caveat(self.chunk_rows or self.rows, *self.dims)):
+            if self.dims and (note := self._caveat(m)):
                 out["caveat"] = note
         return out
+
+    def _caveat(self, m: Metric) -> str | None:
+        try:
+            with plugin_output():
+                note = m.caveat(self.chunk_rows or self.rows, *self.dims)
+        except Exception as exc:
+            return f"caveat() failed: {type(exc).__name__}: {exc}"
+        return None if note is None else str(note)
 
     # --- checkpoints and shards ---
 
     def to_state(self) -> dict:
-        """The collected state between batches (pending chunk scores are collected first)."""
+        """The collected state between batches (pending chunk scores are collected first; after a stop, the
+        chunks not scored yet are saved as they are)."""
         self.collect()
         return {
             "index": None if self.site is None else self.site.index,
             "buffer": self.buffer.to_state(),
             "moments": None if self.moments is None else self.moments.to_state(),
-            "values": self.values, "errors": self.errors, "rows": self.rows, "nonfinite_rows": self.nonfinite_rows,
+            "values": {k: list(v) for k, v in self.values.items()}, "errors": dict(self.errors),  # copies: the
+            "rows": self.rows, "nonfinite_rows": self.nonfinite_rows,  # state before a finish is kept (analysis)
             "chunks": self.chunks, "chunk_rows": self.chunk_rows,
             "dims": None if self.dims is None else list(self.dims),
             "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
             "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
+            "unscored": [{"chunk": _chunk_state(c), "previous": _chunk_state(p)} for c, p in self.unscored],
         }
 
     def restore(self, d: dict) -> None:
@@ -202,6 +264,7 @@ class SiteState:
         self.first, self.previous = _chunk_from(d["first"]), _chunk_from(d["previous"])
         self.jvp = None if d["jvp"] is None else JvpAccumulator.from_state(d["jvp"])
         self.tracks = d["tracks"]
+        self.unscored = [(_chunk_from(u["chunk"]), _chunk_from(u["previous"])) for u in d.get("unscored") or []]
 
     @classmethod
     def from_state(cls, d: dict) -> SiteState:
@@ -215,10 +278,18 @@ class SiteState:
             raise OnnxaffError(f"parts disagree on feature dimensions ({self.dims} vs {other.dims})")
         self.dims = self.dims or other.dims
         self.collect()  # chunks scored by an earlier merge come before this part's
+        if self.unscored or other.unscored:  # a part is saved complete; never drop a chunk's scores silently
+            raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
+                               "shard again")
         boundary = {}
         if self.previous is not None and other.first is not None and not (self.nonfinite_rows or other.nonfinite_rows):
-            boundary = {m.name: evaluate(m, (self.previous, other.first)) for m in metrics
-                        if m.needs == "chunk_pair" and not self._not_applicable(m)}
+            pair = (self.previous, other.first)
+            jobs = [(m, pair) for m in metrics if m.needs == "chunk_pair" and not self._not_applicable(m)]
+            if jobs:  # on a scoring thread, as every metric: Ctrl-C is not held up by a stuck one
+                future = scorer.submit(jobs)
+                if not scorer.wait(future) or future.cancelled() or future.exception() is not None:
+                    raise KeyboardInterrupt
+                boundary = {name: (value, error) for name, value, error in future.result()}
         for name in {*self.values, *other.values, *boundary}:
             merged = list(self.values.get(name, []))
             if name in boundary:

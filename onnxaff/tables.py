@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import math
 
+from onnxaff.text import printable
+
 SITE_COLUMNS = ("index", "id", "kind", "group", "status", "dim", "rows", "chunks")
 STATISTICS = ("mean", "std", "chunks", "partial", "status")
 
@@ -43,7 +45,12 @@ def _cell(v) -> str:
         return "–"
     if isinstance(v, float):
         return f"{v:.4f}"
-    return html.escape(str(v))
+    return _esc(v)
+
+
+def _esc(v) -> str:
+    """A name as HTML text: printable (no control characters, lone surrogates) and escaped."""
+    return html.escape(printable(v))
 
 
 def to_html(sig, max_rows: int = 200) -> str:
@@ -51,10 +58,10 @@ def to_html(sig, max_rows: int = 200) -> str:
     rows = site_rows(sig)
     metrics = list(sig.metrics)
     head = ["#", "site", "kind", "status", "D", *[f"{m} mean±std" for m in metrics]]
-    out = [f"<p><b>{html.escape(str(sig.model.get('name', 'model')))}</b>: {len(sig.sites)} sites, "
-           f"{html.escape(str(sig.data.get('samples', '?')))} samples from "
-           f"{html.escape(str(sig.data.get('source', '?')))}</p>",
-           "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    out = [f"<p><b>{_esc(sig.model.get('name', 'model'))}</b>: {len(sig.sites)} sites, "
+           f"{_esc(sig.data.get('samples', '?'))} samples from "
+           f"{_esc(sig.data.get('source', '?'))}</p>",
+           "<table><thead><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows[:max_rows]:
         cells = [f"<td style='text-align:right'>{_cell(r['index'])}</td>",
                  *(f"<td style='text-align:left'>{_cell(r[c])}</td>" for c in ("id", "kind", "status")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from onnxaff.text import printable
+
 WIDTH = 120
 GAP = 2
 
@@ -11,7 +13,8 @@ def _widths(rows: list[list[str]], header: list[str]) -> list[int]:
 
 
 def table(rows: list[list], header: list[str]) -> str:
-    rows = [[str(c) for c in r] for r in rows]
+    """Aligned columns; every cell printable (a name can neither break a line nor send escape sequences)."""
+    rows, header = [[printable(c) for c in r] for r in rows], [printable(h) for h in header]
     widths = _widths(rows, header)
     lines = [(" " * GAP).join(str(c).ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
     lines.append((" " * GAP).join("-" * w for w in widths))
@@ -21,8 +24,8 @@ def table(rows: list[list], header: list[str]) -> str:
 
 def wrapped(rows: list[list], header: list[str], fixed: int, repeat: int = 1, width: int = WIDTH) -> str:
     """The first `fixed` columns, then as many of the others as fit in `width`; the rest go to further
-    blocks that repeat the first `repeat` columns (the site number), so every line fits."""
-    rows = [[str(c) for c in r] for r in rows]
+    blocks that repeat the first `repeat` columns (the site number), so every line fits. Cells printable."""
+    rows, header = [[printable(c) for c in r] for r in rows], [printable(h) for h in header]
     widths = _widths(rows, header)
     blocks, start = [], fixed
     lead = list(range(fixed))

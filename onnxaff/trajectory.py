@@ -1,4 +1,4 @@
-"""Trajectory metrics of a residual stage (DESIGN §4, after Gai & Zhang, arXiv 2102.09235).
+"""Trajectory metrics of a residual stage (docs/metrics.md, after Gai & Zhang, arXiv 2102.09235).
 
 A stage of L residual blocks moves each sample i along a track h⁰_i → h¹_i → … → h^L_i (the first
 block's input, then every block's output; see `onnxaff.graph.blocks.residual_stages`). Two questions:
@@ -65,7 +65,7 @@ def line_shape_score(tracks) -> float:
 def ot_score(tracks) -> float:
     """OTS = W2²(h⁰, h^L) / mean_i ‖h^L_i − h⁰_i‖², in [0, 1]; NaN when no sample moves.
 
-    onnxaff's own definition (DESIGN §4), not a formula of the paper: W2² is the exact
+    onnxaff's own definition (docs/metrics.md), not a formula of the paper: W2² is the exact
     optimal-transport cost between the two uniform clouds {h⁰_i} and {h^L_i} (an assignment problem,
     scipy's linear_sum_assignment on squared distances, mean over the n pairs); the denominator is
     the cost of the transport the stage actually performs (sample i to its own output). The ratio

@@ -277,7 +277,8 @@ CONSTANT_Y = "undefined for a constant"
 
 
 def test_dead_units(capfd, tmp_path):
-    """y = Relu(−|x| − 1) is 0 everywhere: DESIGN's A = 0 makes the affinity exactly 1 (a constant is affine).
+    """y = Relu(−|x| − 1) is 0 everywhere: the constant-output map A = 0 gives an affinity of exactly 1 (a
+    constant is affine).
     z's last channel is Relu(−1) = 0 for every example: a dead channel among live ones, still a finite score.
     Metrics that divide by the output's variance say so in their status instead of returning NaN."""
     model = with_weights(DEAD, one=np.array(1, np.float32), mask=np.array([1, 1, 1, 0], np.float32),
@@ -427,9 +428,9 @@ def test_disk_full_keeps_the_previous_file(capfd, tmp_path, relu_model):
 
 @pytest.mark.parametrize("content,fragment", [
     ("[1, 2]", "not an onnxaff signature (missing schema field)"),
-    ('{"schema": "onnxaff.signature", "schema_version": 1}', "damaged signature: field 'model' is missing"),
+    ('{"schema": "onnxaff.signature", "schema_version": 1}', "sig.json: model: missing"),
     ('{"schema": "onnxaff.signature", "schema_version": 1, "model": {}, "data": {}, "options": {}, "runtime": {}, '
-     '"metrics": {}, "sites": [3]}', "damaged signature: an entry of 'sites' is not an object"),
+     '"metrics": {}, "sites": [3]}', "sig.json: sites[0]: expected an object"),
 ], ids=["list", "fields-missing", "bad-site"])
 @pytest.mark.parametrize("command", ["report", "compare"])
 def test_damaged_signature_file(capfd, tmp_path, content, fragment, command):

@@ -1,10 +1,11 @@
-"""`onnxaff sites`: the JSON contract of DESIGN §6 and one-line errors."""
+"""`onnxaff sites`: the JSON contract (docs/signature.md) and one-line errors."""
 
 import json
 import subprocess
 import sys
 
 import onnx
+import onnx.parser
 import pytest
 
 from tests.conftest import FIXTURES, SHARED_MODELS
@@ -30,6 +31,26 @@ def test_table():
     assert r.returncode == 0, r.stderr
     assert "gelu" in r.stdout and "Div+Erf+Add+Mul+Mul" in r.stdout
     assert "4 sites in gelu_cnn_op17.onnx (4 ok, 0 skipped)" in r.stdout
+
+
+def test_fitted_parameters_in_table_and_json(tmp_path):
+    # A LeakyReLU written as Less/Mul/Where with CastLike'd constants: its alpha is fitted and shown.
+    path = tmp_path / "leaky.onnx"
+    onnx.save(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 4] x) => (float[N, 4] y) {
+            a = Constant<value_float = 0.125>()
+            ac = CastLike(a, x)
+            z = Constant<value_float = 0.0>()
+            zc = CastLike(z, x)
+            c = Less(x, zc)
+            m = Mul(ac, x)
+            y = Where(c, m, x)
+        }"""), path)
+    r = onnxaff("sites", path)
+    assert r.returncode == 0, r.stderr
+    assert "leaky_relu" in r.stdout and "alpha=0.125" in r.stdout and "Less+Mul+Where" in r.stdout
+    (site,) = json.loads(onnxaff("sites", path, "--format", "json").stdout)
+    assert (site["kind"], site["params"]) == ("leaky_relu", {"alpha": 0.125})
 
 
 def one_line_error(r, fragment):

@@ -68,6 +68,7 @@ class SlowRandom(Metric):
 
     name = "slow_mean"
     needs = "chunk"
+    range = (0.0, float("inf"))
 
     def compute(self, chunk: Chunk) -> float:
         time.sleep(np.random.default_rng(int(chunk.x[0, 0] * 1e6) % 2**32).uniform(0, 0.02))

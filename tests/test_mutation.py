@@ -9,6 +9,8 @@ from C++ counts too. ONNXAFF_FUZZ_EXAMPLES raises the number of examples per tes
 
 from __future__ import annotations
 
+import copy
+import io
 import json
 import os
 import tempfile
@@ -210,3 +212,175 @@ def test_text_that_is_not_utf8(capfd, tmp_path, command):
     assert code == 2 and out == ""
     assert err == "onnxaff: error: invalid ONNX model m.onnx: a name or string that is not UTF-8 text " \
                   "(b'\\xce\\xff\\xfe\\xfd\\xfc\\xfb\\xfa')\n"
+
+
+# Damaged data and signature files: the same contract for `analyze --data X.npz` and for report/compare.
+
+FUZZ_FILES = settings(max_examples=int(os.environ.get("ONNXAFF_FUZZ_EXAMPLES", "15")), deadline=None,
+                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+NPZ_BASES = [(0, {"x": _rng.standard_normal((64, 8)).astype(np.float32)}),
+             (2, {"a": _rng.standard_normal((64, 6)).astype(np.float32),
+                  "b": _rng.standard_normal((64, 6)).astype(np.float32)})]
+
+
+def _npz(arrays: dict) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def one_line_or_success(capfd, args, out: Path) -> None:
+    code, stdout, stderr = run_cli(capfd, *args)
+    if code == 0:
+        return
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), stderr
+    assert stdout == "" and not out.exists()
+
+
+def check_data(capfd, base: int, blob: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        model, data, out = Path(tmp) / "m.onnx", Path(tmp) / "d.npz", Path(tmp) / "s.json"
+        model.write_bytes(BLOBS[NPZ_BASES[base][0]])
+        data.write_bytes(blob)
+        one_line_or_success(capfd, ["analyze", model, "--data", data, "--metrics", "affinity", "--chunk-size", "32",
+                                    "--quiet", "--out", out], out)
+        if out.exists():
+            json.loads(out.read_text(), parse_constant=_no_nan)
+
+
+def test_the_unmutated_data_analyses(capfd):
+    for k, (_, arrays) in enumerate(NPZ_BASES):
+        with tempfile.TemporaryDirectory() as tmp:
+            model, data = Path(tmp) / "m.onnx", Path(tmp) / "d.npz"
+            model.write_bytes(BLOBS[NPZ_BASES[k][0]])
+            data.write_bytes(_npz(arrays))
+            code, _, err = run_cli(capfd, "analyze", model, "--data", data, "--chunk-size", "32", "--quiet",
+                                   "--out", Path(tmp) / "s.json")
+            assert code == 0, err
+
+
+@FUZZ_FILES
+@given(base=st.sampled_from(range(len(NPZ_BASES))), cut=st.floats(0, 1, exclude_max=True),
+       flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), max_size=6))
+def test_npz_bytes(capfd, base, cut, flips):
+    blob = bytearray(_npz(NPZ_BASES[base][1]))
+    for where, mask in flips:
+        blob[int(where * len(blob))] ^= mask
+    check_data(capfd, base, bytes(blob[: max(1, int((1 - cut / 4) * len(blob)))] if cut > 0.5 else blob))
+
+
+NPZ_DTYPES = ["float16", "float64", "int8", "int64", "uint8", "bool", "complex64", "<U3", "S2", "M8[s]", "m8[s]",
+              "V4"]
+
+
+@FUZZ_FILES
+@given(base=st.sampled_from(range(len(NPZ_BASES))), data=st.data(),
+       kind=st.sampled_from(["dtype", "shape", "rows", "rename", "extra", "values", "scalar", "empty"]))
+def test_npz_structure(capfd, base, data, kind):
+    arrays = dict(NPZ_BASES[base][1])
+    key = data.draw(st.sampled_from(sorted(arrays)))
+    a = arrays[key]
+    if kind == "dtype":
+        arrays[key] = a.astype(data.draw(st.sampled_from(NPZ_DTYPES)))
+    elif kind == "shape":
+        arrays[key] = a.reshape(data.draw(st.sampled_from([(64, 2, a.shape[1] // 2), (a.size,), (64, 1, a.shape[1]),
+                                                           (a.shape[1], 64)])))
+    elif kind == "rows":
+        arrays[key] = a[: data.draw(st.integers(0, 80))]
+    elif kind == "rename":
+        arrays[data.draw(st.sampled_from(["y", "renamed", "x", "arr_0"]))] = arrays.pop(key)
+    elif kind == "extra":
+        arrays["extra"] = np.zeros(data.draw(st.sampled_from([(), (3,), (64, 8)])))
+    elif kind == "values":
+        a = a.copy()
+        a.flat[data.draw(st.integers(0, a.size - 1))] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf, 3e38]))
+        arrays[key] = a
+    elif kind == "scalar":
+        arrays[key] = np.float32(1.5)
+    else:
+        arrays[key] = a[:0]
+    check_data(capfd, base, _npz(arrays))
+
+
+_SIG_BASE = None
+
+
+def signature_base() -> dict:
+    """A real signature (one analysis of BASES[0], a pair and pooled and chunk metrics), made once."""
+    global _SIG_BASE
+    if _SIG_BASE is None:
+        import onnxaff
+
+        sig = onnxaff.analyze(BASES[0], "synthetic:gaussian:n=96", chunk_size=32, progress=False,
+                              metrics=["affinity", "cka", "r2_pooled"], pairs=[("x", "y")])
+        _SIG_BASE = json.loads(json.dumps(sig.to_dict()))
+    return copy.deepcopy(_SIG_BASE)
+
+
+def _positions(node, out):
+    """Every (container, key) in a JSON tree."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for k, v in items:
+        out.append((node, k))
+        _positions(v, out)
+    return out
+
+
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.floats(), st.text(max_size=4),
+                        st.just([]), st.just({}), st.just([None]), st.just({"mean": "x"}), st.just("DELETE"))
+
+
+def check_signature_text(capfd, text: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        good, bad = Path(tmp) / "good.json", Path(tmp) / "bad.json"
+        good.write_text(json.dumps(signature_base()))
+        bad.write_bytes(text)
+        # compare writes Markdown: its HTML page draws what report draws, at twice the time
+        for args, out in ((["report", bad, "--out", Path(tmp) / "r.html"], Path(tmp) / "r.html"),
+                          (["compare", good, bad, "--out", Path(tmp) / "c.md"], Path(tmp) / "c.md")):
+            one_line_or_success(capfd, args, out)
+
+
+@FUZZ_FILES
+@given(data=st.data(), changes=st.integers(1, 4))
+def test_signature_structure(capfd, data, changes):
+    d = signature_base()
+    for _ in range(changes):
+        positions = _positions(d, [])
+        if not positions:
+            break
+        node, key = positions[data.draw(st.integers(0, len(positions) - 1))]
+        value = data.draw(JSON_VALUES)
+        if value == "DELETE":
+            del node[key]
+        else:
+            node[key] = value
+    check_signature_text(capfd, json.dumps(d).encode())
+
+
+@FUZZ_FILES
+@given(cut=st.floats(0, 1), flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)),
+                                           max_size=6))
+def test_signature_bytes(capfd, cut, flips):
+    blob = bytearray(json.dumps(signature_base(), indent=1).encode())
+    for where, mask in flips:
+        blob[int(where * len(blob))] ^= mask
+    check_signature_text(capfd, bytes(blob[: int(cut * len(blob))] if cut < 0.5 else blob))
+
+
+@pytest.mark.xfail(strict=True, reason="onnxaff/data/arrays.py lets numpy's MemoryError through (reported, not fixed "
+                                       "here: another branch changes that file)")
+def test_npz_header_declaring_a_huge_array(capfd, tmp_path):
+    """An .npz whose .npy header declares 10¹² rows of 8 floats (and holds 2 KB): numpy allocates before reading,
+    and its MemoryError came out as an internal error."""
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 8)})
+    with zipfile.ZipFile(tmp_path / "d.npz", "w") as z:
+        z.writestr("x.npy", header.getvalue() + bytes(2048))
+    (tmp_path / "m.onnx").write_bytes(BLOBS[0])
+    code, out, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", tmp_path / "d.npz", "--quiet",
+                             "--out", tmp_path / "s.json")
+    assert code == 2 and err.startswith("onnxaff: error: ") and len(err.splitlines()) == 1, err

@@ -13,7 +13,7 @@ MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
 
 
 def numpy_reduce(full: np.ndarray, site, mode: str) -> np.ndarray:
-    """Independent reference for DESIGN §3's reductions, written from the spec."""
+    """Independent reference for the README's reductions (--reduce), written from the spec."""
     full = full.astype(np.float64)
     if full.ndim == 1:
         return full[:, None]

@@ -245,10 +245,13 @@ def test_scaled_silu_stops_at_the_activation():
     assert [(s.kind, s.output) for s in discover_sites(b.model(y2))] == [("silu", y)]
 
 
-def test_per_channel_constant_is_not_a_pattern():
+@pytest.mark.parametrize("betas,kinds", [(np.linspace(1.0, 2.0, 6), ["sigmoid"]), (np.full(6, 1.5), ["swish"])])
+def test_per_channel_constant_is_a_pattern_only_when_uniform(betas, kinds):
+    # A β per channel is a different function per channel: no named site, and the Sigmoid stays one.
+    # The same β in every channel is one Swish-β, however the constant is stored.
     b = Builder("initializer")
     beta = "beta_vec"
-    b.inits.append(numpy_helper.from_array(np.full(6, 1.5, dtype=np.float32), beta))
+    b.inits.append(numpy_helper.from_array(betas.astype(np.float32), beta))
     s = b.op("Sigmoid", b.op("Mul", "x", beta))
     y = b.op("Mul", "x", s)
-    assert [s_.kind for s_ in discover_sites(b.model(y))] == ["sigmoid"]
+    assert [s_.kind for s_ in discover_sites(b.model(y))] == kinds

@@ -17,28 +17,28 @@ def one_node(body: str, opset: int = 17, extra_inits: str = "") -> str:
 CASES = [
     ("y = Relu(x)", 17, "relu", {}),
     ("y = LeakyRelu<alpha = 0.1>(x)", 17, "leaky_relu", {"alpha": pytest.approx(0.1)}),
-    ("y = Elu(x)", 17, "elu", {}),
-    ("y = Selu(x)", 17, "selu", {}),
+    ("y = Elu(x)", 17, "elu", {"alpha": 1.0}),
+    ("y = Selu(x)", 17, "selu", {"alpha": pytest.approx(1.6732632), "gamma": pytest.approx(1.050701)}),
     ("y = Celu<alpha = 0.5>(x)", 17, "celu", {"alpha": 0.5}),
     ("y = Sigmoid(x)", 17, "sigmoid", {}),
-    ("y = HardSigmoid(x)", 17, "hard_sigmoid", {}),
+    ("y = HardSigmoid(x)", 17, "hard_sigmoid", {"alpha": pytest.approx(0.2), "beta": 0.5}),
     ("y = HardSwish(x)", 17, "hardswish", {}),
     ("y = Tanh(x)", 17, "tanh", {}),
     ("y = Softplus(x)", 17, "softplus", {}),
     ("y = Softsign(x)", 17, "softsign", {}),
     ("y = Gelu(x)", 20, "gelu", {}),
-    ('y = Gelu<approximate = "tanh">(x)', 20, "gelu_tanh", {"approximate": "tanh"}),
+    ('y = Gelu<approximate = "tanh">(x)', 20, "gelu_tanh", {}),
     ("y = Mish(x)", 18, "mish", {}),
     ("y = ThresholdedRelu<alpha = 0.5>(x)", 17, "thresholded_relu", {"alpha": 0.5}),
     ("y = Softmax<axis = 1>(x)", 17, "softmax", {"axis": 1}),
     ("y = LogSoftmax<axis = 1>(x)", 17, "log_softmax", {"axis": 1}),
     ("lo = Constant<value = float {0.0}>()\nhi = Constant<value = float {6.0}>()\ny = Clip(x, lo, hi)", 17,
-     "relu6", {"min": 0.0, "max": 6.0}),
-    ("lo = Constant<value = float {0.0}>()\ny = Clip(x, lo)", 17, "relu", {"min": 0.0, "max": None}),
+     "relu6", {}),
+    ("lo = Constant<value = float {0.0}>()\ny = Clip(x, lo)", 17, "relu", {}),
     ("lo = Constant<value = float {-1.0}>()\nhi = Constant<value = float {1.0}>()\ny = Clip(x, lo, hi)", 17,
      "clip", {"min": -1.0, "max": 1.0}),
-    ("y = Clip<min = 0.0, max = 6.0>(x)", 10, "relu6", {"min": 0.0, "max": 6.0}),
-    ("z = Constant<value = float {0.0}>()\ny = Max(z, x)", 17, "relu", {"max_with": 0.0}),
+    ("y = Clip<min = 0.0, max = 6.0>(x)", 10, "relu6", {}),
+    ("z = Constant<value = float {0.0}>()\ny = Max(z, x)", 17, "relu", {}),
     ("c = Constant<value = float {0.5}>()\ny = Max(x, c)", 17, "clamp_min", {"bound": 0.5}),
     ("c = Constant<value = float {6.0}>()\ny = Min(x, c)", 17, "clamp_max", {"bound": 6.0}),
 ]
@@ -157,3 +157,21 @@ def test_softmax_features_are_its_normalised_axis(opset, attr, axis):
     )
     (site,) = discover_sites(parse(text))
     assert (site.feature_axis, site.layout) == (axis, "softmax_axis")
+
+
+@pytest.mark.parametrize("axis", [0, -4])
+def test_softmax_over_the_batch_axis_is_skipped_with_the_reason(axis, tmp_path):
+    # Normalised across examples, its "features" would be the batch: analysing it crashed (IndexError).
+    import numpy as np
+
+    import onnxaff
+    from onnxaff.errors import OnnxaffError
+
+    model = parse(one_node(f"y = Softmax<axis = {axis}>(x)"))
+    (site,) = discover_sites(model)
+    assert site.status == "skipped" and "batch axis" in site.reason
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((8, 4, 5, 5)).astype(np.float32))
+    with pytest.raises(OnnxaffError, match="no site can be analysed: normalised along the batch axis"):
+        onnxaff.analyze(path, str(tmp_path / "x.npy"), chunk_size=4, metrics=["affinity"], progress=False)

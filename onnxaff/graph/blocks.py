@@ -1,7 +1,7 @@
 """Block discovery: residual, attention and feed-forward (MLP) blocks, read off the graph alone.
 
 A block is, like a site, one input tensor and one output tensor, but around a whole sub-network:
-trajectory metrics (DESIGN §4) follow the residual stream block by block, and block-level scores
+trajectory metrics (docs/metrics.md) follow the residual stream block by block, and block-level scores
 compare what a block does as a whole with what its activations do. Discovery is structural only: a
 tensor is *data* when it depends on a graph input, *static* when it does not (weights, constants,
 and everything computed from them or from Shape), and the three kinds are:
@@ -608,7 +608,7 @@ def _dims_compatible(a: list | None, b: list | None) -> bool:
 
 
 def residual_stages(blocks: list[Block], min_blocks: int = 1) -> list[list[Block]]:
-    """Maximal runs of chained residual blocks of one shape: the h⁰ … h^L tracks of DESIGN §4.
+    """Maximal runs of chained residual blocks of one shape: the h⁰ … h^L tracks of docs/metrics.md.
 
     Rule, over the ok residual blocks that are not nested in another one, in forward order: block B
     extends the run ending in block P when B's `after` is P (B's input is P's output, or is computed

@@ -7,9 +7,11 @@ workable. The runtime later opens the augmented graph next to the original data 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph.view import iter_tensors
+from onnxaff.text import printable
 
 # Above this size shape inference runs on a file rather than on the in-memory proto.
 _INFER_BY_PATH_BYTES = 1 << 30
@@ -65,10 +68,97 @@ def _external_locations(model: onnx.ModelProto) -> list[str]:
     locations = []
     for tensor in iter_tensors(model.graph):
         if external_data_helper.uses_external_data(tensor):
-            info = external_data_helper.ExternalDataInfo(tensor)
-            if info.location not in locations:
-                locations.append(info.location)
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            if location not in locations:
+                locations.append(location)
     return locations
+
+
+_LOOP = "external data location {!r} cannot be resolved (a loop of symbolic links?)"
+_EXTERNAL_KEYS = {"location", "offset", "length", "checksum", "basepath"}
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+               (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def external_problem(tensor: onnx.TensorProto, folder: Path) -> str | None:
+    """Why an external data reference may not be read, or None; nothing is opened, only stat'ed.
+
+    onnx's checker and onnxruntime refuse references outside the model's folder only in recent versions, and a
+    FIFO or a device named as weights would block or stream forever: so onnxaff checks them itself, first.
+    Returns "missing" for a reference that is fine but whose file does not exist.
+    """
+    entries = {e.key: e.value for e in tensor.external_data}
+    if unknown := sorted(set(entries) - _EXTERNAL_KEYS):
+        return f"unknown external data key {unknown[0]!r}"
+    sizes = {}
+    for key in ("offset", "length"):
+        if key in entries:
+            if not (entries[key].isascii() and entries[key].isdigit()):
+                return f"external data {key} {entries[key]!r} is not a whole number of bytes"
+            sizes[key] = int(entries[key])
+    location = entries.get("location", "")
+    if not location:
+        return "external data location is empty"
+    if "\0" in location:
+        return f"external data location {location!r} holds a NUL character"
+    if os.path.isabs(location):
+        return f"external data location {location!r} is an absolute path; it must be inside the model's folder"
+    target = folder / location
+    try:
+        resolved = target.resolve()
+    except RuntimeError:  # Python 3.11's symlink loop
+        return _LOOP.format(location)
+    except OSError as exc:
+        return f"external data location {location!r} cannot be read: {exc.strerror}"
+    if not resolved.is_relative_to(folder.resolve()):  # `..` or a symbolic link leading out
+        return f"external data location {location!r} is outside the model's folder"
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:  # 3.13's resolve() leaves a loop to stat, which fails with ELOOP
+        return _LOOP.format(location) if exc.errno == errno.ELOOP else \
+            f"external data location {location!r} cannot be read: {exc.strerror}"
+    for is_kind, kind in _FILE_KINDS:
+        if is_kind(info.st_mode):
+            return f"external data location {location!r} is {kind}, not a regular file"
+    offset = sizes.get("offset", 0)
+    length = sizes.get("length", info.st_size - offset)
+    if offset + length > info.st_size or offset > info.st_size:
+        return (f"external data ({length} bytes from offset {offset}) runs past the end of {location} "
+                f"({info.st_size} bytes)")
+    if "length" in sizes and tensor.data_type in _BYTE_ALIGNED and tensor.data_type != TensorProto.STRING \
+            and all(d >= 0 for d in tensor.dims):
+        want = math.prod(tensor.dims) * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        if length != want:
+            return f"external data length is {length} bytes, but {_kind(tensor)} takes {want}"
+    return None
+
+
+def _kind(tensor: onnx.TensorProto) -> str:
+    name = helper.tensor_dtype_to_string(tensor.data_type).removeprefix("TensorProto.").lower()
+    return f"{name}{list(tensor.dims)}"
+
+
+def _check_external(model: onnx.ModelProto, path: Path) -> None:
+    for tensor in iter_tensors(model.graph):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        problem = external_problem(tensor, path.parent)
+        if problem == "missing":
+            location = next(e.value for e in tensor.external_data if e.key == "location")
+            raise OnnxaffError(f"external data file missing for {path.name}: {path.parent / location}")
+        if problem is not None:
+            raise OnnxaffError(f"invalid ONNX model {path.name}: tensor {tensor.name!r}: {problem}")
+
+
+def _check_inputs(model: onnx.ModelProto, name: str) -> None:
+    """An input's element type must be one onnx defines: type 0 or an unknown number fails later, deep inside."""
+    known = set(TensorProto.DataType.values()) - {TensorProto.UNDEFINED}
+    for vi in model.graph.input:
+        if vi.type.HasField("tensor_type") and (elem := vi.type.tensor_type.elem_type) not in known:
+            what = "element type 0 (undefined)" if elem == TensorProto.UNDEFINED else f"unknown element type {elem}"
+            raise OnnxaffError(f"invalid ONNX model {name}: input {vi.name!r} has {what}")
 
 
 # Types whose elements take whole bytes, so inline data must be numel · itemsize bytes (packed 2/4/6-bit
@@ -95,7 +185,7 @@ def tensor_problem(tensor: onnx.TensorProto) -> str | None:
     if any(d < 0 for d in tensor.dims):
         return f"{label} has negative dims {list(tensor.dims)}"
     numel = math.prod(tensor.dims)
-    kind = f"{helper.tensor_dtype_to_string(tensor.data_type).removeprefix('TensorProto.').lower()}{list(tensor.dims)}"
+    kind = _kind(tensor)
     if tensor.data_type == TensorProto.STRING:
         have, want, unit = len(tensor.string_data), numel, "strings"
     elif tensor.HasField("raw_data"):
@@ -111,10 +201,17 @@ def tensor_problem(tensor: onnx.TensorProto) -> str | None:
 def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedModel:
     """Parse and check a model file; raise OnnxaffError with a one-line reason when it is unusable."""
     path = Path(path)
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # os.fsdecode's surrogate escapes: the checker's and runtime's bindings refuse them
+        raise OnnxaffError(f"the model's path is not UTF-8 ({printable(path)}): onnx and onnxruntime open UTF-8 "
+                           "paths only; rename it") from None
     if not path.exists():
         raise OnnxaffError(f"model file not found: {path}")
     if path.is_dir():
         raise OnnxaffError(f"model path is a folder, not an .onnx file: {path}")
+    if not path.is_file():  # a FIFO or a device: reading would block or never end
+        raise OnnxaffError(f"model path is not a regular file: {path}")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning, ...
@@ -122,10 +219,9 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     if not model.graph.node and not model.graph.output:
         raise OnnxaffError(f"not an ONNX model (empty graph): {path}")
     _check_text(model, path.name)
+    _check_external(model, path)  # before the checker, which opens the files
+    _check_inputs(model, path.name)
     locations = _external_locations(model)
-    for loc in locations:
-        if not (path.parent / loc).exists():
-            raise OnnxaffError(f"external data file missing for {path.name}: {path.parent / loc}")
     try:
         # By path: the checker then also validates external data references and large models.
         onnx.checker.check_model(str(path))
@@ -141,6 +237,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
 def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel:
     """Wrap an in-memory model (tests, API users); it must carry its weights inline."""
     _check_text(model, model.graph.name or "model")
+    _check_inputs(model, model.graph.name or "model")
     loaded = LoadedModel(model=model, path=None, external_locations=_external_locations(model))
     if loaded.external_locations:
         raise OnnxaffError("an in-memory model cannot reference external data; load it by path")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field, replace
 
+import numpy as np
 import onnx
 
 from onnxaff.graph import patterns
@@ -71,6 +72,22 @@ class Site:
         return self.status == "ok"
 
 
+# Attributes whose schema default is part of the function: a site states them whether written or not.
+_DEFAULTED = {"LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "ThresholdedRelu", "Softmax", "LogSoftmax"}
+
+
+def _schema_defaults(op: str, opset: int | None) -> dict:
+    try:
+        schema = onnx.defs.get_schema(op, opset or onnx.defs.onnx_opset_version(), "")
+    except onnx.defs.SchemaError:
+        return {}
+    out = {}
+    for name, a in schema.attributes.items():
+        if a.default_value.type in (onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT):
+            out[name] = onnx.helper.get_attribute_value(a.default_value)
+    return out
+
+
 def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
     node = view.nodes[i]
     if node.domain == "com.microsoft":
@@ -81,24 +98,35 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
     if node.domain not in ("", "ai.onnx") or node.op_type not in SINGLE_NODE_KINDS:
         return None
     op = node.op_type
-    params: dict = {}
+    params: dict = _schema_defaults(op, view.opset) if op in _DEFAULTED else {}
     for a in node.attribute:
         if a.type in (onnx.AttributeProto.FLOAT, onnx.AttributeProto.INT, onnx.AttributeProto.STRING):
             value = onnx.helper.get_attribute_value(a)
             params[a.name] = value.decode() if isinstance(value, bytes) else value
-    if op == "Gelu" and params.get("approximate") == "tanh":
-        return "gelu_tanh", params
+    if op == "Gelu":
+        return ("gelu_tanh" if params.get("approximate") == "tanh" else "gelu"), {}
+    if op == "Swish":  # x·σ(αx): named as the decomposed forms are
+        beta = round(float(params.get("alpha", 1.0)), 6)
+        if abs(beta - 1.0) <= 1e-4:
+            return "silu", {}
+        return ("quick_gelu", {}) if abs(beta - 1.702) <= 1e-4 else ("swish", {"beta": beta})
+    if op == "PRelu":
+        slope = view.constant(node.input[1]) if len(node.input) > 1 else None
+        if slope is None or slope.size > 4096:
+            return "prelu", {}
+        return "prelu", {"slope": np.float32(slope).astype(np.float64).tolist()}
     if op == "Clip":
         try:
             lo, hi = clip_bounds(view, node)
         except ValueError:
             return "clip", {}
-        params = {"min": lo, "max": hi}
+        if (lo is None and hi is None) or (lo is not None and hi is not None and lo >= hi):
+            return None  # the identity, or a constant: no non-linearity
         if lo == 0.0 and hi == 6.0:
-            return "relu6", params
+            return "relu6", {}
         if lo == 0.0 and hi is None:
-            return "relu", params
-        return "clip", params
+            return "relu", {}
+        return "clip", {"min": lo, "max": hi}
     if op in ("Min", "Max"):
         # A clamp against a scalar; Min/Max of two activations (maxout) is not a site.
         tensors = [n for n in node.input if n and view.scalar(n) is None]
@@ -106,7 +134,7 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
         if len(tensors) != 1 or len(consts) != 1:
             return None
         if op == "Max" and consts[0] == 0.0:
-            return "relu", {"max_with": 0.0}
+            return "relu", {}
         return SINGLE_NODE_KINDS[op], {"bound": consts[0]}
     return SINGLE_NODE_KINDS[op], params
 
@@ -176,11 +204,13 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
         return
     if site.rank == 1:
         site.feature_axis, site.layout = None, "per_example_scalar"
-    elif site.kind in NOT_ELEMENTWISE and site.rank >= 3:
+    elif site.kind in NOT_ELEMENTWISE and (site.rank >= 3 or int(site.params.get("axis", 1)) % 2 == 0):
         # Averaging along the normalisation axis of a softmax gives the constant 1/T: the features are
         # the normalised axis instead (the keys of an attention map), averaged over the others.
         axis = int(site.params.get("axis", -1 if (view.opset or 13) >= 13 else 1))
         site.feature_axis, site.layout = axis % site.rank, "softmax_axis"
+        if site.feature_axis == 0:
+            site.status, site.reason = "skipped", "normalised along the batch axis: its features would be the examples"
     elif site.rank == 2:
         site.feature_axis, site.layout = 1, "vector"
     elif site.rank == 3:
@@ -300,6 +330,19 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
                 settle_shape(view, site, layout)
     _unique_ids(sites)
     return sites
+
+
+def format_params(params: dict) -> str:
+    """A site's parameters on one line: alpha=0.1, slope=[64 values]."""
+    parts = []
+    for k, v in params.items():
+        if isinstance(v, list):
+            parts.append(f"{k}=[{np.asarray(v, dtype=float).size} values]")
+        elif isinstance(v, float):
+            parts.append(f"{k}={v:.6g}")
+        else:
+            parts.append(f"{k}={v}")
+    return ", ".join(parts)
 
 
 def sanitize(name: str) -> str:

@@ -33,6 +33,7 @@ class GraphView:
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
         self.graph_outputs = {o.name for o in graph.output}
         self._const_cache: dict[str, np.ndarray | None] = {}
+        self._depth = 0
 
     # -- order -------------------------------------------------------------------------------
     @cached_property
@@ -60,7 +61,13 @@ class GraphView:
         """The value of a tensor fixed at export time (initializer, Constant node, or a reshape of one)."""
         if name in self._const_cache:
             return self._const_cache[name]
-        value = self._compute_constant(name)
+        if self._depth > 256:  # folding recurses up the graph; a chain this long holds no constant worth it
+            return None
+        self._depth += 1
+        try:
+            value = self._compute_constant(name)
+        finally:
+            self._depth -= 1
         self._const_cache[name] = value
         return value
 
@@ -82,10 +89,15 @@ class GraphView:
             inner = self.constant(node.input[0])
             if inner is not None and inner.size == 1:
                 return inner.reshape(())
-        return None
+        from onnxaff.graph.fold import fold_node
+
+        return fold_node(self, node)
 
     def scalar(self, name: str) -> float | None:
+        from onnxaff.graph.fold import as_float64
+
         value = self.constant(name)
+        value = None if value is None else as_float64(value)
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
             return None
         return float(value.reshape(()))

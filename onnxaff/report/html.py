@@ -8,11 +8,17 @@ import math
 from onnxaff.compare import DTW_DESCRIPTION, Comparison
 from onnxaff.report import plots, svg
 from onnxaff.signature import Signature, signature_stats
+from onnxaff.text import printable
 
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f2f2f2}td.l,th.l{text-align:left}img{max-width:100%;margin:0.5em 0}.note{color:#666;font-size:13px}
 h2{margin-top:1.6em;border-bottom:1px solid #ddd}"""
+
+
+def _esc(v) -> str:
+    """Any value as HTML text: printable (no lone surrogates, control characters) and escaped."""
+    return html.escape(printable(v))
 
 
 def _fmt(v) -> str:
@@ -21,14 +27,14 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.4g}"
     if isinstance(v, list | tuple) and all(isinstance(x, str | int | float) for x in v):
-        return html.escape(", ".join(str(x) for x in v))  # a list of names or dims, not a Python repr
-    return html.escape(str(v))
+        return _esc(", ".join(str(x) for x in v))  # a list of names or dims, not a Python repr
+    return _esc(str(v))
 
 
 def _table(header: list[str], rows: list[list], left: int | set[int] = 1) -> str:
     """left: the first `left` columns, or this set of columns, hold text (left-aligned); the rest numbers."""
     lefts = set(range(left)) if isinstance(left, int) else set(left)
-    head = "".join(f'<th class="{"l" if i in lefts else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
+    head = "".join(f'<th class="{"l" if i in lefts else ""}">{_esc(h)}</th>' for i, h in enumerate(header))
     body = "".join("<tr>" + "".join(f'<td class="{"l" if i in lefts else ""}">{_fmt(c)}</td>'
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -69,12 +75,12 @@ def fmt_preprocessing(p) -> str:
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>{_esc(title)}</h1>{body}</body></html>\n")
 
 
 def _img(uri: str, alt: str) -> str:
-    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+    return f'<img src="{uri}" alt="{_esc(alt)}">'
 
 
 STAT_KEYS = ["sites", "mean", "median", "min", "max", "std", "max_over_mean", "share_above_0.95"]
@@ -86,13 +92,13 @@ def comparison_page(sigs: list[Signature], comps: list[Comparison], k_clusters: 
 
 
 def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters: int) -> str:
-    parts = [f"<p class='note'>{len(sigs)} models; metrics: {', '.join(html.escape(c.metric) for c in comps)}. "
+    parts = [f"<p class='note'>{len(sigs)} models; metrics: {', '.join(_esc(c.metric) for c in comps)}. "
              f"{DTW_DESCRIPTION}{'; length-normalised: divided by sqrt(max length)' if comps[0].normalized else ''}."
              "</p>"]
     if len(comps) > 1:
         parts.append(_nav([c.metric for c in comps]))
     for comp in comps:
-        parts.append(f"<h2 id='m-{html.escape(comp.metric)}'>{html.escape(comp.metric)}</h2>"
+        parts.append(f"<h2 id='m-{_esc(comp.metric)}'>{_esc(comp.metric)}</h2>"
                      + _comparison_section(sigs, comp, k_clusters))
     return "".join(parts)
 
@@ -142,7 +148,7 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
     if comp.linkage is not None:
         clusters = comp.clusters(k_clusters)
         parts.append("<h3>Clustering</h3>" + _img(plots.dendrogram(comp.names, comp.linkage, clusters), "dendrogram"))
-        rows = "".join(f"<tr><td class='l'>{html.escape(n)}</td><td><span style='color:"
+        rows = "".join(f"<tr><td class='l'>{_esc(n)}</td><td><span style='color:"
                        f"{plots.cluster_colour(clusters[n])}'>■</span> {clusters[n]}</td></tr>" for n in comp.names)
         parts.append(f"<table><tr><th class='l'>model</th><th>cluster (of {k_clusters})</th></tr>{rows}</table>")
     nb = comp.neighbours()
@@ -158,13 +164,13 @@ def correlation_page(result: dict) -> str:
 
 def _correlation_body(result: dict, level: int = 2) -> str:
     parts = [f"<p class='note'>R² of a 1-D least-squares line accuracy ≈ a·statistic + b, and Pearson r; "
-             f"signature statistics of <b>{html.escape(result['metric'])}</b> and model-level baselines.</p>"]
+             f"signature statistics of <b>{_esc(result['metric'])}</b> and model-level baselines.</p>"]
     if result.get("left_out"):
-        parts.append(f"<p class='note'>Not in every signature, left out: {html.escape(', '.join(result['left_out']))}"
+        parts.append(f"<p class='note'>Not in every signature, left out: {_esc(', '.join(result['left_out']))}"
                      "</p>")
     for group, table in result["table"].items():
         ranked = sorted(table.items(), key=lambda kv: -(kv[1]["r2"] if math.isfinite(kv[1]["r2"]) else -1))
-        parts.append(f"<h{level}>Group: {html.escape(group)}</h{level}>")
+        parts.append(f"<h{level}>Group: {_esc(group)}</h{level}>")
         parts.append(_table(["statistic", "R²", "Pearson r", "slope", "intercept", "models"],
                             [[f, v["r2"], v["pearson_r"], v["slope"], v["intercept"], v["models"]] for f, v in ranked]))
         members = [r for r in result["rows"] if group == "all" or r["group"] == group]
@@ -187,7 +193,7 @@ def _signature_svg(named_sigs: list[tuple[str, Signature]], metric: str) -> str:
 
 
 def _nav(metrics: list[str]) -> str:
-    links = " · ".join(f'<a href="#m-{html.escape(m)}">{html.escape(m)}</a>' for m in metrics)
+    links = " · ".join(f'<a href="#m-{_esc(m)}">{_esc(m)}</a>' for m in metrics)
     return f"<p class='note'>Metrics: {links}</p>"
 
 
@@ -201,7 +207,7 @@ def single_page(sig: Signature, metric: str = "affinity") -> str:
     parts = [_nav(order) if len(order) > 1 else ""]
     for m in order:
         values = [v for v in sig.scores(m) if v is not None]
-        parts.append(f"<h2 id='m-{html.escape(m)}'>{html.escape(m)}</h2>" + _signature_svg([(name, sig)], m)
+        parts.append(f"<h2 id='m-{_esc(m)}'>{_esc(m)}</h2>" + _signature_svg([(name, sig)], m)
                      + _img(plots.histograms({name: values}, m), f"histogram of {m}"))
     rows = [[s["index"], s["id"], s["kind"], fmt_shape(s.get("input_shape")), s.get("dim"), s["status"],
              *[_score_cell(s["metrics"].get(m)) for m in metrics]] for s in sig.sites]
@@ -222,5 +228,5 @@ def single_page(sig: Signature, metric: str = "affinity") -> str:
     data = {k: (fmt_preprocessing(v) if k == "preprocessing" else v) for k, v in sig.data.items() if k != "files"}
     parts.append("<h2>Data</h2>" + _table(["field", "value"], [[k, v] for k, v in data.items()], left={0, 1}))
     if sig.warnings:
-        parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in sig.warnings) + "</ul>")
+        parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{_esc(w)}</li>" for w in sig.warnings) + "</ul>")
     return _page(f"onnxaff: {name}", "".join(parts))

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from onnxaff.signature import signature_stats
+from onnxaff.text import md_cell, md_table
 
 STAT_COLUMNS = [("sites", "sites"), ("mean", "mean"), ("median", "median"), ("min", "min"), ("max", "max"),
                 ("std", "std"), ("max_over_mean", "max/mean")]
-
-
-def _cell(text) -> str:
-    """A table cell: pipes and line breaks would end the cell or the row."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _num(v) -> str:
@@ -21,16 +17,15 @@ def _num(v) -> str:
 
 def statistics_table(sigs, comp) -> list[str]:
     """Lines of one metric's statistics table: a row per model, the near-linear share where the metric
-    defines one (by its declared direction and range)."""
+    defines one (by its declared direction and range). Every cell, names first, goes through md_cell."""
     stats = [signature_stats(s.scores(comp.metric), s.metrics.get(comp.metric)) for s in sigs]
     near = any("near_linear" in st for st in stats)
     header = ["model", *[h for _, h in STAT_COLUMNS], *(["near-linear"] if near else [])]
-    lines = [f"**{_cell(comp.metric)}: signature statistics**", "", "| " + " | ".join(header) + " |",
-             "|" + "---|" * len(header)]
+    rows = []
     for name, st in zip(comp.names, stats, strict=True):
-        cells = [_cell(name), *[_num(st.get(k)) for k, _ in STAT_COLUMNS]]
+        cells = [name, *[_num(st.get(k)) for k, _ in STAT_COLUMNS]]
         if near:
             nl = st.get("near_linear")
-            cells.append(f"{100 * nl['share']:.0f}% ({_cell(nl['rule'])})" if nl else "–")
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
+            cells.append(f"{100 * nl['share']:.0f}% ({nl['rule']})" if nl else "–")
+        rows.append(cells)
+    return [f"**{md_cell(comp.metric)}: signature statistics**", "", *md_table(header, rows), ""]

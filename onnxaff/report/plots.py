@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import functools
 import io
+import warnings
 
 import matplotlib
 
@@ -11,6 +13,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.cluster import hierarchy  # noqa: E402
+
+from onnxaff.text import printable  # noqa: E402
+
+# Names are text: `$x\y$` must not go through mathtext (it raised) nor LaTeX, whatever the user's matplotlibrc says.
+_PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
+
+
+def _plain_text(plot):
+    """Draw inside an rc context where every label is literal text (only this figure, not the caller's pyplot).
+
+    A name in letters the plot font lacks shows as boxes in the figure (the tables beside it have it right):
+    matplotlib's warning per missing glyph, per figure, would bury the command's one line of output.
+    """
+    @functools.wraps(plot)
+    def wrapper(*args, **kwargs):
+        with plt.rc_context(_PLAIN_TEXT), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+            return plot(*args, **kwargs)
+    return wrapper
 
 
 def _uri(fig) -> str:
@@ -23,13 +44,15 @@ def _uri(fig) -> str:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
+@_plain_text
 def signatures(named: dict[str, list[float]], metric: str) -> str:
     """PNG twin of report.svg.signatures_svg: colour and marker per model (distinct up to 70), legend outside."""
+    metric = printable(metric)
     fig, ax = plt.subplots(figsize=(8, 4))
     for k, (name, values) in enumerate(named.items()):
         depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker=MARKERS[k % len(MARKERS)], markersize=3.5, label=name, color=f"C{k % 10}",
-                linestyle="-" if k < 10 else "--")
+        ax.plot(depth, values, marker=MARKERS[k % len(MARKERS)], markersize=3.5, label=printable(name),
+                color=f"C{k % 10}", linestyle="-" if k < 10 else "--")
     ax.set_xlabel("normalised depth (site index / last)")
     ax.set_ylabel(metric)
     ax.set_title(f"non-linearity signatures ({metric})")
@@ -38,6 +61,7 @@ def signatures(named: dict[str, list[float]], metric: str) -> str:
     return _uri(fig)
 
 
+@_plain_text
 def histograms(named: dict[str, list[float]], metric: str) -> str:
     n = len(named)
     cols = min(n, 4)
@@ -45,17 +69,18 @@ def histograms(named: dict[str, list[float]], metric: str) -> str:
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
     for ax, (name, values) in zip(axes.ravel(), named.items(), strict=False):
         ax.hist(values, bins=20, range=(min(0.0, min(values)), max(1.0, max(values))), color="#4c72b0")
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel(metric, fontsize=8)
+        ax.set_title(printable(name), fontsize=9)
+        ax.set_xlabel(printable(metric), fontsize=8)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     fig.tight_layout()
     return _uri(fig)
 
 
+@_plain_text
 def heatmap(names: list[str], distances: np.ndarray, order: list[int], title: str) -> str:
     d = distances[np.ix_(order, order)]
-    labels = [names[i] for i in order]
+    labels = [printable(names[i]) for i in order]
     fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(names), 0.8 + 0.5 * len(names)))
     im = ax.imshow(d, cmap="viridis")
     ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=8)
@@ -73,9 +98,10 @@ def cluster_colour(cluster: int) -> str:
     return CLUSTER_COLOURS[(cluster - 1) % len(CLUSTER_COLOURS)]
 
 
+@_plain_text
 def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None) -> str:
     """The tree, each link coloured by the cluster of the cut (the cluster table's) when all its leaves
-    share one, grey above the cut; leaf labels in their cluster's colour."""
+    share one, grey above the cut; leaf labels (printable) in their cluster's colour."""
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(names)), 3))
     n = len(names)
     kwargs = {}
@@ -89,15 +115,17 @@ def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None
             return cluster_colour(found.pop()) if len(found) == 1 else "#999999"
 
         kwargs["link_color_func"] = link_colour
-    hierarchy.dendrogram(linkage, labels=names, ax=ax, leaf_rotation=90, **kwargs)
-    if clusters is not None:
-        for label in ax.get_xticklabels():
-            label.set_color(cluster_colour(clusters[label.get_text()]))
+    tree = hierarchy.dendrogram(linkage, labels=[printable(name) for name in names], ax=ax, leaf_rotation=90,
+                                **kwargs)
+    if clusters is not None:  # by leaf index, not label text: two names may print alike
+        for label, leaf in zip(ax.get_xticklabels(), tree["leaves"], strict=True):
+            label.set_color(cluster_colour(clusters[names[leaf]]))
     ax.set_ylabel("DTW distance")
     ax.set_title("hierarchical clustering of signatures (coloured by the cut)", fontsize=9)
     return _uri(fig)
 
 
+@_plain_text
 def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict) -> str:
     """Accuracy against one statistic; point labels kept inside the axes (placed towards the centre)."""
     from matplotlib.ticker import FuncFormatter, MaxNLocator
@@ -108,7 +136,7 @@ def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit:
     xmid, ymid = (min(x) + max(x)) / 2, (min(y) + max(y)) / 2
     for xi, yi, lab in zip(x, y, labels, strict=True):
         right, high = xi > xmid, yi > ymid
-        ax.annotate(lab, (xi, yi), fontsize=7, xytext=(-3 if right else 3, -3 if high else 3),
+        ax.annotate(printable(lab), (xi, yi), fontsize=7, xytext=(-3 if right else 3, -3 if high else 3),
                     textcoords="offset points", ha="right" if right else "left", va="top" if high else "bottom",
                     annotation_clip=True)
     if np.isfinite(fit.get("slope", np.nan)):
@@ -118,6 +146,6 @@ def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit:
     ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # at most 5 labels: GFLOPs, parameters never run together
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.tick_params(axis="x", labelsize=7, labelrotation=30)
-    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_xlabel(printable(xlabel), fontsize=8)
     ax.set_ylabel("accuracy", fontsize=8)
     return _uri(fig)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import math
 
+from onnxaff.text import printable
+
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
 MARKERS = ("circle", "square", "triangle", "diamond", "down", "plus", "cross")
@@ -53,18 +55,26 @@ def _tick_label(v: float) -> str:
     return f"{v:.6g}"
 
 
+def _esc(v) -> str:
+    """A name as SVG text: printable (no control characters, lone surrogates) and escaped."""
+    return html.escape(printable(v))
+
+
 def point_title(model: str, p: dict, metric: str) -> str:
-    spread = f" ± {p['std']:.4f} over {p['chunks']} chunks" if p.get("std") is not None else " (pooled)"
+    """The tooltip text (plain, not yet escaped): one line each for the model, the site, D and the score; every
+    name printable, so only these line breaks are line breaks."""
+    spread = f" ± {p['std']:.4f} over {printable(p['chunks'])} chunks" if p.get("std") is not None else " (pooled)"
     partial = " — partial chunk" if p.get("partial") else ""
-    return (f"{model}\n#{p['index']} {p['site']} ({p['kind']}; {p['ops']})\nD = {p.get('dim') or '?'}\n"
-            f"{metric} = {p['y']:.4f}{spread}{partial}")
+    return (f"{printable(model)}\n#{p['index']} {printable(p['site'])} ({printable(p['kind'])}; "
+            f"{printable(p['ops'])})\nD = {printable(p.get('dim') or '?')}\n"
+            f"{printable(metric)} = {p['y']:.4f}{spread}{partial}")
 
 
 def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int = 760, height: int = 340) -> str:
     """series: (model label, points) with points {x (normalised depth), y, std, chunks, partial, index, site,
     kind, ops, dim}. Hollow markers: scored on a partial chunk."""
     left, right, top, bottom = 58, 16, 28, 44
-    legend_w = 16 + 7 * max((len(name) for name, _ in series), default=4)
+    legend_w = 16 + 7 * max((len(printable(name)) for name, _ in series), default=4)
     plot_w, plot_h = width - left - right, height - top - bottom
     ys = [p["y"] for _, pts in series for p in pts if p["y"] is not None and math.isfinite(p["y"])]
     lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
@@ -84,7 +94,7 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
     out = [f'<svg class="sig" width="{total_w}" height="{total_h}" viewBox="0 0 {total_w} {total_h}" '
            f'font-family="sans-serif" font-size="11" role="img">',
            f'<text x="{left + plot_w / 2:.0f}" y="16" text-anchor="middle" font-size="13">'
-           f'non-linearity signatures ({html.escape(metric)}) — hover a point for its site</text>',
+           f'non-linearity signatures ({_esc(metric)}) — hover a point for its site</text>',
            f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="white" stroke="#999"/>']
     for t in nice_ticks(lo, hi):
         y = sy(t)
@@ -97,7 +107,7 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
     out.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle">'
                f'normalised depth (site index / last)</text>')
     out.append(f'<text transform="translate(14,{top + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
-               f'{html.escape(metric)}</text>')
+               f'{_esc(metric)}</text>')
     for k, (name, pts) in enumerate(series):
         colour, marker = style(k)
         good = [p for p in pts if p["y"] is not None and math.isfinite(p["y"])]
@@ -111,7 +121,7 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
                        f'{_marker(marker, sx(p["x"]), sy(p["y"]), colour, bool(p.get("partial")))}</g>')
         ly = top + 6 + 18 * k
         out.append(f'<g class="legend">{_marker(marker, width + 8, ly, colour, False)}'
-                   f'<text x="{width + 18}" y="{ly + 4}">{html.escape(name)}</text></g>')
+                   f'<text x="{width + 18}" y="{ly + 4}">{_esc(name)}</text></g>')
     out.append("</svg>")
     return "".join(out)
 

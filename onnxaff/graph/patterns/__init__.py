@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from onnxaff.graph.patterns import gelu, hardswish, mish, relu6, softsign, swish
+from onnxaff.graph.patterns.islands import match_islands
 from onnxaff.graph.patterns.region import ANCHORS, Candidate, candidates, evaluator
 from onnxaff.graph.patterns.rule import Rule
+from onnxaff.graph.patterns.softmax import match_softmax
 from onnxaff.graph.view import GraphView
 
 RULES: list[Rule] = [*gelu.RULES, *swish.RULES, *hardswish.RULES, *mish.RULES, *relu6.RULES, *softsign.RULES]
@@ -20,9 +22,12 @@ class PatternMatch:
 
 
 def match(view: GraphView) -> list[PatternMatch]:
-    """Every decomposed activation in the graph; each node belongs to at most one match."""
+    """Every decomposed activation in the graph; each node belongs to at most one match.
+
+    Decomposed softmaxes first, then the anchored rules (exporters' forms), then anonymous islands.
+    """
     claimed: set[int] = set()
-    found: list[PatternMatch] = []
+    found = [PatternMatch(kind, cand, params) for kind, cand, params in match_softmax(view, claimed)]
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
         node = view.nodes[i]
         if i in claimed or node.op_type not in ANCHORS or node.domain not in ("", "ai.onnx"):
@@ -37,4 +42,5 @@ def match(view: GraphView) -> list[PatternMatch]:
                 found.append(PatternMatch(hit[0].kind, cand, hit[1]))
                 claimed.update(cand.nodes)
                 break
+    found += [PatternMatch(kind, cand, params) for kind, cand, params in match_islands(view, claimed)]
     return found

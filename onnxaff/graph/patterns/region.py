@@ -9,13 +9,12 @@ Div-by-√2 versus Mul-by-1/√2, and of constants being initializers or Constan
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
 
+from onnxaff.graph import elementwise
 from onnxaff.graph.view import GraphView
 
 # Elementwise ops a pattern may be made of, with numpy definitions (float64, scalar constants).
@@ -39,64 +38,8 @@ class Candidate:
     nodes: tuple[int, ...]  # node indices, forward order
 
 
-def _attr(node, name, default):
-    for a in node.attribute:
-        if a.name == name:
-            return a.f if a.type == a.FLOAT else a.i if a.type == a.INT else default
-    return default
-
-
 def _eval_node(view: GraphView, node, args: list[np.ndarray | None]) -> np.ndarray:
-    op = node.op_type
-    a = args[0]
-    if op == "Add":
-        return args[0] + args[1]
-    if op == "Sub":
-        return args[0] - args[1]
-    if op == "Mul":
-        return args[0] * args[1]
-    if op == "Div":
-        return args[0] / args[1]
-    if op == "Pow":
-        return np.power(args[0], args[1])
-    if op == "Neg":
-        return -a
-    if op == "Abs":
-        return np.abs(a)
-    if op == "Exp":
-        return np.exp(a)
-    if op == "Log":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.log(a)
-    if op == "Sqrt":
-        with np.errstate(invalid="ignore"):
-            return np.sqrt(a)
-    if op == "Reciprocal":
-        with np.errstate(divide="ignore"):
-            return 1.0 / a
-    if op == "Erf":
-        return special.erf(a)
-    if op == "Tanh":
-        return np.tanh(a)
-    if op == "Sigmoid":
-        return special.expit(a)
-    if op == "HardSigmoid":
-        alpha, beta = _attr(node, "alpha", 0.2), _attr(node, "beta", 0.5)
-        return np.clip(alpha * a + beta, 0.0, 1.0)
-    if op == "Softplus":
-        return np.logaddexp(0.0, a)
-    if op == "Relu":
-        return np.maximum(a, 0.0)
-    if op == "Clip":
-        lo, hi = clip_bounds(view, node)
-        return np.clip(a, -np.inf if lo is None else lo, np.inf if hi is None else hi)
-    if op == "Min":
-        return functools.reduce(np.minimum, args)
-    if op == "Max":
-        return functools.reduce(np.maximum, args)
-    if op in ("Identity", "Cast"):
-        return a
-    raise KeyError(op)
+    return elementwise.evaluate(view, node, args)
 
 
 def clip_bounds(view: GraphView, node) -> tuple[float | None, float | None]:

@@ -1,0 +1,206 @@
+"""Anchor-free elementwise islands: any region of elementwise ops between one tensor and another.
+
+Walking back from each elementwise node (the exit), the region grows by the producer of its latest
+open operand until one tensor feeds it all (the entry); each such (entry, exit) whose inner tensors
+stay inside is a candidate. Evaluated on probe points it is named from `library` (an outer function
+wins over the one inside it: CELU over its ELU, taken on the original input) or, when it is non-affine
+and names nothing, it is a site of kind `elementwise`. What islands leave alone: affine regions,
+regions of algebra only (Pow, Sqrt, Div: the arithmetic of normalisations and attention scaling),
+two activations in a row (two sites), single activation nodes (their own attributes say more) and a
+lone unnamed op (an Exp decoding box sizes, a Log in a loss): an unnamed site takes two ops or more.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxaff.graph import elementwise
+from onnxaff.graph.fold import as_float64
+from onnxaff.graph.patterns import library
+from onnxaff.graph.patterns.region import Candidate
+from onnxaff.graph.view import GraphView
+
+MAX_ISLAND_NODES = 16
+MAX_CONSTANT_SIZE = 4096
+_PASS_THROUGH = {"Identity", "Cast", "CastLike"}
+_ALGEBRA = _PASS_THROUGH | {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sum", "Mean"}
+_SINGLE_NODE_SITES = elementwise.ACTIVATION_OPS | {"Clip", "Min", "Max"}
+
+
+class Islands:
+    """Candidate islands of one graph, their functions, and the choice among them."""
+
+    def __init__(self, view: GraphView, claimed: set[int]):
+        self.view, self.claimed = view, claimed
+        self._var: dict[int, list[str] | None] = {}
+
+    def variable_inputs(self, i: int) -> list[str] | None:
+        """The non-constant operands of an elementwise node, or None when the node is no island op."""
+        if i in self._var:
+            return self._var[i]
+        node, view = self.view.nodes[i], self.view
+        result = None
+        if node.op_type in elementwise.OPS and node.domain in ("", "ai.onnx") and node.output and node.output[0]:
+            names = node.input[:1] if node.op_type == "CastLike" else node.input
+            consts = [view.constant(n) for n in names if n]
+            if all(c is None or c.size <= MAX_CONSTANT_SIZE for c in consts):
+                result = [n for n, c in zip([n for n in names if n], consts, strict=True) if c is None] or None
+        self._var[i] = result
+        return result
+
+    def candidates(self, exit_node: int) -> list[Candidate]:
+        """(entry, exit) regions ending at exit_node, innermost first, with at most one activation op.
+
+        The region grows by the latest producer first, so a node's consumers are in it before the node
+        is: once a node's output leaves the region, no larger region is closed either.
+        """
+        view = self.view
+        exit = view.nodes[exit_node].output[0]
+        added = [exit_node]  # reverse forward order
+        region, frontier = {exit_node}, set(self.variable_inputs(exit_node) or [])
+        activations = view.nodes[exit_node].op_type in elementwise.ACTIVATION_OPS
+        out = []
+        while frontier:
+            if len(frontier) == 1:
+                out.append(Candidate(next(iter(frontier)), exit, tuple(reversed(added))))
+            if len(region) >= MAX_ISLAND_NODES:
+                break
+            t = max(frontier, key=lambda n: view.order.get(view.producer.get(n, -1), -1))
+            p = view.producer.get(t)
+            if p is None or p in self.claimed or p in region or self.variable_inputs(p) is None:
+                break
+            if any(out in view.graph_outputs or any(c not in region for c in view.consumers.get(out, []))
+                   for out in view.nodes[p].output if out):
+                break  # an inner tensor read outside
+            if view.nodes[p].op_type in elementwise.ACTIVATION_OPS:
+                if activations:
+                    break  # two activations in a row are two sites
+                activations = True
+            region.add(p)
+            added.append(p)
+            frontier.discard(t)
+            frontier.update(self.variable_inputs(p))
+        return out
+
+    def _consts(self, entry: str, nodes) -> dict[str, np.ndarray]:
+        view, inside = self.view, set(nodes)
+        consts = {}
+        for i in nodes:
+            node = view.nodes[i]
+            for n in (node.input[:1] if node.op_type == "CastLike" else node.input):
+                if n and n != entry and view.producer.get(n) not in inside:
+                    consts[n] = as_float64(view.constant(n))
+        return consts
+
+    def _run(self, entry: str, nodes, consts: dict, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Every tensor of `nodes` (forward order) from x at the entry; x along a new leading axis."""
+        view = self.view
+        ndim = max((c.ndim for c in consts.values()), default=0)
+        env = {entry: np.asarray(x, dtype=np.float64).reshape((-1,) + (1,) * ndim)}
+        with np.errstate(all="ignore"):
+            for i in nodes:
+                node = view.nodes[i]
+                args = [None if not n else env[n] if n in env else consts.get(n) for n in node.input]
+                env[node.output[0]] = np.asarray(
+                    elementwise.evaluate(view, node, args[:1] if node.op_type == "CastLike" else args))
+        return env
+
+    @staticmethod
+    def _columns(y: np.ndarray, n: int) -> np.ndarray:
+        return np.broadcast_to(y, (n,) + y.shape[1:]).reshape(n, -1)
+
+    def function(self, cand: Candidate):
+        """f(x) of the island on a probe vector, shape (P, positions): constants may vary by position."""
+        consts = self._consts(cand.entry, cand.nodes)
+
+        def f(x: np.ndarray) -> np.ndarray:
+            return self._columns(self._run(cand.entry, cand.nodes, consts, x)[cand.exit], len(x))
+
+        return f
+
+    def values(self, cands: list[Candidate]) -> dict[Candidate, np.ndarray | None]:
+        """Each candidate on the probe points; one forward run per entry serves all its exits."""
+        by_entry: dict[str, list[Candidate]] = {}
+        for c in cands:
+            by_entry.setdefault(c.entry, []).append(c)
+        out: dict[Candidate, np.ndarray | None] = {}
+        for entry, group in by_entry.items():
+            nodes = sorted({i for c in group for i in c.nodes}, key=self.view.order.__getitem__)
+            try:  # constants that do not broadcast, a Clip with a tensor bound...: not a function of x alone
+                env = self._run(entry, nodes, self._consts(entry, nodes), library.WIDE)
+                out.update((c, self._columns(env[c.exit], len(library.WIDE))) for c in group)
+            except (KeyError, ValueError, TypeError, IndexError):
+                out.update((c, None) for c in group)
+        return out
+
+    def name(self, cand: Candidate, g: np.ndarray) -> tuple[str, dict] | None:
+        """The named function (kind, params) the island computes, or None (affine functions name none)."""
+        if g.shape[1] == 1 or np.array_equal(g, np.broadcast_to(g[:, :1], g.shape), equal_nan=True):
+            return library.identify(g[:, 0], lambda x: self.function(cand)(x)[:, 0])
+        try:
+            shape = np.broadcast_shapes(*(c.shape for c in self._consts(cand.entry, cand.nodes).values()))
+        except ValueError:
+            return None
+        return library.identify_columns(g, shape if int(np.prod(shape)) == g.shape[1] else (g.shape[1],))
+
+
+def _ops(view: GraphView, cand: Candidate) -> list[str]:
+    return [view.nodes[i].op_type for i in cand.nodes]
+
+
+def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candidate, dict]]:
+    """Named islands first (largest first), then unnamed non-affine ones, none overlapping `claimed`."""
+    isl = Islands(view, claimed)
+    exits = [i for i in sorted(range(len(view.nodes)), key=view.order.__getitem__, reverse=True)
+             if i not in claimed and isl.variable_inputs(i) is not None
+             and view.nodes[i].op_type not in _PASS_THROUGH]
+    per_exit = {i: isl.candidates(i) for i in exits}
+    values = isl.values([c for cands in per_exit.values() for c in cands])
+    for c, g in values.items():
+        usable = g is not None and g.size and np.issubdtype(g.dtype, np.number)
+        values[c] = g.astype(np.float64) if usable else None
+    affine_memo: dict[Candidate, bool] = {}
+
+    def affine(c: Candidate) -> bool:  # computed only where asked: most candidates never are
+        if c not in affine_memo:
+            affine_memo[c] = library.is_affine(values[c])
+        return affine_memo[c]
+
+    named, unnamed, dead = [], [], set()
+    for i in exits:
+        cands = [c for c in per_exit[i] if values[c] is not None]
+        if cands and affine(cands[-1]) and not set(_ops(view, cands[-1])) <= _ALGEBRA:
+            # Non-linear parts that cancel (Clip with min > max: a constant) make no non-linearity.
+            dead.update(cands[-1].nodes)
+            continue
+        # Named: the outermost name, taken as far in as that same name and parameters reach.
+        pick = None
+        for cand in reversed(cands):
+            hit = isl.name(cand, values[cand])
+            if hit is None:
+                if pick is not None:
+                    break
+                continue
+            if pick is not None and hit != pick[1:]:
+                break
+            pick = (cand, *hit)
+        if pick is not None:
+            # A lone op is the single-node pass's (Relu, Max(x, 0)) or no site (|x| is a leaky ReLU of -1).
+            if len([op for op in _ops(view, pick[0]) if op not in _PASS_THROUGH]) >= 2:
+                named.append(pick)
+            continue
+        # Unnamed: the innermost non-affine region; single activation nodes are their own sites.
+        for cand in cands:
+            if not affine(cand):
+                core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
+                if len(core) >= 2 and not set(core) & _SINGLE_NODE_SITES and not set(core) <= _ALGEBRA:
+                    unnamed.append((cand, "elementwise", {}))
+                break
+    found = []
+    taken = set(claimed) | dead
+    for group in (named, unnamed):
+        for cand, kind, params in sorted(group, key=lambda p: -len(p[0].nodes)):
+            if taken.isdisjoint(cand.nodes):
+                taken.update(cand.nodes)
+                found.append((kind, cand, params))
+    return found

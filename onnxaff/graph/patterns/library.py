@@ -1,0 +1,216 @@
+"""The named functions an elementwise island is identified against, with their parameters fitted.
+
+An island is evaluated on probe points (float64); each entry below reads its parameters off a few
+values (a slope at -1, a bound far out, a threshold found by bisection) and is accepted only when it
+then reproduces the island everywhere to `rule.TOLERANCE`. Order matters where two names coincide:
+ReLU before Clip(0, ∞) and ThresholdedReLU(0); ELU(α) before CELU(α = 1), which is the same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from scipy import special
+
+from onnxaff.graph.patterns import gelu, hardswish, mish, rule, softsign, swish
+from onnxaff.graph.patterns.rule import PROBE
+
+FAR = 1.0e4
+# The rule probes plus far points (bounds, saturation) and a few off-grid values near 0.
+WIDE = np.unique(np.concatenate([PROBE, [-FAR, -200.0, -50.0, -20.0, -12.0, 12.0, 20.0, 50.0, 200.0, FAR],
+                                 [-0.37, -0.013, 0.013, 0.37, 2.71, -2.71]]))
+
+
+def close_to(g: np.ndarray, reference: np.ndarray) -> bool:
+    """rule.close_to on the points where g is finite; the probes within ±50 must all be (exp(1e4) is not)."""
+    # A few points first: most candidates fail there, and the full comparison is the costly part.
+    if not rule.close_to(g[_SAMPLE], reference[_SAMPLE]):
+        return False
+    ok = np.isfinite(g)
+    if not ok[_NEAR].all() or not np.isfinite(reference[ok]).all():
+        return False
+    return rule.close_to(g[ok], reference[ok])
+
+
+_NEAR = np.abs(WIDE) <= 50
+_SAMPLE = np.searchsorted(WIDE, [-3.0, -1.0, -0.37, 0.37, 1.0, 3.0])
+
+
+def f32(v: float) -> float:
+    """Parameters as the float32 the model stores: a fit and the attribute it came from compare equal."""
+    return float(np.float32(v))
+
+
+_INDEX = {float(x): k for k, x in enumerate(WIDE)}
+# Values every fitter reads first, as Python floats: most candidates are turned down on these alone.
+_KEYS = (-FAR, -1.0, -0.37, 0.0, 0.37, 1.0, 2.0, FAR)
+_KEY_INDEX = [_INDEX[x] for x in _KEYS]
+
+
+def _near(a: float, b: float) -> bool:
+    return abs(a - b) <= rule.TOLERANCE * (1.0 + abs(b))
+
+
+def _fixed(kind, reference):
+    expected = reference(WIDE)
+    quick = [(x, float(expected[_INDEX[x]])) for x in (-1.0, 0.37, 1.0, 2.0)]
+
+    def fit(g, f, k):
+        if all(_near(k[x], v) for x, v in quick) and close_to(g, expected):
+            return kind, {}
+        return None
+
+    return fit
+
+
+def _clip(g, f, k):
+    lo, hi = k[-FAR], k[FAR]
+    lo = None if not np.isfinite(lo) or lo < -FAR / 2 else lo
+    hi = None if not np.isfinite(hi) or hi > FAR / 2 else hi
+    if (lo is None and hi is None) or (lo is not None and hi is not None and lo >= hi):
+        return None
+    lo_, hi_ = -np.inf if lo is None else lo, np.inf if hi is None else hi
+    if not all(_near(k[x], min(max(x, lo_), hi_)) for x in (-1.0, 0.37, 1.0)):
+        return None
+    if not close_to(g, np.clip(WIDE, lo_, hi_)):
+        return None
+    if lo == 0.0 and hi is None:
+        return "relu", {}
+    if lo == 0.0 and hi == 6.0:
+        return "relu6", {}
+    return "clip", {"min": None if lo is None else f32(lo), "max": None if hi is None else f32(hi)}
+
+
+def _leaky(g, f, k):
+    alpha = -k[-1.0]
+    if k[2.0] != 2.0 or alpha in (0.0, 1.0) or not _near(k[-0.37], -0.37 * alpha):
+        return None
+    if not close_to(g, np.where(WIDE < 0, alpha * WIDE, WIDE)):
+        return None
+    return "leaky_relu", {"alpha": f32(alpha)}
+
+
+def _thresholded(g, f, k):
+    if k[FAR] != FAR or k[-FAR] != 0.0:
+        return None
+    zero, ident = g == 0.0, np.isclose(g, WIDE, rtol=1e-7, atol=0) & (WIDE != 0)
+    if not np.all(zero | ident) or not zero.any() or not ident.any():
+        return None
+    lo, hi = WIDE[zero & (WIDE != 0)].max(initial=-np.inf), WIDE[ident].min()
+    if not WIDE[zero].max() < hi or not np.isfinite(lo):
+        return None
+    lo = max(lo, WIDE[zero].max())
+    for _ in range(80):  # the jump from 0 to x: y = x where x > alpha
+        mid = 0.5 * (lo + hi)
+        v = float(f(np.array([mid]))[0])
+        if v == mid and mid != 0:
+            hi = mid
+        else:
+            lo = mid
+    return "thresholded_relu", {"alpha": f32(hi)}
+
+
+def _selu_elu(g, f, k):
+    gamma = k[1.0]
+    if gamma <= 0 or not _near(k[2.0], 2.0 * gamma):
+        return None
+    alpha = k[-1.0] / (gamma * np.expm1(-1.0))
+    if alpha <= 0 or not _near(k[-0.37], gamma * alpha * np.expm1(-0.37)):
+        return None
+    if not close_to(g, gamma * np.where(WIDE > 0, WIDE, alpha * np.expm1(np.minimum(WIDE, 0.0)))):
+        return None
+    if f32(gamma) == 1.0:
+        return "elu", {"alpha": f32(alpha)}
+    return "selu", {"alpha": f32(alpha), "gamma": f32(gamma)}
+
+
+def _celu(g, f, k):
+    alpha = -k[-FAR]
+    if k[2.0] != 2.0 or not 0 < alpha < FAR / 20 or not _near(k[-1.0], alpha * np.expm1(-1.0 / alpha)):
+        return None
+    if not close_to(g, np.where(WIDE > 0, WIDE, alpha * np.expm1(np.minimum(WIDE, 0.0) / alpha))):
+        return None
+    return "celu", {"alpha": f32(alpha)}
+
+
+def _hard_sigmoid(g, f, k):
+    if k[-FAR] != 0.0 or k[FAR] != 1.0:
+        return None
+    inner = np.flatnonzero((g > 1e-9) & (g < 1 - 1e-9))
+    if len(inner) < 2:
+        return None
+    (x1, x2), (y1, y2) = WIDE[inner[[0, -1]]], g[inner[[0, -1]]]
+    alpha = (y2 - y1) / (x2 - x1)
+    beta = y1 - alpha * x1
+    if alpha <= 0 or not close_to(g, np.clip(alpha * WIDE + beta, 0.0, 1.0)):
+        return None
+    return "hard_sigmoid", {"alpha": f32(alpha), "beta": f32(beta)}
+
+
+def _swish(g, f, k):
+    # x·σ(βx) at x = 1 is σ(β): read β off one probe, then demand agreement everywhere.
+    at_one = k[1.0]
+    if not 0.0 < at_one < 1.0:
+        return None
+    beta = float(special.logit(at_one))
+    if beta <= 0 or not _near(k[2.0], 2.0 * special.expit(2.0 * beta)):
+        return None
+    if not close_to(g, WIDE * special.expit(beta * WIDE)):
+        return None
+    if abs(beta - 1.0) <= 1e-4:
+        return "silu", {}
+    if abs(beta - swish.QUICK_GELU_BETA) <= 1e-4:
+        return "quick_gelu", {}
+    return "swish", {"beta": round(beta, 6)}
+
+
+NAMED: list[Callable] = [
+    _clip, _leaky, _thresholded, _selu_elu, _celu, _hard_sigmoid,
+    _fixed("sigmoid", special.expit), _fixed("tanh", np.tanh),
+    _fixed("softplus", lambda x: np.logaddexp(0.0, x)), _fixed("softsign", softsign.softsign),
+    _fixed("gelu", gelu.gelu_erf), _fixed("gelu_tanh", gelu.gelu_tanh), _fixed("mish", mish.mish),
+    _fixed("hardswish", hardswish.hardswish), _swish,
+]
+
+
+def is_affine(g: np.ndarray) -> bool:
+    """g = a + b·x on WIDE (per column), to float rounding: a scale or shift is no non-linearity."""
+    g = np.atleast_2d(g.T).T
+    k = g[_KEY_INDEX[1:4]]  # -1, -0.37, 0: a bend there settles it without the fit
+    if np.all(np.isfinite(k)) and np.any(np.abs((k[1] - k[0]) / 0.63 - (k[2] - k[1]) / 0.37)
+                                         > 1e-6 * (1.0 + np.abs(k).max(axis=0))):
+        return False
+    ok = np.all(np.isfinite(g), axis=1)
+    if ok.sum() < 3:
+        return False
+    x, g = WIDE[ok], g[ok]
+    # Quick test: the secant slopes of an affine map agree; most candidates are rejected here.
+    slopes = np.diff(g, axis=0) / np.diff(x)[:, None]
+    if np.any(np.ptp(slopes, axis=0) > 1e-6 * (1.0 + np.abs(slopes).max(axis=0))):
+        return False
+    a = np.stack([np.ones_like(x), x], axis=1)
+    coef, *_ = np.linalg.lstsq(a, g, rcond=None)
+    resid = np.abs(a @ coef - g)
+    return bool(np.all(resid <= 1e-9 * (1.0 + np.abs(g) + FAR * np.abs(coef[1]))))
+
+
+def identify(g: np.ndarray, f: Callable[[np.ndarray], np.ndarray]) -> tuple[str, dict] | None:
+    """(kind, params) of the named function g = f(WIDE) is, or None."""
+    if not np.isfinite(g[_NEAR]).all():  # every named function is finite on [-50, 50]
+        return None
+    k = dict(zip(_KEYS, g[_KEY_INDEX].tolist(), strict=True))
+    with np.errstate(all="ignore"):
+        for entry in NAMED:
+            hit = entry(g, f, k)
+            if hit is not None:
+                return hit
+    return None
+
+
+def identify_columns(g: np.ndarray, slope_shape: tuple) -> tuple[str, dict] | None:
+    """An island with per-position constants: PReLU when each position is a leaky ReLU of its own slope."""
+    slopes = -g[np.searchsorted(WIDE, -1.0)]
+    if not close_to(g, np.where(WIDE[:, None] < 0, slopes[None, :] * WIDE[:, None], WIDE[:, None])):
+        return None
+    return "prelu", {"slope": np.float32(slopes).astype(np.float64).reshape(slope_shape).tolist()}

@@ -1,0 +1,153 @@
+"""What the readers of a signature file (report, compare, correlate, merge) rely on, checked before they run.
+
+A hand-edited or truncated file fails here with the field's path, e.g. `sig.json: sites[3].metrics.affinity.mean:
+expected a number`, instead of a KeyError or TypeError deep inside a report. Only the fields readers use are
+checked; anything else in the file is carried along untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from pathlib import Path
+
+from onnxaff.errors import OnnxaffError
+from onnxaff.text import printable
+
+SCHEMA = "onnxaff.signature"
+SCHEMA_VERSION = 1
+# model.stats fields correlate reads as numbers (compare.BASELINES)
+NUMERIC_STATS = ("depth_sites", "depth_weighted_layers", "parameters", "gflops")
+
+
+class _Bad(Exception):
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+
+
+# Scores are squared and summed (DTW, std) and fitted (correlate): a larger magnitude would overflow into inf or
+# NaN, a silently wrong number. No metric comes near it; NaN and Infinity are never written (they become null).
+LARGEST = 1e100
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= LARGEST
+
+
+def _is_whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_FINITE = f"expected a finite number (at most {LARGEST:g} in size)"
+_KINDS = {
+    "object": (lambda v: isinstance(v, dict), "expected an object"),
+    "list": (lambda v: isinstance(v, list), "expected a list"),
+    "text": (lambda v: isinstance(v, str), "expected text"),
+    "number": (_is_number, _FINITE),
+    "number?": (lambda v: v is None or _is_number(v), f"{_FINITE} or null"),
+    "whole": (_is_whole, "expected a whole number"),
+    "whole?": (lambda v: v is None or _is_whole(v), "expected a whole number or null"),
+    "bool": (lambda v: isinstance(v, bool), "expected true or false"),
+}
+
+
+def _field(obj: dict, key: str, kind: str, where: str, required: bool = True):
+    path = f"{where}.{key}" if where else key
+    if key not in obj:
+        if required:
+            raise _Bad(path, "missing")
+        return None
+    test, problem = _KINDS[kind]
+    if not test(obj[key]):
+        raise _Bad(path, problem)
+    return obj[key]
+
+
+def _items(values: list, kind: str, where: str) -> None:
+    test, problem = _KINDS[kind]
+    for k, v in enumerate(values):
+        if not test(v):
+            raise _Bad(f"{where}[{k}]", problem)
+
+
+def _check_scores(entry: dict, where: str) -> None:
+    """One site's (or stage's) `metrics`: per metric, the numbers the tables and plots read."""
+    for name, score in entry.items():
+        at = f"{where}.{printable(name)}"
+        if not isinstance(score, dict):
+            raise _Bad(at, "expected an object")
+        _field(score, "mean", "number?", at, required=False)
+        _field(score, "std", "number?", at, required=False)
+        _field(score, "chunks", "whole?", at, required=False)
+        _field(score, "status", "text", at, required=False)
+        _field(score, "partial", "bool", at, required=False)
+        if (values := _field(score, "values", "list", at, required=False)) is not None:
+            _items(values, "number?", f"{at}.values")
+
+
+def _check_entries(d: dict, key: str, required: bool, extra: dict[str, str]) -> None:
+    entries = _field(d, key, "list", "", required=required) or []
+    for k, entry in enumerate(entries):
+        at = f"{key}[{k}]"
+        if not isinstance(entry, dict):
+            raise _Bad(at, "expected an object")
+        _field(entry, "index", "whole", at)
+        _field(entry, "id", "text", at)
+        _field(entry, "status", "text", at)
+        _field(entry, "dim", "whole?", at, required=False)
+        for name, kind in extra.items():
+            _field(entry, name, kind.rstrip("!"), at, required=kind.endswith("!"))
+        _check_scores(_field(entry, "metrics", "object", at), f"{at}.metrics")
+
+
+def check(d) -> None:
+    """Raise _Bad for the first field a reader would trip on."""
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise _Bad("schema", "not an onnxaff signature (missing schema field)")
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise _Bad("schema_version", f"version {d.get('schema_version')!r} is not {SCHEMA_VERSION}")
+    model = _field(d, "model", "object", "")
+    _field(model, "name", "text", "model", required=False)
+    _field(model, "sha256", "text", "model", required=False)
+    if (stats := _field(model, "stats", "object", "model", required=False)) is not None:
+        for key in NUMERIC_STATS:
+            _field(stats, key, "number?", "model.stats", required=False)
+    for key in ("data", "options", "runtime"):
+        _field(d, key, "object", "")
+    for name, info in _field(d, "metrics", "object", "").items():
+        if not isinstance(info, dict):
+            raise _Bad(f"metrics.{printable(name)}", "expected an object")
+        _field(info, "needs", "text", f"metrics.{printable(name)}", required=False)
+    _check_entries(d, "sites", True, {"kind": "text!", "group": "text"})
+    _check_entries(d, "stages", False, {"length": "whole!"})
+    if (warnings := _field(d, "warnings", "list", "", required=False)) is not None:
+        _items(warnings, "text", "warnings")
+    _field(d, "network", "object", "", required=False)
+
+
+def validate(d, where: str) -> None:
+    """One line naming the file and the field when `d` is not a signature every reader can use."""
+    try:
+        check(d)
+    except _Bad as exc:
+        raise OnnxaffError(f"{where}: {exc}") from None
+
+
+def load_json(path: str | Path, what: str = "signature"):
+    """A JSON document from a regular file, or one line saying why not (a FIFO is refused, not waited on)."""
+    path = Path(path)
+    if not path.exists():
+        raise OnnxaffError(f"{what} file not found: {path}")
+    if not path.is_file():
+        raise OnnxaffError(f"{what} path is not a regular file: {path}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise OnnxaffError(f"{path} is not valid JSON: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise OnnxaffError(f"{path} is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and integers longer than Python converts
+        raise OnnxaffError(f"{path} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise OnnxaffError(f"cannot read {path}: {exc.strerror or exc}") from None

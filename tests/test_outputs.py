@@ -1,0 +1,193 @@
+"""Hostile names in every output: CSV, Markdown, HTML, plots, JSON and the terminal treat names as text.
+
+A model name can hold anything a file name can (`,`, `"`, `|`, `$`, `\\`, `<`, control characters, bytes that are
+not UTF-8): it must neither shift a table's columns, run as a spreadsheet formula, become markup (HTML, Markdown,
+matplotlib's mathtext), drive a terminal, nor crash an encoder.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from onnxaff.text import csv_cell, csv_text, json_safe, md_cell, printable
+from tests.conftest import run_cli
+from tests.test_compare import fake_signature
+
+HOSTILE = 'a,b"c|d`e$x\\y$<b>&amp;'
+FORMULA = "=HYPERLINK(\"http://x\")"
+NOT_UTF8 = "m\udcff\udcfe"  # what os.fsdecode makes of the file name b"m\xff\xfe"
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch):
+    monkeypatch.delenv("ONNXAFF_DEBUG", raising=False)
+
+
+def write_signatures(folder, names: list[str]) -> list:
+    paths = []
+    for k, name in enumerate(names):
+        sig = fake_signature(name, list(np.linspace(0.5, 0.9, 3 + k) ** (k + 1)), 10 * (k + 1))
+        path = folder / f"s{k}.json"  # as an older onnxaff wrote it: a surrogate stays a \udcff escape in the file
+        path.write_text(json.dumps(sig.to_dict()))
+        paths.append(path)
+    return paths
+
+
+def ok(result) -> str:
+    code, out, err = result
+    assert code == 0 and err == "", err
+    return out
+
+
+def quiet(capfd, *args) -> str:
+    """ok(run_cli(...)), and no Python warning either (in-process, pytest would catch them before stderr)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ok(run_cli(capfd, *args))
+    assert [str(w.message) for w in caught] == []
+    return out
+
+
+def test_csv_cells():
+    """Text that a spreadsheet would run is prefixed with `'`; numbers, negative ones and numbers written as
+    text ("-0.25", "+1": a spreadsheet reads them as numbers, not formulas) never are."""
+    assert [csv_cell(v) for v in ("=1+1", "+1", "-cmd", "@SUM(A1)", "plain", -0.25, "-0.25", "+3e-5", 7)] == \
+        ["'=1+1", "+1", "'-cmd", "'@SUM(A1)", "plain", "-0.25", "-0.25", "+3e-5", 7]
+    assert csv_cell("\tx") == "\\x09x" and csv_cell("\rx") == "\\x0dx"  # control characters never reach a cell
+    rows = list(csv.reader(io.StringIO(csv_text([[HOSTILE, "two\nlines", -1.5]]), newline="")))
+    assert rows == [[HOSTILE, "two\\x0alines", "-1.5"]]
+
+
+def test_md_cells():
+    assert md_cell("a|b`c<d>&e[f](g)*h*") == "a\\|b\\`c&lt;d&gt;&amp;e\\[f\\](g)\\*h\\*"
+    assert md_cell("x\\|y") == "x\\\\\\|y"  # a backslash cannot un-escape the pipe after it
+    assert md_cell("one\ntwo") == "one\\\\x0atwo"  # the escape's own backslash is escaped: shown as typed
+    assert md_cell("torch_cnn_relu") == "torch_cnn_relu" and md_cell("_x_ a__b") == "\\_x\\_ a\\_\\_b"
+
+
+def test_printable():
+    assert printable(NOT_UTF8) == "m\\xff\\xfe"
+    assert printable("\x1b[2Jred\u202egreen") == "\\x1b[2Jred\\u202egreen"
+    assert printable("Ünïcode ≥ fine") == "Ünïcode ≥ fine"
+    printable(NOT_UTF8).encode("utf-8")
+
+
+def test_compare_csv_and_md_keep_their_columns(capfd, tmp_path):
+    """Names with `,` `"` `|` shifted the columns of compare's CSV and Markdown; a formula name ran in a sheet."""
+    paths = write_signatures(tmp_path, [HOSTILE, FORMULA, "plain"])
+    ok(run_cli(capfd, "compare", *paths, "--out", tmp_path / "c.csv", "--metric", "affinity"))
+    rows = list(csv.reader(open(tmp_path / "c.csv", newline="")))
+    assert rows[0] == ["metric", "model", HOSTILE, "'" + FORMULA, "plain"]
+    assert [r[:2] for r in rows[1:]] == [["affinity", HOSTILE], ["affinity", "'" + FORMULA], ["affinity", "plain"]]
+    assert all(len(r) == 5 for r in rows) and rows[1][2] == "0"
+    ok(run_cli(capfd, "compare", *paths, "--out", tmp_path / "c.md", "--metric", "affinity"))
+    text = (tmp_path / "c.md").read_text()
+    tables = [[line for line in block.splitlines() if line.startswith("|")] for block in text.split("\n\n")]
+    table, stats = [t for t in tables if t]  # the DTW matrix, then the metric's signature statistics
+    unescaped = [line.replace("\\|", "") for line in table]
+    assert [line.count("|") for line in unescaped] == [5] * 5  # 4 columns: 5 pipes on every line
+    assert "| a,b\"c\\|d\\`e$x\\\\y$&lt;b&gt;&amp;amp; | 0 |" in table[2]
+    unescaped = [line.replace("\\|", "") for line in stats]
+    assert len(stats) == 5 and len({line.count("|") for line in unescaped}) == 1  # the names keep their row
+    assert stats[2].startswith("| a,b\"c\\|d\\`e$x\\\\y$&lt;b&gt;&amp;amp; | 3 |")
+    assert "<b>" not in (tmp_path / "c.md").read_text()
+
+
+def test_correlate_csv_and_md(capfd, tmp_path):
+    """correlate wrote HTML whatever the --out suffix; now .csv and .md are tables, negative r left as numbers."""
+    accuracy = tmp_path / "acc.csv"
+    paths = write_signatures(tmp_path, [HOSTILE, FORMULA, "plain", "fourth"])
+    accuracy.write_text("".join(f'"{n.replace(chr(34), 2 * chr(34))}",{a}\n'
+                                for n, a in zip([HOSTILE, FORMULA, "plain", "fourth"], [0.6, 0.7, 0.8, 0.9],
+                                                strict=True)))
+    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.csv"))
+    rows = list(csv.reader(open(tmp_path / "r.csv", newline="")))
+    assert rows[0] == ["group", "statistic", "r2", "pearson_r", "slope", "intercept", "models"]
+    assert all(len(r) == 7 for r in rows)
+    mean = next(r for r in rows if r[1] == "affinity mean")
+    assert float(mean[3]) < 0 and mean[3].startswith("-")  # plain negative number, no `'`
+    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.md"))
+    assert "| affinity mean |" in (tmp_path / "r.md").read_text()
+    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.html"))  # scatter labels
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize("name", [HOSTILE, "$\\alpha$", "$x", NOT_UTF8, "new\nline\x1b[31m", "日本語モデル"],
+                         ids=["markup", "mathtext", "dollar", "not-utf8", "control", "no-glyphs"])
+def test_report_and_compare_with_hostile_names(capfd, tmp_path, name):
+    """`$x\\y$` made matplotlib's mathtext raise, a non-UTF-8 name made the UTF-8 encoder raise, in report and
+    compare: both internal errors; letters the plot font lacks printed a wall of matplotlib warnings. Now every
+    format is written, shows the name as text, and stderr stays empty."""
+    paths = write_signatures(tmp_path, [name, "plain", "third"])
+    shown = printable(name)
+    quiet(capfd, "report", paths[0], "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert f"<title>onnxaff: {html.escape(shown)}</title>" in page
+    assert "<b>" not in page and "\x1b" not in page
+    for fmt in ("html", "csv", "md", "json"):
+        out = quiet(capfd, "compare", *paths, "--out", tmp_path / f"c.{fmt}")
+        assert out.count("\n") == 4 and shown in out and "\x1b" not in out  # three names, one line each
+        (tmp_path / f"c.{fmt}").read_text(encoding="utf-8")
+    assert json.loads((tmp_path / "c.json").read_text())["models"][0] == json_safe(name)  # JSON escapes the rest
+
+
+def test_terminal_tables_are_printable(capfd, tmp_path):
+    """A node named with a newline and an escape sequence broke `sites`' table and coloured the terminal."""
+    import onnx
+
+    from tests.conftest import parse
+
+    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    model.graph.node[0].name = "evil\n\x1b[2Jname"
+    onnx.save(model, tmp_path / "m.onnx")
+    out = ok(run_cli(capfd, "sites", tmp_path / "m.onnx"))
+    assert "\x1b" not in out and "evil\\x0a\\x1b[2Jname" in out and len(out.splitlines()) == 5
+
+
+def test_error_lines_stay_one_line(capfd, tmp_path):
+    """A file name with a newline split the `onnxaff: error:` line in two."""
+    code, out, err = run_cli(capfd, "sites", tmp_path / "two\nlines.onnx")
+    assert code == 2 and out == "" and err == f"onnxaff: error: model file not found: {tmp_path}/two\\x0alines.onnx\n"
+
+
+def test_non_utf8_model_file_name(capfd, tmp_path):
+    """onnx's checker takes UTF-8 paths only; its type error used to be reported as an invalid model."""
+    import onnx
+
+    from tests.conftest import parse
+
+    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    path = tmp_path / "m\udcff.onnx"
+    onnx.save(model, path)
+    for args in (["sites", path], ["analyze", path, "--data", "synthetic:gaussian:n=64", "--out", tmp_path / "s.json"]):
+        code, out, err = run_cli(capfd, *args)
+        assert code == 2 and out == ""
+        assert err == f"onnxaff: error: the model's path is not UTF-8 ({tmp_path}/m\\xff.onnx): onnx and " \
+                      "onnxruntime open UTF-8 paths only; rename it\n"
+
+
+def test_non_utf8_data_file_name_in_the_signature(capfd, tmp_path):
+    """A data file whose name is not UTF-8 is analysed; the signature, its report and the terminal show the
+    name with the byte escaped."""
+    import onnx
+
+    from tests.conftest import parse
+
+    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    onnx.save(model, tmp_path / "m.onnx")
+    data = tmp_path / "d\udcff.npy"
+    np.save(data, np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32))
+    code, out, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", data, "--out", tmp_path / "s.json",
+                             "--chunk-size", "32", "--metrics", "affinity")
+    assert code == 0 and "error" not in err, err
+    assert f"64 samples from {tmp_path}/d\\xff.npy" in out
+    text = (tmp_path / "s.json").read_text(encoding="utf-8")
+    assert json.loads(text)["data"]["source"] == f"{tmp_path}/d\\xff.npy"
+    ok(run_cli(capfd, "report", tmp_path / "s.json"))
