@@ -43,6 +43,7 @@ _FINITE = f"expected a finite number (at most {LARGEST:g} in size)"
 _KINDS = {
     "object": (lambda v: isinstance(v, dict), "expected an object"),
     "list": (lambda v: isinstance(v, list), "expected a list"),
+    "list?": (lambda v: v is None or isinstance(v, list), "expected a list or null"),
     "text": (lambda v: isinstance(v, str), "expected text"),
     "number": (_is_number, _FINITE),
     "number?": (lambda v: v is None or _is_number(v), f"{_FINITE} or null"),
@@ -110,6 +111,7 @@ def check(d) -> None:
     model = _field(d, "model", "object", "")
     _field(model, "name", "text", "model", required=False)
     _field(model, "sha256", "text", "model", required=False)
+    _field(model, "label", "text", "model", required=False)  # compare and correlate name a run by it
     if (stats := _field(model, "stats", "object", "model", required=False)) is not None:
         for key in NUMERIC_STATS:
             _field(stats, key, "number?", "model.stats", required=False)
@@ -118,8 +120,18 @@ def check(d) -> None:
     for name, info in _field(d, "metrics", "object", "").items():
         if not isinstance(info, dict):
             raise _Bad(f"metrics.{printable(name)}", "expected an object")
-        _field(info, "needs", "text", f"metrics.{printable(name)}", required=False)
-    _check_entries(d, "sites", True, {"kind": "text!", "group": "text"})
+        at = f"metrics.{printable(name)}"
+        _field(info, "needs", "text", at, required=False)
+        _field(info, "direction", "text", at, required=False)  # the near-linear rule reads these two
+        if (bounds := _field(info, "range", "list", at, required=False)) is not None:
+            if len(bounds) != 2:
+                raise _Bad(f"{at}.range", "expected two bounds")
+            _items(bounds, "number?", f"{at}.range")
+    _check_entries(d, "sites", True, {"kind": "text!", "group": "text", "op_types": "list",
+                                      "input_shape": "list?"})
+    for k, site in enumerate(d["sites"]):
+        if site.get("op_types"):
+            _items(site["op_types"], "text", f"sites[{k}].op_types")
     _check_entries(d, "stages", False, {"length": "whole!"})
     if (warnings := _field(d, "warnings", "list", "", required=False)) is not None:
         _items(warnings, "text", "warnings")

@@ -43,7 +43,7 @@ def part_files(path: str | Path) -> list[Path]:
         try:
             state = json.loads(path.read_text())["data"]["shard"]["state"]
             files.append(path.parent / state)
-        except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
             pass  # not a part: read_part says so
     return files
 

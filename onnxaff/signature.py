@@ -76,8 +76,9 @@ class Signature:
     created: str = ""
 
     def scores(self, metric: str = "affinity") -> list[float | None]:
-        """The signature: one value per ok activation site, in order (pairs and blocks are not part of it)."""
-        return [s["metrics"][metric]["mean"] for s in self.sites
+        """The signature: one value per ok activation site, in order (pairs and blocks are not part of it); None
+        where the site's entry has no mean (a file may leave it out)."""
+        return [s["metrics"][metric].get("mean") for s in self.sites
                 if s["status"] == "ok" and metric in s["metrics"] and s.get("group", "activation") == "activation"]
 
     def summary(self) -> dict:

@@ -49,9 +49,17 @@ def fmt_shape(shape) -> str:
 
 
 def fmt_preprocessing(p) -> str:
-    """The preprocessing dict of an image folder as one readable line."""
+    """The preprocessing dict of an image folder as one readable line (as it is, where a hand-edited file
+    gives it fields of other types: the report is still written)."""
     if not isinstance(p, dict):
         return str(p)
+    try:
+        return _fmt_preprocessing(p)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return str(p)
+
+
+def _fmt_preprocessing(p: dict) -> str:
     parts = [f"preset {p.get('preset')}"]
     if p.get("fit") in ("letterbox", "pad"):
         h, w = p.get("size", ["?", "?"])
