@@ -138,6 +138,54 @@ def test_report_and_compare_with_hostile_names(capfd, tmp_path, name):
     assert json.loads((tmp_path / "c.json").read_text())["models"][0] == json_safe(name)  # JSON escapes the rest
 
 
+def test_labels_svg_titles_and_statistics_are_text(capfd, tmp_path):
+    """The inputs branch's additions carry names too: LABEL=PATH labels, SVG legends and hover titles (site id,
+    kind, op types), and compare's Markdown statistics tables; each goes through the same escaping."""
+    import re
+
+    paths = write_signatures(tmp_path, ["plain", "second", "third"])
+    d = json.loads(paths[0].read_text())
+    d["sites"][0].update(id="evil\n\x1b[2J<b>site", kind="k<i>nd", op_types=["Op|\x07", "<script>"])
+    paths[0].write_text(json.dumps(d))
+    quiet(capfd, "report", paths[0], "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "\x1b" not in page and "\x07" not in page and "<b>" not in page and "<script>" not in page
+    titles = re.findall(r"<title>(.*?)</title>", page, flags=re.S)[1:]  # the page's own title first
+    assert titles and all(t.count("\n") == 3 for t in titles)  # model, site, D, score: a name adds no line
+    assert "evil\\x0a\\x1b[2J&lt;b&gt;site (k&lt;i&gt;nd; Op|\\x07+&lt;script&gt;)" in titles[0]
+    labels = [f"{HOSTILE}={paths[0]}", f"@SUM(A1)={paths[1]}", f"new\nline\x1b[31m={paths[2]}"]  # no `=` in a label
+    quiet(capfd, "compare", *labels, "--out", tmp_path / "c.html")
+    page = (tmp_path / "c.html").read_text(encoding="utf-8")
+    assert "\x1b" not in page and "<b>" not in page and html.escape(HOSTILE) in page
+    assert f">{html.escape(printable(chr(10).join(['new', 'line' + chr(27) + '[31m'])))}</text>" in page  # legend
+    quiet(capfd, "compare", *labels, "--out", tmp_path / "c.csv")
+    rows = list(csv.reader(open(tmp_path / "c.csv", newline="")))
+    assert rows[0][2:] == [HOSTILE, "'@SUM(A1)", "new\\x0aline\\x1b[31m"]
+    out = quiet(capfd, "compare", *labels, "--out", tmp_path / "c.md")
+    assert "\x1b" not in out and len(out.splitlines()) == 4
+    text = (tmp_path / "c.md").read_text()
+    assert "<b>" not in text and "\x1b" not in text
+    stats = [line for line in text.split("signature statistics")[1].splitlines() if line.startswith("|")]
+    assert len(stats) == 5 and len({line.replace("\\|", "").count("|") for line in stats}) == 1
+    assert stats[2].startswith("| a,b\"c\\|d\\`e$x\\\\y$&lt;b&gt;&amp;amp; | 3 |")
+
+
+def test_summary_table_is_printable(capfd, tmp_path):
+    """analyze's 120-column summary prints site names through printable too."""
+    import onnx
+
+    from tests.conftest import parse
+
+    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    model.graph.node[0].name = "evil\n\x1b[2Jname"
+    onnx.save(model, tmp_path / "m.onnx")
+    code, out, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", "synthetic:gaussian:n=64", "--out",
+                             tmp_path / "s.json", "--chunk-size", "32", "--metrics", "affinity")
+    assert code == 0, err
+    assert "\x1b" not in out and "evil\\x0a\\x1b[2Jname" in out
+    assert max(len(line) for line in out.splitlines()) <= 120
+
+
 def test_terminal_tables_are_printable(capfd, tmp_path):
     """A node named with a newline and an escape sequence broke `sites`' table and coloured the terminal."""
     import onnx

@@ -298,7 +298,14 @@ def sigs(capfd, files):
       "--out", "groups.csv"], "--out groups.csv is --group groups.csv"),
     (["correlate", "s0.json", "s1.json", "s2.json", "--accuracy", "acc.csv", "--out", "s2.json"],
      "--out s2.json is the signature s2.json"),
-], ids=["report", "report-symlink", "compare", "correlate-accuracy", "correlate-group", "correlate-signature"])
+    # LABEL=PATH: the path after the label is the input
+    (["compare", "a=s0.json", "b=./s1.json", "--out", "s1.json", "--format", "md"], "--out s1.json is the signature"),
+    (["compare", "a=s0.json", "b=s1.json", "--out", "s0link.json", "--format", "csv"],
+     "--out s0link.json is the signature s0.json"),
+    (["correlate", "s0=s0.json", "s1=s1.json", "s2=s2.json", "--accuracy", "acc.csv", "--out", "./s2.json"],
+     "--out ./s2.json is the signature s2.json"),
+], ids=["report", "report-symlink", "compare", "correlate-accuracy", "correlate-group", "correlate-signature",
+        "compare-label", "compare-label-symlink", "correlate-label"])
 def test_reports_never_write_over_their_inputs(capfd, sigs, args, fragment):
     os.symlink("s0.json", sigs / "s0link.json")
     before = snapshot(sigs)
