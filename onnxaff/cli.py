@@ -415,6 +415,15 @@ def report(signature, out, metric) -> None:
     click.echo(f"report written to {path}")
 
 
+def _register_study() -> None:
+    from onnxaff.study_cli import make_command
+
+    cli.add_command(make_command(_analysis_options), name="study")
+
+
+_register_study()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
     debug = bool(os.environ.get("ONNXAFF_DEBUG"))
