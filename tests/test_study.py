@@ -235,3 +235,23 @@ def test_ray_executor_runs_each_models_shards_and_equals_the_local_study(tmp_pat
     for name in ("a", "b"):
         assert ray.signatures[name].runtime["executor"]["shards"] == 2
         assert_same(local.signatures[name], ray.signatures[name], tol=1e-12)
+
+
+def test_the_demo_is_a_study_of_the_shipped_models_with_its_numbers_frozen(tmp_path, capfd):
+    """`onnxaff demo` runs through the study: every number equals the frozen demo run; a rerun skips them all."""
+    from tests.golden.freeze import numbers
+    from tests.test_golden_numbers import FROZEN, _differences
+
+    names = ["sk_mlp_relu", "torch_vit"]
+    code, stdout, err = run_cli(capfd, "demo", "--out", tmp_path, "--models", ",".join(names))
+    assert code == 0, err
+    assert "torch_vit: done in" in err and "sk_mlp_relu" in stdout
+    differences: list[str] = []
+    for name in names:
+        sig = read_signature(tmp_path / "signatures" / f"{name}.json")
+        _differences(name, json.loads(json.dumps(numbers(sig))), FROZEN[f"{name}/demo"], differences)
+        assert sig.model["name"] == name and sig.model["reference"]["architecture"]
+    assert not differences, differences[:5]
+    assert (tmp_path / "compare.json").exists() and (tmp_path / "report.html").exists()
+    code, _, err = run_cli(capfd, "demo", "--out", tmp_path, "--models", ",".join(names))
+    assert code == 0 and err.count("up to date") == 2
