@@ -254,4 +254,4 @@ def test_the_demo_is_a_study_of_the_shipped_models_with_its_numbers_frozen(tmp_p
     assert not differences, differences[:5]
     assert (tmp_path / "compare.json").exists() and (tmp_path / "report.html").exists()
     code, _, err = run_cli(capfd, "demo", "--out", tmp_path, "--models", ",".join(names))
-    assert code == 0 and err.count("up to date") == 2
+    assert code == 0 and err.count(": up to date (same model, data and options), skipped") == 2
