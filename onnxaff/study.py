@@ -221,6 +221,9 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
         raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")
     if executor not in ("local", "ray"):
         raise OnnxaffError(f"unknown executor {executor!r}; choose local or ray")
+    if executor == "ray" and checkpoint_every:
+        raise OnnxaffError("--executor ray keeps no mid-model checkpoint (a rerun redoes an unfinished model): "
+                           "drop --checkpoint-every")
     if data is None and any(m.data is None for m in models):
         raise OnnxaffError("the study needs data: give --data")
     metrics = list(options.get("metrics") or ("affinity", "affinity_lw"))
@@ -252,6 +255,7 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
             if reason is None:
                 sigs[model.label] = _label(read_signature(target), model)
                 skipped.append(model.label)
+                checkpoint.unlink(missing_ok=True)  # left by an older run of other options: never resumable
                 echo(f"{head}: up to date (same model, data and options), skipped")
                 continue
             if force:

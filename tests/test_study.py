@@ -155,6 +155,14 @@ def test_empty_folder_and_empty_list_are_one_line_errors(tmp_path, capfd):
     assert code == 2 and "names no model" in err and err.count("\n") == 1
 
 
+def test_ray_with_mid_model_checkpoints_is_refused_before_anything_runs(tmp_path, capfd):
+    paths = write_models(tmp_path / "m", names=("a",))
+    code, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", tmp_path / "s", "--executor", "ray",
+                           "--checkpoint-every", "5")
+    assert code == 2 and err.startswith("onnxaff: error: --executor ray keeps no mid-model checkpoint")
+    assert err.count("\n") == 1
+
+
 def test_accuracy_and_groups_give_the_correlation_and_a_missing_row_fails_before_any_analysis(tmp_path, capfd):
     paths = write_models(tmp_path / "m")
     acc = tmp_path / "acc.csv"
