@@ -177,14 +177,8 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, every: int, executor: str,
-             shards: int, ray_address: str | None, echo) -> Signature:
+def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, every: int, echo) -> Signature:
     """One model's signature: resumed from its checkpoint when one of this very run is there."""
-    if executor == "ray":
-        from onnxaff.executors import run_ray
-
-        return run_ray(str(model.path), data, shards, {k: v for k, v in options.items() if k != "progress"},
-                       address=ray_address, progress=options.get("progress", True))
     from onnxaff.analysis import Analysis
 
     run = Analysis(model.path, data, **options)
@@ -237,21 +231,38 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
     failed: dict[str, str] = {}
     skipped: list[str] = []
     started, analysed_seconds, analysed = time.perf_counter(), 0.0, 0
+    plan = {}  # label -> (data, key, why it must be analysed: None when its signature is up to date)
+    for model in models:
+        model_data = model.data or data
+        if model_data not in data_keys:
+            data_keys[model_data] = data_identity(model_data)
+        key = {"model_sha256": digests[model.label], "data": data_keys[model_data], "options": opt_key}
+        reason = "unreadable" if digests[model.label] is None else (
+            "--force" if force else _stale_reason(sig_dir / f"{model.label}.json", key))
+        plan[model.label] = (model_data, key, reason)
     ray_started = _start_ray(ray_address) if executor == "ray" else False
+    # On Ray every model to analyse is submitted at once: its shards are tasks, so models run side by side.
+    pool, pending = None, {}
+    if executor == "ray":
+        from concurrent.futures import ThreadPoolExecutor
+
+        from onnxaff.executors import run_ray
+
+        todo = [m for m in models if plan[m.label][2] not in (None, "unreadable")]
+        pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="onnxaff-study")
+        quiet_options = {k: v for k, v in options.items() if k != "progress"}
+        pending = {m.label: pool.submit(run_ray, str(m.path), plan[m.label][0], shards, quiet_options,
+                                        address=ray_address, progress=False) for m in todo}
     try:
         for k, model in enumerate(models, 1):
             head = f"[{k}/{len(models)}] {model.label}"
             target = sig_dir / f"{model.label}.json"
             checkpoint = sig_dir / f"{model.label}.ckpt.npz"
-            model_data = model.data or data
-            if model_data not in data_keys:
-                data_keys[model_data] = data_identity(model_data)
-            key = {"model_sha256": digests[model.label], "data": data_keys[model_data], "options": opt_key}
-            if digests[model.label] is None:
+            model_data, key, reason = plan[model.label]
+            if reason == "unreadable":
                 failed[model.label] = f"cannot read {model.path}" + ("" if model.path.exists() else " (no such file)")
                 echo(f"{head}: FAILED: {failed[model.label]}")
                 continue
-            reason = "--force" if force else _stale_reason(target, key)
             if reason is None:
                 sigs[model.label] = _label(read_signature(target), model)
                 skipped.append(model.label)
@@ -262,11 +273,13 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
                 checkpoint.unlink(missing_ok=True)
             remaining = len(models) - k + 1
             eta = f", study ETA {_clock(analysed_seconds / analysed * remaining)}" if analysed else ""
-            echo(f"{head}: analysing ({reason}){eta}")
+            echo(f"{head}: {'waiting for its Ray tasks' if pool else 'analysing'} ({reason}){eta}")
             t0 = time.perf_counter()
             try:
-                sig = _analyse(model, model_data, options, checkpoint, checkpoint_every, executor, shards,
-                               ray_address, echo)
+                if pool is not None:
+                    sig = pending[model.label].result()
+                else:
+                    sig = _analyse(model, model_data, options, checkpoint, checkpoint_every, echo)
             except Interrupted as exc:
                 raise Interrupted(f"{model.label}: {str(exc).split(' (continue with')[0]}; rerun the same command "
                                   "to continue (models done are kept)") from None
@@ -293,6 +306,8 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
             eta = f", study ETA {_clock(analysed_seconds / analysed * left)}" if left else ""
             echo(f"{head}: done in {seconds:.1f} s ({len(sig.sites)} sites{mean}){eta}")
     finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         if ray_started:
             import ray
 

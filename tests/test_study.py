@@ -233,13 +233,19 @@ def test_killed_during_the_second_model_a_rerun_finishes_with_the_same_numbers(t
         json.loads((reference / "compare.json").read_text())["metrics"]
 
 
-def test_ray_executor_runs_each_models_shards_and_equals_the_local_study(tmp_path):
+def test_ray_executor_runs_models_side_by_side_and_equals_the_local_study(tmp_path):
     pytest.importorskip("ray")
     paths = write_models(tmp_path / "m", names=("a", "b"))
-    models = resolve_models([str(p) for p in paths])
+    (tmp_path / "m" / "wide.onnx").write_bytes(b"not a model")  # fails inside its Ray tasks
     options = dict(metrics=["affinity", "cka"], chunk_size=64, batch_size=32, progress=False)
-    local = run_study(models, "synthetic:gaussian:n=512", tmp_path / "local", options=options)
-    ray = run_study(models, "synthetic:gaussian:n=512", tmp_path / "ray", options=options, executor="ray", shards=2)
+    local = run_study(resolve_models([str(p) for p in paths]), "synthetic:gaussian:n=512", tmp_path / "local",
+                      options=options)
+    lines = []
+    ray = run_study(resolve_models([str(p) for p in paths] + [str(tmp_path / "m" / "wide.onnx")]),
+                    "synthetic:gaussian:n=512", tmp_path / "ray", options=options, executor="ray", shards=2,
+                    echo=lines.append)
+    assert list(ray.failed) == ["wide"] and "a Ray shard failed" in ray.failed["wide"]
+    assert any(line.startswith("[3/3] wide: FAILED: a Ray shard failed") for line in lines)
     for name in ("a", "b"):
         assert ray.signatures[name].runtime["executor"]["shards"] == 2
         assert_same(local.signatures[name], ray.signatures[name], tol=1e-12)
