@@ -205,6 +205,9 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
     failed)` returns the page (default: the study page). Interrupted propagates, the state saved.
     """
     echo = echo or (lambda line: None)
+    for spec in {m.data or data for m in models} - {None}:
+        if not spec.startswith("synthetic:") and not os.path.exists(spec):  # every model would fail alike
+            raise OnnxaffError(f"data file not found: {spec}")
     folder = Path(out)
     sig_dir = folder / "signatures"
     try:

@@ -155,6 +155,17 @@ def test_empty_folder_and_empty_list_are_one_line_errors(tmp_path, capfd):
     assert code == 2 and "names no model" in err and err.count("\n") == 1
 
 
+def test_missing_data_or_unusable_out_fail_before_any_model(tmp_path, capfd):
+    paths = write_models(tmp_path / "m", names=("a", "b"))
+    code, _, err = run_cli(capfd, "study", *paths, "--data", tmp_path / "nothere.npz", "--out", tmp_path / "s")
+    assert code == 2 and err.strip() == f"onnxaff: error: data file not found: {tmp_path / 'nothere.npz'}"
+    assert not (tmp_path / "s").exists()
+    (tmp_path / "afile").write_text("")
+    code, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", tmp_path / "afile")
+    assert code == 2 and err.strip() == f"onnxaff: error: cannot create the study folder {tmp_path / 'afile'}: " \
+        "Not a directory"
+
+
 def test_ray_with_mid_model_checkpoints_is_refused_before_anything_runs(tmp_path, capfd):
     paths = write_models(tmp_path / "m", names=("a",))
     code, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", tmp_path / "s", "--executor", "ray",
