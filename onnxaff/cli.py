@@ -311,7 +311,8 @@ def merge(parts, out, quiet) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
 @click.option("--quiet", is_flag=True, help="No progress or tables, only the output folder.")
-def demo(out, metrics, chunk_size, device, only, quiet) -> None:
+@click.option("--force", is_flag=True, help="Reanalyse every network, even those already in OUT.")
+def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
     from onnxaff.demo import run_demo
 
@@ -319,13 +320,9 @@ def demo(out, metrics, chunk_size, device, only, quiet) -> None:
     if not names:
         raise OnnxaffError("--metrics names no metric")
 
-    def announce(model):
-        if not quiet:
-            click.echo(f"{model.name} ({model.framework})", err=True)
-
     run = run_demo(out, metrics=names, chunk_size=chunk_size, device=device,
                    only=[m.strip() for m in only.split(",") if m.strip()] or None, progress=not quiet,
-                   on_model=announce)
+                   echo=None if quiet else (lambda line: click.echo(line, err=True)), force=force)
     if not quiet:
         def fmt(v, spec=".4f"):
             return "-" if v is None else format(v, spec)
@@ -454,6 +451,15 @@ def _exit_interrupted() -> None:
         sys.stderr.flush()
         os._exit(130)
     sys.exit(130)
+
+
+def _register_study() -> None:
+    from onnxaff.study_cli import make_command
+
+    cli.add_command(make_command(_analysis_options), name="study")
+
+
+_register_study()
 
 
 def main(argv: list[str] | None = None) -> None:
