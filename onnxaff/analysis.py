@@ -29,7 +29,7 @@ import onnx
 from onnxaff import __version__
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
-from onnxaff.errors import Interrupted, OnnxaffError
+from onnxaff.errors import DataFailed, Interrupted, OnnxaffError
 from onnxaff.graph import augment_model, discover_sites, load_model
 from onnxaff.graph.blocks import discover_blocks, residual_stages, stage_tracks
 from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
@@ -361,6 +361,13 @@ class Analysis:
                     self.seconds_before += elapsed
                     session_start += elapsed
                     self.save(checkpoint, STATE_KIND_CHECKPOINT)
+        except DataFailed as exc:  # between batches: the state up to the last complete one is whole, keep it
+            if checkpoint is None:
+                raise
+            self.seconds_before += time.perf_counter() - session_start
+            self.save(checkpoint, STATE_KIND_CHECKPOINT)
+            raise DataFailed(f"{exc}; the state after {self.cursor - self.start} of {self.stop - self.start} "
+                             f"examples saved to {checkpoint} (continue with --resume)") from None
         finally:
             for sig, handler in restore.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C

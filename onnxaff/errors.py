@@ -13,3 +13,7 @@ def first_line(exc: BaseException) -> str:
 
 class Interrupted(OnnxaffError):
     """SIGINT/SIGTERM stopped a checkpointed run at a batch boundary, after saving its state."""
+
+
+class DataFailed(OnnxaffError):
+    """The data source failed between batches (a decoder process died): the state so far is still whole."""

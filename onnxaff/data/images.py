@@ -8,17 +8,21 @@ decoded is skipped, counted and named in the signature; the run goes on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
 
 from onnxaff.data.preprocess import Preprocess, crop_pixels, normalize
 from onnxaff.data.source import DataSource, InputSpec
-from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.errors import DataFailed, OnnxaffError, first_line
 
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 
@@ -79,13 +83,56 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
     return (np.stack(arrays) if arrays else None), used, skipped
 
 
+class DecoderDied(DataFailed):
+    """A decoding worker process ended abruptly (the out-of-memory killer's SIGKILL, a crash in a codec)."""
+
+
+def _watch_parent() -> None:
+    """End this decoder when the main process is gone (a kill -9 of the run must not leave it behind)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        parent.join()
+    os._exit(1)
+
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Start decoders with Ctrl-C and SIGTERM blocked: a signal sent to the whole process group while one
+    starts up (before it can leave the group) would otherwise kill it and break the pool. The main thread's
+    own handlers run as soon as the block is lifted."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _detach_from_signals() -> None:
     """Decoders leave Ctrl-C and SIGTERM to the main process, which stops at a batch boundary: a worker
-    killed mid-task would leave its result pending forever. Their own process group keeps out what is
-    sent to the whole group (a terminal's Ctrl-C, `timeout`, Slurm, systemd); Pool.terminate still signals
-    them one by one, and a dead parent ends them (their task pipe closes)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    killed mid-task would break the pool. Their own process group keeps out what is sent to the whole group
+    (a terminal's Ctrl-C, `timeout`, Slurm, systemd); the main process ends them one by one when it stops,
+    and a thread ends each one when the main process dies. They start with both signals blocked
+    (`_signals_held`): ignoring them first drops any that arrived meanwhile."""
+    for sig in _HELD:
+        signal.signal(sig, signal.SIG_IGN)
     os.setpgrp()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    threading.Thread(target=_watch_parent, daemon=True).start()
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop queued batches and end the decoders now: waiting for batches nobody will read can take minutes."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on the workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
 class ImageFolderSource(DataSource):
@@ -119,14 +166,35 @@ class ImageFolderSource(DataSource):
                 yield self._emit(decode_batch(paths, self.p, self.draft))
             return
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds runtime threads
-        with ctx.Pool(self.workers, initializer=_detach_from_signals) as pool:
+        # concurrent.futures notices a worker that dies (multiprocessing.Pool waits for its result forever).
+        with _signals_held():
+            pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_detach_from_signals)
+        try:
             pending: deque = deque()
-            for paths in tasks:
-                pending.append(pool.apply_async(decode_batch, (paths, self.p, self.draft)))
+            for index, paths in enumerate(tasks):
+                try:
+                    with _signals_held():  # submit starts the decoders, one by one as they are needed
+                        future = pool.submit(decode_batch, paths, self.p, self.draft)
+                except BrokenProcessPool:  # a worker died: the oldest pending batch (or this one) says so
+                    future = Future()
+                    future.set_exception(BrokenProcessPool())
+                pending.append((index, paths, future))
                 if len(pending) >= self.prefetch:  # bounded: at most `prefetch` batches decoded ahead
-                    yield self._emit(pending.popleft().get())
+                    yield self._emit(self._result(*pending.popleft(), start, batch_size))
             while pending:
-                yield self._emit(pending.popleft().get())
+                yield self._emit(self._result(*pending.popleft(), start, batch_size))
+        finally:
+            _stop_pool(pool)
+
+    def _result(self, index: int, paths: list[str], future, start: int, batch_size: int):
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            first = Path(paths[0]).relative_to(self.root).as_posix() if paths else "?"
+            raise DecoderDied(
+                f"an image decoder process died (killed, e.g. out of memory) while decoding batch {index + 1} "
+                f"of this run (examples {start + index * batch_size}-{start + index * batch_size + len(paths) - 1}"
+                f", from {first})") from None
 
     def _emit(self, result) -> dict[str, np.ndarray]:
         pixels, used, skipped = result
