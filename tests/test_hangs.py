@@ -3,14 +3,19 @@ folders, too little data, lazy .npz members, Ray workers and addresses, NumPy wa
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from PIL import Image
 
+from onnxaff.data import model_inputs, open_source
 from onnxaff.signature import read_signature
 from tests.test_scale import assert_same, cli, photo_folder
 
@@ -64,3 +69,81 @@ def test_killed_decoder_stops_the_run_saves_and_resumes(tmp_path):
     done = cli("analyze", *args, "--out", out, "--resume")
     assert done.returncode == 0, done.stderr
     assert_same(read_signature(ref), read_signature(out), tol=0)
+
+
+# --- what one image may cost, and its real bit depth ---
+
+def _png16(path: Path, a: np.ndarray) -> None:
+    """A 16-bit PNG, gray [H, W] or RGB [H, W, 3], written chunk by chunk (Pillow has no 16-bit RGB mode)."""
+    h, w = a.shape[:2]
+    raw = b"".join(b"\x00" + row.astype(">u2").tobytes() for row in a)
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 16, 2 if a.ndim == 3 else 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw))
+                     + chunk(b"IEND", b""))
+
+
+def _tiff16(path: Path, a: np.ndarray) -> None:
+    """An uncompressed little-endian 16-bit TIFF, gray or RGB, written field by field."""
+    h, w = a.shape[:2]
+    spp = 3 if a.ndim == 3 else 1
+    bits = struct.pack("<HHH", 16, 16, 16) if spp == 3 else b""
+    data = a.astype("<u2").tobytes()
+    data_at = 8 + len(bits)
+    entries = [(256, 3, 1, w), (257, 3, 1, h), (258, 3, spp, 8 if spp == 3 else 16), (259, 3, 1, 1),
+               (262, 3, 1, 2 if spp == 3 else 1), (273, 4, 1, data_at), (277, 3, 1, spp), (278, 3, 1, h),
+               (279, 4, 1, len(data))]
+    ifd = struct.pack("<H", len(entries)) + b"".join(
+        struct.pack("<HHI", tag, kind, count)
+        + (struct.pack("<HH", value, 0) if kind == 3 and count == 1 else struct.pack("<I", value))
+        for tag, kind, count, value in entries) + struct.pack("<I", 0)
+    path.write_bytes(b"II*\x00" + struct.pack("<I", data_at + len(data)) + bits + data + ifd)
+
+
+def _batch(model, root, **images):
+    source = open_source(str(root), model_inputs(model), images={"workers": 0, **images})
+    return source, next(source.batches(64))["x"]
+
+
+def test_an_image_whose_resize_would_be_huge_is_skipped_with_the_reason(tmp_path):
+    """A 7.8 KB PNG of 1 × 4,000,000 pixels: resized to a shorter side of 16 it would be 16 × 64,000,000 pixels
+    (3 GB, tens of seconds). It is skipped as unreadable, named and counted, before it is decoded."""
+    from tests.test_images import image_model
+
+    root = tmp_path / "imgs"
+    root.mkdir()
+    Image.fromarray(np.zeros((4_000_000, 1), np.uint8)).save(root / "a_tall.png", optimize=True)
+    Image.fromarray(np.full((20, 20, 3), 99, np.uint8)).save(root / "b_fine.png")
+    assert (root / "a_tall.png").stat().st_size < 20_000
+    model = image_model(["N", 3, 16, 16])
+    began = time.perf_counter()
+    source, batch = _batch(model, root, preprocess="raw")
+    assert time.perf_counter() - began < 5
+    assert batch.shape == (1, 3, 16, 16)
+    (path, reason), = source.skipped
+    assert Path(path).name == "a_tall.png"
+    assert reason.startswith("ImageTooLarge:") and "1x4000000" in reason and "16x64000000" in reason, reason
+
+
+@pytest.mark.parametrize("write", [_png16, _tiff16])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_16_bit_images_are_scaled_by_their_bit_depth(tmp_path, write, channels):
+    """A 16-bit image and its 8-bit rendering give the same features to within the 8-bit quantisation (they
+    were clipped at 255: nearly every pixel white)."""
+    from tests.test_images import image_model
+
+    rng = np.random.default_rng(1)
+    shape = (24, 40, 3) if channels == 3 else (24, 40)
+    a16 = rng.integers(0, 65536, shape).astype(np.uint16)
+    deep, flat = tmp_path / "deep", tmp_path / "flat"
+    deep.mkdir()
+    flat.mkdir()
+    write(deep / f"x.{'png' if write is _png16 else 'tif'}", a16)
+    Image.fromarray(np.round(a16 / 257).astype(np.uint8)).save(flat / "x.png")
+    model = image_model(["N", channels, 16, 16])
+    _, got = _batch(model, deep, preprocess="raw")
+    _, want = _batch(model, flat, preprocess="raw")
+    assert want.mean() > 0.3 and np.abs(got - want).max() <= 1 / 255 + 1e-6

@@ -1,6 +1,6 @@
 """Image folders: flat or one subfolder per class (ImageNet val either way), decoded ahead in workers.
 
-Files are found recursively (jpg/jpeg/png/bmp/webp, any case) and sorted by relative path. `--limit N`
+Files are found recursively (jpg/jpeg/png/bmp/webp/tif/tiff, any case) and sorted by relative path. `--limit N`
 takes the first N in that order; with `--shuffle --seed S` it takes a seeded subset spread evenly over
 classes (a round robin over the classes, each shuffled), then in a seeded order. A file that cannot be
 decoded is skipped, counted and named in the signature; the run goes on.
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.data.preprocess import Preprocess, crop_pixels, normalize
+from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize
 from onnxaff.data.source import DataSource, InputSpec
 from onnxaff.errors import DataFailed, OnnxaffError, first_line
 
-EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
 def list_images(root: Path) -> list[Path]:
@@ -68,6 +68,7 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
     for path in paths:
         try:
             with Image.open(path) as img:
+                check_cost(img.size, p)  # from the header, before any decoding
                 if draft and img.format == "JPEG":
                     # DCT-domain downscale to no less than twice the resize target: fast, nearly exact.
                     short = p.resize_to() * 2
