@@ -246,7 +246,7 @@ class Analysis:
         fixed = {i.fixed_batch for i in inputs} - {None}
         self.fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
         self.batch_size = self.fixed_batch or batch_size
-        self.warnings: list[str] = []
+        self.warnings: list[str] = list(getattr(self.source, "warnings", []))  # e.g. links an image walk met
         if self.batch_size != batch_size:
             self.warnings.append(f"the model's batch size is fixed at {self.batch_size}: batches of {self.batch_size}")
 

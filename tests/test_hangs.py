@@ -15,6 +15,7 @@ import onnx
 import pytest
 from PIL import Image
 
+import onnxaff
 from onnxaff.data import model_inputs, open_source
 from onnxaff.signature import read_signature
 from tests.test_scale import assert_same, cli, photo_folder
@@ -147,3 +148,31 @@ def test_16_bit_images_are_scaled_by_their_bit_depth(tmp_path, write, channels):
     _, got = _batch(model, deep, preprocess="raw")
     _, want = _batch(model, flat, preprocess="raw")
     assert want.mean() > 0.3 and np.abs(got - want).max() <= 1 / 255 + 1e-6
+
+
+# --- linked folders ---
+
+def test_linked_class_folders_and_files_are_followed_and_loops_skipped(tmp_path):
+    """A class folder that is a symbolic link was ignored without a word (half the images, one class gone)."""
+    from tests.test_images import image_model
+
+    root, elsewhere = tmp_path / "val", tmp_path / "elsewhere"
+    for folder in (root / "cat", elsewhere / "dog"):
+        folder.mkdir(parents=True)
+        for k in range(2):
+            Image.fromarray(np.full((20, 20, 3), 40 * k + 9, np.uint8)).save(folder / f"{k}.png")
+    (root / "dog").symlink_to(elsewhere / "dog", target_is_directory=True)
+    (root / "cat" / "more.png").symlink_to(elsewhere / "dog" / "0.png")
+    (root / "cat" / "loop").symlink_to(root, target_is_directory=True)  # an ancestor: would never end
+    (root / "cat" / "gone.png").symlink_to(tmp_path / "missing.png")  # dangling: not an image file
+    model = image_model(["N", 3, 16, 16])
+    source, batch = _batch(model, root, preprocess="raw")
+    assert [f.relative_to(root).as_posix() for f in source.files] == [
+        "cat/0.png", "cat/1.png", "cat/more.png", "dog/0.png", "dog/1.png"]
+    assert batch.shape[0] == 5
+    found = source.describe()["found"]
+    assert found == {"files": 5, "classes": 2, "links_followed": 2, "link_loops_skipped": 1, "broken_links": 1}
+    sig = onnxaff.analyze(model, str(root), metrics=["cka"], chunk_size=2, batch_size=2, progress=False,
+                          images={"preprocess": "raw", "workers": 0})
+    assert "image folder: 5 files in 2 classes; followed 2 symbolic links; skipped 1 link loop; " \
+           "1 broken link" in sig.warnings, sig.warnings

@@ -27,9 +27,60 @@ from onnxaff.errors import DataFailed, OnnxaffError, first_line
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
+def scan_images(root: Path) -> tuple[list[Path], dict]:
+    """Image files under root, sorted by relative path, and what the walk met: symbolic links to folders and
+    files are followed (a linked class folder is a class), a link to a folder above it is a loop and skipped,
+    a dangling link is counted."""
+    files: list[Path] = []
+    found = {"links_followed": 0, "link_loops_skipped": 0, "broken_links": 0}
+
+    def walk(folder: Path, above: frozenset) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:  # unreadable folder: nothing to find there
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            link = entry.is_symlink()
+            try:
+                is_dir = entry.is_dir()  # follows links
+            except OSError:
+                is_dir = False
+            if is_dir:
+                real = os.path.realpath(path)
+                if real in above:
+                    found["link_loops_skipped"] += 1
+                    continue
+                found["links_followed"] += link
+                walk(path, above | {real})
+            elif path.suffix.lower() in EXTENSIONS:
+                if link and not path.exists():
+                    found["broken_links"] += 1
+                elif entry.is_file():
+                    found["links_followed"] += link
+                    files.append(path)
+
+    walk(root, frozenset({os.path.realpath(root)}))
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    found = {"files": len(files), "classes": len({class_of(root, f) for f in files} - {""}), **found}
+    return files, found
+
+
 def list_images(root: Path) -> list[Path]:
-    files = [p for p in root.rglob("*") if p.suffix.lower() in EXTENSIONS and p.is_file()]
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+    return scan_images(root)[0]
+
+
+def found_message(found: dict) -> str | None:
+    """One line on what the folder walk met, when it met links (else nothing to say)."""
+    if not (found["links_followed"] or found["link_loops_skipped"] or found["broken_links"]):
+        return None
+    where = f" in {found['classes']} classes" if found["classes"] else ""
+    parts = [f"image folder: {found['files']} files{where}"]
+    for key, what in (("links_followed", "followed {} symbolic link"), ("link_loops_skipped", "skipped {} link loop"),
+                      ("broken_links", "{} broken link")):
+        if found[key]:
+            parts.append(what.format(found[key]) + ("s" if found[key] > 1 else ""))
+    return "; ".join(parts)
 
 
 def class_of(root: Path, path: Path) -> str:
@@ -141,7 +192,8 @@ class ImageFolderSource(DataSource):
                  shuffle: bool = False, seed: int = 0, workers: int = 0, draft: bool = False,
                  prefetch: int | None = None):
         self.root = Path(root)
-        all_files = list_images(self.root)
+        all_files, self.found = scan_images(self.root)
+        self.warnings = [m] if (m := found_message(self.found)) else []
         if not all_files:
             raise OnnxaffError(f"no images ({', '.join(sorted(EXTENSIONS))}) found under {self.root}")
         self.files = select(all_files, self.root, limit, shuffle, seed)
@@ -212,7 +264,8 @@ class ImageFolderSource(DataSource):
     def describe(self) -> dict:
         return {
             "source": str(self.root), "kind": "image_folder", "samples": len(self.files),
-            "available": self.available, "shuffle": self.shuffle, "seed": self.seed if self.shuffle else None,
+            "available": self.available, "found": self.found, "shuffle": self.shuffle,
+            "seed": self.seed if self.shuffle else None,
             "preprocessing": self.p.describe(), "jpeg_draft": self.draft, "workers": self.workers,
             "files": [f.relative_to(self.root).as_posix() for f in self.files],
             "skipped": [{"file": Path(f).relative_to(self.root).as_posix(), "reason": r} for f, r in self.skipped],
