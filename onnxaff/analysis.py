@@ -513,7 +513,21 @@ class Analysis:
         sig.stages = stage_results(self.stages, self.stage_states, self.track_metrics)
         if self.used == 0 and self.shard is None:
             raise _no_usable(self.data_spec, self.source)
+        if self.shard is None:
+            _check_some_number(sig, self.used)
         return sig
+
+
+def _check_some_number(sig: Signature, used: int) -> None:
+    """Data too small for every metric (one example, one partial chunk for a chunk-pair metric) is an error,
+    not a signature of empty entries that exits 0."""
+    entries = [e for s in sig.sites for e in s.get("metrics", {}).values()]
+    if any(e["status"] == "ok" for e in entries) or not any(e["status"] == "no_data" for e in entries):
+        return  # a number somewhere, or nothing for want of data (NaN/Inf sites are flagged and warned about)
+    reasons = sorted({e.get("reason", "needs at least 2 rows in a chunk") for e in entries
+                      if e["status"] == "no_data"})
+    raise OnnxaffError(f"no site got a number from {used} example(s): {'; '.join(reasons)} "
+                       f"(chunk size {sig.options['chunk_size']}); give more data")
 
 
 def _no_usable(data: str, source) -> OnnxaffError:

@@ -17,6 +17,7 @@ from PIL import Image
 
 import onnxaff
 from onnxaff.data import model_inputs, open_source
+from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
 from tests.test_scale import assert_same, cli, photo_folder
 
@@ -176,3 +177,26 @@ def test_linked_class_folders_and_files_are_followed_and_loops_skipped(tmp_path)
                           images={"preprocess": "raw", "workers": 0})
     assert "image folder: 5 files in 2 classes; followed 2 symbolic links; skipped 1 link loop; " \
            "1 broken link" in sig.warnings, sig.warnings
+
+
+# --- too little data ---
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_too_little_data_for_any_number_is_one_line_and_non_zero(capfd, tmp_path, n):
+    """One example (or data no metric can use) exited 0 with every metric no_data and no word."""
+    from tests.conftest import parse, run_cli
+
+    model = tmp_path / "m.onnx"
+    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }"""), model)
+    metrics = "affinity,cka" if n == 1 else "r2_heldout"  # n = 2: one partial chunk, a pair metric needs two
+    code, out, err = run_cli(capfd, "analyze", model, "--data", f"synthetic:gaussian:n={n}", "--metrics", metrics,
+                             "--out", tmp_path / "s.json", "--quiet")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"onnxaff: error: no site got a number from {n} example"), err
+    assert not (tmp_path / "s.json").exists()
+    with pytest.raises(OnnxaffError, match="no site got a number"):
+        onnxaff.analyze(str(model), f"synthetic:gaussian:n={n}", metrics=metrics.split(","), progress=False)
+    # Enough for one number: no error.
+    sig = onnxaff.analyze(str(model), "synthetic:gaussian:n=2", metrics=["cka"], progress=False)
+    assert sig.sites[0]["metrics"]["cka"]["status"] == "ok"
