@@ -1,12 +1,15 @@
 """Hangs and silently wrong numbers on the data side: dead decoders, image bombs, 16-bit images, linked
 folders, too little data, lazy .npz members, Ray workers and addresses, NumPy warnings on Inf."""
 
+import io
 import os
+import re
 import signal
 import struct
 import subprocess
 import sys
 import time
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -200,3 +203,80 @@ def test_too_little_data_for_any_number_is_one_line_and_non_zero(capfd, tmp_path
     # Enough for one number: no error.
     sig = onnxaff.analyze(str(model), "synthetic:gaussian:n=2", metrics=["cka"], progress=False)
     assert sig.sites[0]["metrics"]["cka"]["status"] == "ok"
+
+
+# --- .npz members ---
+
+def _npy_header(shape, dtype="<f4") -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _npz(path: Path, members: dict, compress: bool = True) -> Path:
+    """An archive member by member: arrays, raw bytes, or a callable writing into the open member."""
+    kind = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "w", compression=kind, allowZip64=True) as z:
+        for name, value in members.items():
+            with z.open(name, "w", force_zip64=True) as f:
+                if isinstance(value, np.ndarray):
+                    np.lib.format.write_array(f, value, allow_pickle=False)
+                elif callable(value):
+                    value(f)
+                else:
+                    f.write(value)
+    return path
+
+
+def _relu4():
+    from tests.conftest import parse
+
+    return parse("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }""")
+
+
+def test_npz_reads_only_the_members_the_model_needs(tmp_path):
+    """An unused 256 MiB member (compressed to a few hundred KB) costs neither memory nor time; a stored member
+    is memory-mapped at its offset."""
+    import tracemalloc
+
+    def zeros(f):
+        f.write(_npy_header((1 << 26,)))
+        block = bytes(1 << 22)
+        for _ in range(64):
+            f.write(block)
+
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    packed = _npz(tmp_path / "packed.npz", {"x.npy": x, "unused.npy": zeros})
+    assert packed.stat().st_size < 2_000_000
+    inputs = model_inputs(_relu4())
+    tracemalloc.start()
+    began = time.perf_counter()
+    source = open_source(str(packed), inputs)
+    batch = next(source.batches(64))["x"]
+    seconds, peak = time.perf_counter() - began, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.array_equal(batch, x) and seconds < 1 and peak < 8_000_000, (seconds, peak)
+    assert list(source.describe()["arrays"]) == ["x"]
+    stored = open_source(str(_npz(tmp_path / "stored.npz", {"x.npy": x, "y.npy": b"junk"}, compress=False)), inputs)
+    assert isinstance(stored.arrays["x"], np.memmap) and np.array_equal(next(stored.batches(64))["x"], x)
+
+
+@pytest.mark.parametrize("compress", [True, False], ids=["deflated", "stored"])
+@pytest.mark.parametrize("member, fragment", [
+    (b"just some bytes", "x.npy is not a .npy array"),
+    (_npy_header((10 ** 12, 4)) + bytes(64), "declares shape (1000000000000, 4) of float32 (16000000000000 bytes) but "
+                                             "holds 64"),
+    (_npy_header((3, 4), "|O") + bytes(48), "cannot read array file"),
+])
+def test_npz_member_that_is_not_an_array_or_lies_about_its_size(capfd, tmp_path, compress, member, fragment):
+    """One clean line, before anything of the declared size is allocated."""
+    from tests.conftest import run_cli
+
+    data = _npz(tmp_path / "d.npz", {"x.npy": member}, compress=compress)
+    with pytest.raises(OnnxaffError, match=re.escape(fragment)):
+        open_source(str(data), model_inputs(_relu4()))
+    model = tmp_path / "m.onnx"
+    onnx.save(_relu4(), model)
+    code, out, err = run_cli(capfd, "analyze", model, "--data", data, "--out", tmp_path / "s.json", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and err.startswith("onnxaff: error: ") and fragment in err, err
