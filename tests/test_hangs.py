@@ -280,3 +280,32 @@ def test_npz_member_that_is_not_an_array_or_lies_about_its_size(capfd, tmp_path,
     onnx.save(_relu4(), model)
     code, out, err = run_cli(capfd, "analyze", model, "--data", data, "--out", tmp_path / "s.json", "--quiet")
     assert code == 2 and err.count("\n") == 1 and err.startswith("onnxaff: error: ") and fragment in err, err
+
+
+# --- NumPy warnings on Inf/NaN activations ---
+
+@pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
+def test_inf_activations_raise_no_numpy_warnings(tmp_path, reduce_in):
+    """Sites with NaN/Inf are flagged with a reason; NumPy's RuntimeWarnings about the same values (from the
+    network NLC's differences, a host-side mean of +Inf and −Inf) were printed on top of that."""
+    import warnings
+
+    from tests.conftest import parse
+
+    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N, 2, 4] x) => (float[N, 4, 4] y) {
+            k = Constant<value = float {100.0}>()
+            h = Mul(x, k)
+            e = Exp(h)
+            m = Neg(e)
+            c = Concat<axis = 1>(e, m)
+            y = Relu(c)
+        }""")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sig = onnxaff.analyze(model, "synthetic:gaussian:n=256", metrics=["affinity", "cka", "nlc"], chunk_size=64,
+                              reduce_in=reduce_in, progress=False)
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    assert sig.sites[0]["status"] == "flagged" and sig.sites[0]["reason"].startswith("NaN/Inf")
+    nlc = sig.network["nlc"]
+    assert nlc["values"]["y"] is None and "NaN/Inf" in nlc["reason"], nlc  # not 0 from an infinite scatter
