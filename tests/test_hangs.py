@@ -309,3 +309,46 @@ def test_inf_activations_raise_no_numpy_warnings(tmp_path, reduce_in):
     assert sig.sites[0]["status"] == "flagged" and sig.sites[0]["reason"].startswith("NaN/Inf")
     nlc = sig.network["nlc"]
     assert nlc["values"]["y"] is None and "NaN/Inf" in nlc["reason"], nlc  # not 0 from an infinite scatter
+
+
+# --- Ray ---
+
+def test_ray_workers_import_the_installed_package_not_a_folder_in_the_cwd(tmp_path):
+    """Ray puts the driver's working directory first on its workers' sys.path: an `onnxaff` folder there (a
+    checkout, a results folder of that name) was imported instead of the installed package. Ray says nothing
+    else on stderr (its token-auth banner was printed on every local run)."""
+    pytest.importorskip("ray")
+    fake = tmp_path / "cwd" / "onnxaff"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('the onnxaff folder in the cwd was imported')\n")
+    model = tmp_path / "m.onnx"
+    onnx.save(_relu4(), model)
+    out = tmp_path / "sig.json"
+    env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
+    env.pop("RAY_AUTH_MODE", None)
+    r = subprocess.run([str(Path(sys.executable).parent / "onnxaff"), "analyze", str(model), "--data",
+                        "synthetic:gaussian:n=64", "--metrics", "cka", "--chunk-size", "32", "--executor", "ray",
+                        "--shards", "2", "--quiet", "--out", str(out)], cwd=fake.parent, capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert read_signature(out).runtime["executor"]["shards"] == 2
+
+
+@pytest.mark.parametrize("address, fragment", [
+    ("127.0.0.1:1", "cannot reach Ray at 127.0.0.1:1: "),
+    ("ray://127.0.0.1:1", "cannot reach Ray at ray://127.0.0.1:1: "),
+    ("nowhere", "--ray-address 'nowhere' is not HOST:PORT"),
+])
+def test_bad_ray_address_is_one_line_at_once(capfd, tmp_path, address, fragment):
+    """An address nothing listens on: Ray retried for minutes with a wall of GCS connection warnings."""
+    pytest.importorskip("ray")
+    from tests.conftest import run_cli
+
+    model = tmp_path / "m.onnx"
+    onnx.save(_relu4(), model)
+    began = time.monotonic()
+    code, out, err = run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=64", "--executor", "ray",
+                             "--ray-address", address, "--quiet", "--out", tmp_path / "s.json")
+    assert time.monotonic() - began < 10
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("onnxaff: error: "), err
+    assert fragment in err, err
