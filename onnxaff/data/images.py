@@ -177,12 +177,14 @@ def _detach_from_signals() -> None:
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Drop queued batches and end the decoders now: waiting for batches nobody will read can take minutes."""
+    """Drop queued batches and end the decoders now: waiting for batches nobody will read can take minutes.
+    SIGKILL, not SIGTERM: a decoder still starting up holds SIGTERM blocked and then drops it, and the
+    executor's exit handler would wait for it forever."""
     processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on the workers
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
         if proc.is_alive():
-            proc.terminate()
+            proc.kill()
     for proc in processes:
         proc.join(timeout=5)
 
