@@ -352,3 +352,13 @@ def test_bad_ray_address_is_one_line_at_once(capfd, tmp_path, address, fragment)
     assert time.monotonic() - began < 10
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("onnxaff: error: "), err
     assert fragment in err, err
+
+
+def test_mode_i_images_are_scaled_too():
+    """Older Pillow opens 16-bit grayscale PNGs as mode I (32-bit ints): the same scaling applies."""
+    from onnxaff.data.preprocess import to_8bit
+
+    a16 = np.random.default_rng(2).integers(0, 65536, (8, 8))
+    img = Image.fromarray(a16.astype(np.int32))
+    assert img.mode == "I"
+    assert np.array_equal(np.asarray(to_8bit(img)), np.round(a16 / 257).astype(np.uint8))
