@@ -334,7 +334,7 @@ class Analysis:
 
     def run(self, checkpoint: str | Path | None = None, every: int = 0) -> None:
         """Feed [cursor, stop) through the runtime. With a checkpoint path, save the state every `every`
-        batches and on SIGINT/SIGTERM (then raise Interrupted)."""
+        batches, on SIGINT/SIGTERM (then raise Interrupted) and when the data source fails (DataFailed)."""
         if every < 0:
             raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {every}")
         self._stop_signal = None  # an API caller may run again after catching Interrupted
