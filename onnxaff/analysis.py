@@ -29,7 +29,7 @@ import onnx
 from onnxaff import __version__
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
-from onnxaff.errors import DataFailed, Interrupted, OnnxaffError
+from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph import augment_model, discover_sites, load_model
 from onnxaff.graph.blocks import discover_blocks, residual_stages, stage_tracks
 from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
@@ -342,6 +342,8 @@ class Analysis:
         bar.update(self.cursor - self.start)
         scorer = ChunkScorer(self.chunk_workers)
         restore = self._catch_signals() if checkpoint is not None else {}
+        if restore and hasattr(self.source, "should_stop"):  # a source that waits (decoders) checks the flag
+            self.source.should_stop = lambda: self._stop_signal is not None
         session_start, batches = time.perf_counter(), 0
         try:
             for batch in self.source.batches(self.batch_size, start=self.cursor, stop=self.stop):
@@ -353,9 +355,7 @@ class Analysis:
                 if self._stop_signal is not None:
                     self.seconds_before += time.perf_counter() - session_start
                     self.save(checkpoint, STATE_KIND_CHECKPOINT)
-                    name = signal.Signals(self._stop_signal).name
-                    raise Interrupted(f"{name} after {self.cursor - self.start} of {self.stop - self.start} "
-                                      f"examples; state saved to {checkpoint} (continue with --resume)")
+                    raise self._interrupted(checkpoint)
                 if every and batches % every == 0:
                     elapsed = time.perf_counter() - session_start
                     self.seconds_before += elapsed
@@ -366,6 +366,8 @@ class Analysis:
                 raise
             self.seconds_before += time.perf_counter() - session_start
             self.save(checkpoint, STATE_KIND_CHECKPOINT)
+            if isinstance(exc, StopWhileWaiting):
+                raise self._interrupted(checkpoint) from None
             raise DataFailed(f"{exc}; the state after {self.cursor - self.start} of {self.stop - self.start} "
                              f"examples saved to {checkpoint} (continue with --resume)") from None
         finally:
@@ -400,6 +402,11 @@ class Analysis:
             self.network.add(batch, arrays[len(arrays) - len(self.network.output_names):])
         self.used += n
         bar.update(n)
+
+    def _interrupted(self, checkpoint) -> Interrupted:
+        name = signal.Signals(self._stop_signal).name
+        return Interrupted(f"{name} after {self.cursor - self.start} of {self.stop - self.start} "
+                           f"examples; state saved to {checkpoint} (continue with --resume)")
 
     def _catch_signals(self) -> dict:
         """SIGINT/SIGTERM only set a flag, so the state is saved at a batch boundary, never mid-batch."""

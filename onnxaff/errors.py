@@ -17,3 +17,7 @@ class Interrupted(OnnxaffError):
 
 class DataFailed(OnnxaffError):
     """The data source failed between batches (a decoder process died): the state so far is still whole."""
+
+
+class StopWhileWaiting(DataFailed):
+    """SIGINT/SIGTERM arrived while the loop waited for the data source: the state is at a batch boundary."""

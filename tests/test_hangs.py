@@ -39,9 +39,34 @@ def _decoder_pids(parent: int) -> list[int]:
     return pids
 
 
-def test_killed_decoder_stops_the_run_saves_and_resumes(tmp_path):
-    """The out-of-memory killer's SIGKILL on a decoder: one line naming the batch within seconds, the state up
-    to the last complete batch saved, and --resume equals an uninterrupted run bit for bit."""
+def _start(args, ckpt: Path) -> subprocess.Popen:
+    """The CLI in its own session, once it has saved a checkpoint (its decoders are running)."""
+    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args),
+                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    def saved():
+        return ckpt.stat().st_mtime_ns if ckpt.exists() else None
+
+    before, deadline = saved(), time.monotonic() + 60
+    while saved() == before and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
+def _ended(proc: subprocess.Popen, since: float, what: str) -> str:
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the run hung after {what}")
+    assert time.monotonic() - since < 10, what
+    return err
+
+
+def test_stuck_or_killed_decoders_stop_the_run_with_its_state_then_resume(tmp_path):
+    """Decoders that stop answering: the first Ctrl-C stops the run (it waited for their batch forever), state
+    saved, exit 130. A decoder SIGKILLed as the out-of-memory killer does: one line naming the batch within
+    seconds (the run hung forever), the state up to the last complete batch saved, exit 2. Resumed after
+    both, the result equals an uninterrupted run bit for bit."""
     from tests.test_images import image_model
 
     root = photo_folder(tmp_path / "photos", 20, "{k:02d}_{name}")
@@ -52,26 +77,31 @@ def test_killed_decoder_stops_the_run_saves_and_resumes(tmp_path):
     ref = tmp_path / "ref.json"
     assert cli("analyze", *args, "--workers", 0, "--out", ref).returncode == 0
     out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out),
-                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    args += ["--out", out]
+
+    proc = _start(args, ckpt)
+    decoders = _decoder_pids(proc.pid)
+    assert decoders and proc.poll() is None
+    for pid in decoders:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(1)  # the loop uses up what was decoded ahead, then waits for a stopped decoder
+    proc.send_signal(signal.SIGINT)
+    err = _ended(proc, time.monotonic(), "Ctrl-C while waiting for stopped decoders")
+    assert proc.returncode == 130 and err.startswith("onnxaff: interrupted: SIGINT after"), err
+    assert all(not Path(f"/proc/{pid}").exists() or " Z " in Path(f"/proc/{pid}/stat").read_text()
+               for pid in decoders), "stopped decoders left behind"
+
+    proc = _start([*args, "--resume"], ckpt)
     victims = _decoder_pids(proc.pid)
     assert victims and proc.poll() is None
     os.kill(victims[0], signal.SIGKILL)
-    killed = time.monotonic()
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the run hung after a decoder was killed")
-    assert time.monotonic() - killed < 10
+    err = _ended(proc, time.monotonic(), "a decoder was killed")
     assert proc.returncode == 2, err
     assert err.count("\n") == 1 and err.startswith("onnxaff: error: an image decoder process died"), err
     assert "batch" in err and "saved to" in err and "--resume" in err, err
     assert not out.exists() and ckpt.exists()
-    done = cli("analyze", *args, "--out", out, "--resume")
+
+    done = cli("analyze", *args, "--resume")
     assert done.returncode == 0, done.stderr
     assert_same(read_signature(ref), read_signature(out), tol=0)
 

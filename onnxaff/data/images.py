@@ -15,6 +15,7 @@ import signal
 import threading
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize
 from onnxaff.data.source import DataSource, InputSpec
-from onnxaff.errors import DataFailed, OnnxaffError, first_line
+from onnxaff.errors import DataFailed, OnnxaffError, StopWhileWaiting, first_line
 
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -205,6 +206,7 @@ class ImageFolderSource(DataSource):
         self.shuffle, self.seed = shuffle, seed
         self.skipped: list[tuple[str, str]] = []
         self.used = 0
+        self.should_stop = lambda: False  # the batch loop's "a signal asked to stop" (checked while waiting)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -243,7 +245,12 @@ class ImageFolderSource(DataSource):
 
     def _result(self, index: int, paths: list[str], future, start: int, batch_size: int):
         try:
-            return future.result()
+            while True:  # polled, so a stop asked for meanwhile (Ctrl-C) needs no batch to arrive first
+                try:
+                    return future.result(timeout=0.25)
+                except FuturesTimeout:
+                    if self.should_stop():
+                        raise StopWhileWaiting(f"stopped while waiting for batch {index + 1}") from None
         except BrokenProcessPool:
             first = Path(paths[0]).relative_to(self.root).as_posix() if paths else "?"
             raise DecoderDied(
