@@ -277,7 +277,8 @@ CONSTANT_Y = "undefined for a constant"
 
 
 def test_dead_units(capfd, tmp_path):
-    """y = Relu(−|x| − 1) is 0 everywhere: the A = 0 rule for a constant output makes the affinity exactly 1 (a constant is affine).
+    """y = Relu(−|x| − 1) is 0 everywhere: A = 0 for a constant output makes the affinity exactly 1 (a constant is
+    affine).
     z's last channel is Relu(−1) = 0 for every example: a dead channel among live ones, still a finite score.
     Metrics that divide by the output's variance say so in their status instead of returning NaN."""
     model = with_weights(DEAD, one=np.array(1, np.float32), mask=np.array([1, 1, 1, 0], np.float32),
