@@ -45,6 +45,10 @@ class NetworkNLC:
         if n < 2:
             self.short_batches += 1
             return
+        with np.errstate(all="ignore"):  # NaN/Inf outputs: the result says so (nlc_result), no NumPy warnings
+            self._add(n, batch, outputs)
+
+    def _add(self, n: int, batch: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
         plus, minus = {}, {}
         for spec in self.inputs:
             x = batch[spec.name].astype(np.float64)
@@ -91,9 +95,14 @@ def nlc_result(d: dict) -> dict:
         return {"status": "not_applicable", "reason": d["reason"]}
     if d["examples"] < 2:
         return {"status": "no_data", "reason": "needs batches of at least 2 examples"}
-    values = {}
+    values, nonfinite = {}, []
     for name in d["outputs"]:
         num, den = d["jv2"][name], d["scatter"][name]
-        values[name] = math.sqrt(num / den) if den > 0 and math.isfinite(num) else None
-    return {"status": "ok", "values": values, "examples": d["examples"], "step": d["step"],
-            "form": "directional"}
+        finite = math.isfinite(num) and math.isfinite(den)  # an infinite scatter would make the NLC a false 0
+        values[name] = math.sqrt(num / den) if den > 0 and finite else None
+        if not finite:
+            nonfinite.append(name)
+    out = {"status": "ok", "values": values, "examples": d["examples"], "step": d["step"], "form": "directional"}
+    if nonfinite:
+        out["reason"] = f"NaN/Inf in output(s) {', '.join(nonfinite)} or their finite differences: no value"
+    return out
