@@ -20,6 +20,7 @@ from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
 from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks
 from onnxaff.scoring import ChunkScorer, evaluate
+from onnxaff.stats import HALVES, chunk_diagnostics, entry_ci, metric_flags
 
 
 def _chunk_state(c: Chunk | None) -> dict | None:
@@ -51,6 +52,9 @@ class SiteState:
     pending: list[Future] = field(default_factory=list)  # chunk scores still being computed, in chunk order
     partial: bool = False  # the one partial chunk was scored (no full chunk)
     tracks: int | None = None  # a residual stage: X is h⁰ … h^L side by side, Y is empty
+    seen: set[str] = field(default_factory=set)  # chunk properties behind the flags (onnxaff.stats)
+    solo: Chunk | None = None  # the first chunk, kept while it is the only one: a one-chunk ci95 needs its rows
+    halves: dict[str, list[float]] = field(default_factory=dict)  # half-sample scores of a run's only chunk
 
     def output_names(self) -> list[str]:
         names = [self.outputs.x, self.outputs.y]
@@ -90,6 +94,9 @@ class SiteState:
         self.chunks += 1
         self.chunk_rows = x.shape[0]
         chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
+        if not self.tracks and any(m.needs in ("chunk", "chunk_pair") for m in metrics):
+            self.seen |= chunk_diagnostics(chunk.x, chunk.y)
+            self.solo = chunk if self.chunks == 1 else None
         jobs = []
         for m in metrics:
             if self._not_applicable(m):
@@ -137,6 +144,7 @@ class SiteState:
             self.score(*rest, metrics, scorer)
             self.partial = True
         self.collect()
+        self._half_samples(metrics)
         if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
             pooled = self.moments.total()
             for m in metrics:
@@ -148,6 +156,27 @@ class SiteState:
             for m in metrics:
                 if m.needs == "jvp":
                     self._record(m, stats)
+
+    def _half_samples(self, metrics: list[Metric]) -> None:
+        """A run with one chunk: score HALVES random halves of it, for that chunk's ci95 (onnxaff.stats)."""
+        if self.chunks != 1 or self.solo is None or self.solo.n < 8:
+            return
+        rng = np.random.default_rng(0)
+        picks = [np.sort(rng.choice(self.solo.n, self.solo.n // 2, replace=False)) for _ in range(HALVES)]
+        for m in metrics:
+            if m.needs == "chunk" and not self._not_applicable(m) and m.name in self.values:
+                scores = [evaluate(m, Chunk(self.solo.x[i], self.solo.y[i]))[0] for i in picks]
+                self.halves[m.name] = [v for v in scores if v is not None]
+        self.solo = None
+
+    def flags_and_ci(self, m: Metric, values: list[float], partial: bool) -> dict:
+        """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry."""
+        pooled = m.needs in ("moments", "jvp")
+        rows = self.rows if pooled else (self.chunk_rows or self.rows)
+        d = max(self.dims) if self.dims else 0
+        flags = metric_flags(m.name, m.needs, rows, d, partial, self.seen, getattr(m, "rows_per_dim", None))
+        ci = None if pooled else entry_ci(values, self.halves.get(m.name))
+        return {"flags": flags, "ci95": ci}
 
     def entry(self, m: Metric, partial: bool) -> dict:
         values = self.values.get(m.name, [])
@@ -172,6 +201,7 @@ class SiteState:
                 out.update(chunks=0, std=None, pooled_rows=self.rows)
             if self.dims and (note := m.caveat(self.chunk_rows or self.rows, *self.dims)):
                 out["caveat"] = note
+            out.update(self.flags_and_ci(m, values, partial))
         return out
 
     # --- checkpoints and shards ---
@@ -188,6 +218,7 @@ class SiteState:
             "dims": None if self.dims is None else list(self.dims),
             "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
             "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
+            "seen": sorted(self.seen), "solo": _chunk_state(self.solo), "halves": self.halves,
         }
 
     def restore(self, d: dict) -> None:
@@ -202,6 +233,9 @@ class SiteState:
         self.first, self.previous = _chunk_from(d["first"]), _chunk_from(d["previous"])
         self.jvp = None if d["jvp"] is None else JvpAccumulator.from_state(d["jvp"])
         self.tracks = d["tracks"]
+        self.seen = set(d.get("seen", []))
+        self.solo = _chunk_from(d.get("solo"))
+        self.halves = {k: list(v) for k, v in d.get("halves", {}).items()}
 
     @classmethod
     def from_state(cls, d: dict) -> SiteState:
@@ -232,6 +266,9 @@ class SiteState:
             self.errors.setdefault(name, error)
         self.rows += other.rows
         self.nonfinite_rows += other.nonfinite_rows
+        self.seen |= other.seen
+        self.halves = (self.halves or other.halves) if self.chunks + other.chunks == 1 else {}
+        self.solo = (self.solo or other.solo) if self.chunks + other.chunks == 1 else None
         self.chunks += other.chunks
         self.chunk_rows = max(self.chunk_rows, other.chunk_rows)
         self.first = self.first or other.first
