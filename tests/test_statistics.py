@@ -145,6 +145,9 @@ def test_a_small_run_prints_one_warning_line_per_flag_kind(capfd, tmp_path):
     flags = [e["flags"] for s in sig["sites"] for e in s["metrics"].values()]
     assert flags and all("partial" in f and "few_rows" in f for f in flags)
     assert "flags" in out  # the terminal table's flags column
+    code, _, err = run_cli(capfd, "report", tmp_path / "s.json", "--out", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert code == 0 and "flags (docs/statistics.md)" in page and "few_rows, partial" in page, err
 
 
 def test_compare_can_leave_flagged_scores_out_and_says_how_many(capfd, tmp_path):

@@ -34,6 +34,27 @@ def signatures(named: dict[str, list[float]], metric: str) -> str:
     return _uri(fig)
 
 
+def signature_detail(name: str, entries: list[dict], metric: str) -> str:
+    """One model's signature with ci95 error bars; flagged scores hollow (docs/statistics.md)."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    n = len(entries)
+    depth = np.linspace(0, 1, n) if n > 1 else np.zeros(1)
+    mean = np.array([e["mean"] for e in entries])
+    ax.plot(depth, mean, color="C0", lw=1, label=name)
+    for x, e in zip(depth, entries, strict=True):
+        if e.get("ci95"):
+            ax.errorbar(x, e["mean"], yerr=[[e["mean"] - e["ci95"][0]], [e["ci95"][1] - e["mean"]]], color="C0",
+                        capsize=2, lw=0.8)
+        ax.plot(x, e["mean"], "o", markersize=5, color="C0", mfc="white" if e.get("flags") else "C0")
+    ax.plot([], [], "o", color="C0", mfc="white", label="flagged (see the flags column)")
+    ax.set_xlabel("normalised depth (site index / last)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"non-linearity signature ({metric}), 95 % intervals over chunks")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _uri(fig)
+
+
 def histograms(named: dict[str, list[float]], metric: str) -> str:
     n = len(named)
     cols = min(n, 4)
