@@ -95,7 +95,7 @@ class SiteState:
         self.chunk_rows = x.shape[0]
         chunk = Chunk(np.asarray(x, np.float64), np.asarray(y, np.float64))
         if not self.tracks and any(m.needs in ("chunk", "chunk_pair") for m in metrics):
-            self.seen |= chunk_diagnostics(chunk.x, chunk.y)
+            self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1)
             self.solo = chunk if self.chunks == 1 else None
         jobs = []
         for m in metrics:

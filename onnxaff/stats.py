@@ -71,8 +71,11 @@ def rows_needed(metric: str, d: int, per_dim: int | None = None) -> int:
     return d + 1 if ratio is None else max(d + 1, int(math.ceil(ratio * d)))
 
 
-def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6) -> set[str]:
-    """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X."""
+def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True) -> set[str]:
+    """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X.
+
+    rank=False skips the O(nd²) rank test (the caller runs it on a site's first chunk only).
+    """
     found = set()
     n, d = x.shape
     const_y = np.ptp(y, axis=0) == 0
@@ -85,6 +88,8 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6) -> set[st
         found.add("eps_dominated")
     sd = np.sqrt((xc * xc).mean(axis=0))
     live = sd > 0
+    if not rank:
+        return found
     if n > d and live.any():  # with n ≤ d, X is rank-deficient by construction: `few_rows` says so
         z = xc[:, live] / sd[live]
         s = np.linalg.svd(z, compute_uv=False)
