@@ -52,6 +52,7 @@ def half_sample_ci(fn: Callable[[np.ndarray, np.ndarray], float], x: np.ndarray,
 
 EPS_RATIO = 1e-3  # ε over the mean variance above which the absolute ε moves the affinity by ≳ 0.002 (see docs)
 FLOAT32_NOISE = float(np.finfo(np.float32).eps)
+RANK_TEST_MAX_D = 512  # the rank test costs O(nd² + d³) once per site: 25 s at d = 2048, n = 4096 on 2 cores
 
 # Rows per chunk per feature dimension for the finite-sample bias to stay under 0.05 on every site of the study
 # (benchmarks/finite_sample_study.py, docs/statistics.md). Metrics not listed get the generic rule n > d.
@@ -90,10 +91,10 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: boo
     live = sd > 0
     if not rank:
         return found
-    if n > d and live.any():  # with n ≤ d, X is rank-deficient by construction: `few_rows` says so
+    if n > d and live.any() and d <= RANK_TEST_MAX_D:  # n ≤ d: rank-deficient by construction (`few_rows`)
         z = xc[:, live] / sd[live]
-        s = np.linalg.svd(z, compute_uv=False)
-        if s[-1] <= live.sum() * FLOAT32_NOISE * s[0]:  # r2's cutoff: see plugins/r2.py
+        w = np.linalg.eigvalsh(z.T @ z)  # squared singular values: same cutoff as r2's, squared
+        if w[0] <= (live.sum() * FLOAT32_NOISE) ** 2 * w[-1]:  # r2's cutoff: see plugins/r2.py
             found.add("rank_deficient")
     elif not live.any():
         found.add("rank_deficient")
