@@ -82,7 +82,10 @@ def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None,
 
 def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int) -> str:
     named = {n: [v for v in s.scores(comp.metric) if v is not None] for n, s in zip(comp.names, sigs, strict=True)}
-    parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric), "signatures")]
+    flagged = {n: [bool(x["metrics"][comp.metric].get("flags")) for x in s.sites if x["status"] == "ok"
+                   and x.get("group", "activation") == "activation" and x["metrics"].get(comp.metric, {}).get("mean")
+                   is not None] for n, s in zip(comp.names, sigs, strict=True)}
+    parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric, flagged), "signatures")]
     parts.append("<h3>Distribution of scores per model</h3>" + _img(plots.histograms(named, comp.metric), "hist"))
     rows = [[n, *[signature_stats(v).get(k) for k in STAT_KEYS]] for n, v in named.items()]
     parts.append("<h3>Signature statistics</h3>" + _table(["model", *STAT_KEYS], rows))

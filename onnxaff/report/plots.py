@@ -20,12 +20,20 @@ def _uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def signatures(named: dict[str, list[float]], metric: str) -> str:
+def signatures(named: dict[str, list[float]], metric: str, flagged: dict[str, list[bool]] | None = None) -> str:
+    """Signatures along normalised depth; scores with flags (docs/statistics.md) drawn hollow."""
     fig, ax = plt.subplots(figsize=(8, 4))
     styles = ("-", "--", ":", "-.")  # past ten models the colour cycle repeats: the line style tells them apart
     for k, (name, values) in enumerate(named.items()):
         depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker="o", markersize=3, label=name, linestyle=styles[(k // 10) % len(styles)])
+        line, = ax.plot(depth, values, marker="o", markersize=3, label=name,
+                        linestyle=styles[(k // 10) % len(styles)])
+        hollow = [i for i, f in enumerate((flagged or {}).get(name, [])) if f and i < len(values)]
+        if hollow:
+            ax.plot(np.asarray(depth)[hollow], np.asarray(values)[hollow], "o", markersize=6, mfc="white",
+                    color=line.get_color())
+    if flagged and any(any(f) for f in flagged.values()):
+        ax.plot([], [], "o", mfc="white", color="grey", label="flagged score")
     ax.set_xlabel("normalised depth (site index / last)")
     ax.set_ylabel(metric)
     ax.set_title(f"non-linearity signatures ({metric})")
