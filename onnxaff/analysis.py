@@ -49,6 +49,7 @@ from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
 from onnxaff.state import load_state, save_state
+from onnxaff.stats import flag_warnings
 
 DEFAULT_METRICS = ("affinity", "affinity_lw")
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
@@ -148,9 +149,8 @@ def site_entries(bases: list[dict], states: dict[int, SiteState], metrics: list[
         d["metrics"] = {m.name: st.entry(m, st.partial) for m in metrics}
         for name, err in st.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
-        if st.partial:
-            warnings.append(f"{label}: fewer rows ({st.rows}) than one chunk ({chunk_size})")
         out.append(d)
+    warnings += flag_warnings(out)  # one line per flag kind (partial chunks included), not one per site
     skipped = [b for b in bases if b["status"] != "ok"]
     if skipped:
         warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))

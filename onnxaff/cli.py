@@ -79,8 +79,11 @@ def print_summary(sig) -> None:
     rows = []
     for s in sig.sites:
         cells = [_fmt_score(s["metrics"].get(n)) for n in names]
-        rows.append([s["index"], s["id"][:40], s["kind"], s.get("dim") or "-", s["status"], *cells])
-    click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±std (chunks)" for n in names]]))
+        flags = sorted({f for n in names for f in (s["metrics"].get(n) or {}).get("flags", [])})
+        rows.append([s["index"], s["id"][:40], s["kind"], s.get("dim") or "-", s["status"], *cells,
+                     ",".join(flags) or "-"])
+    click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±std (chunks)" for n in names],
+                             "flags (docs/statistics.md)"]))
     click.echo("")
     if sig.stages:
         click.echo(_table([[st["index"], st["id"][:40], st["length"], st.get("dim") or "-", st["status"],
@@ -351,10 +354,19 @@ def plugins(plugin, fmt) -> None:
     click.echo(_table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))
 
 
-def _read_all(paths):
+def _read_all(paths, exclude_flagged: bool = False):
     from onnxaff.signature import read_signature
+    from onnxaff.stats import drop_flagged
 
-    return [read_signature(p) for p in paths]
+    sigs = [read_signature(p) for p in paths]
+    if exclude_flagged:
+        dropped, total = drop_flagged(sigs)
+        click.echo(f"--exclude-flagged: left out {dropped} of {total} flagged site scores", err=True)
+    return sigs
+
+
+_exclude_flagged = click.option("--exclude-flagged", is_flag=True,
+                                help="Leave out scores with flags (few rows, partial chunk, ...) and say how many.")
 
 
 @cli.command()
@@ -365,7 +377,8 @@ def _read_all(paths):
 @click.option("--metric", default="all", show_default=True, help="A metric, or all that every signature has.")
 @click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
 @click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
-def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
+@_exclude_flagged
+def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged) -> None:
     """DTW distances, clustering and statistics of several signatures, per metric."""
     from onnxaff.compare import compare as run_compare
     from onnxaff.compare import comparison_table, shared_metrics
@@ -374,7 +387,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
     from onnxaff.signature import write_json_atomic
 
     refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
-    sigs = _read_all(signatures)
+    sigs = _read_all(signatures, exclude_flagged)
     names = shared_metrics(sigs) if metric == "all" else [metric]
     if not names:
         raise OnnxaffError("the signatures share no metric with scores")
@@ -401,7 +414,8 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
 @click.option("--metric", default="affinity", show_default=True)
 @click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
-def correlate(signatures, accuracy, group_file, metric, out) -> None:
+@_exclude_flagged
+def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) -> None:
     """R² and Pearson r of accuracy against each signature statistic and model baseline."""
     from onnxaff.compare import correlate as run_correlate
     from onnxaff.compare import correlation_table, read_table
@@ -411,7 +425,7 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
 
     refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
                                         ("--group", group_file)])
-    result = run_correlate(_read_all(signatures), read_table(accuracy, "accuracy"), metric=metric,
+    result = run_correlate(_read_all(signatures, exclude_flagged), read_table(accuracy, "accuracy"), metric=metric,
                            groups=read_table(group_file, "group") if group_file else None)
     if out.endswith(".json"):
         path = write_json_atomic(out, result)

@@ -88,7 +88,10 @@ def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None,
 
 def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int) -> str:
     named = {n: [v for v in s.scores(comp.metric) if v is not None] for n, s in zip(comp.names, sigs, strict=True)}
-    parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric), "signatures")]
+    flagged = {n: [bool(x["metrics"][comp.metric].get("flags")) for x in s.sites if x["status"] == "ok"
+                   and x.get("group", "activation") == "activation" and x["metrics"].get(comp.metric, {}).get("mean")
+                   is not None] for n, s in zip(comp.names, sigs, strict=True)}
+    parts = ["<h3>Signatures</h3>" + _img(plots.signatures(named, comp.metric, flagged), "signatures")]
     parts.append("<h3>Distribution of scores per model</h3>" + _img(plots.histograms(named, comp.metric), "hist"))
     rows = [[n, *[signature_stats(v).get(k) for k in STAT_KEYS]] for n, v in named.items()]
     parts.append("<h3>Signature statistics</h3>" + _table(["model", *STAT_KEYS], rows))
@@ -133,13 +136,18 @@ def single_page(sig: Signature, metric: str = "affinity") -> str:
     name = sig.model.get("name", "model")
     values = [v for v in sig.scores(metric) if v is not None]
     parts = []
+    entries = [s["metrics"][metric] for s in sig.sites if s["status"] == "ok" and s.get("group", "activation")
+               == "activation" and s["metrics"].get(metric, {}).get("mean") is not None]
     if values:
-        parts.append(_img(plots.signatures({name: values}, metric), "signature"))
+        parts.append(_img(plots.signature_detail(name, entries, metric), "signature"))
         parts.append(_img(plots.histograms({name: values}, metric), "histogram"))
     metrics = [m for m, info in sig.metrics.items() if info.get("needs") != "tracks"]
     rows = [[s["index"], s["id"], s["kind"], str(s.get("input_shape")), s.get("dim"), s["status"],
-             *[s["metrics"].get(m, {}).get("mean") for m in metrics]] for s in sig.sites]
-    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics], rows, left=4))
+             *[s["metrics"].get(m, {}).get("mean") for m in metrics],
+             ", ".join(sorted({f for m in metrics for f in s["metrics"].get(m, {}).get("flags", [])})) or "-"]
+            for s in sig.sites]
+    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics,
+                                            "flags (docs/statistics.md)"], rows, left=4))
     if sig.stages:
         track = [m for m in sig.metrics if m not in metrics]
         rows = [[st["index"], st["id"], st["length"], st.get("dim"), st["status"],

@@ -42,17 +42,47 @@ def _uri(fig) -> str:
 
 
 @_plain_text
-def signatures(named: dict[str, list[float]], metric: str) -> str:
+def signatures(named: dict[str, list[float]], metric: str, flagged: dict[str, list[bool]] | None = None) -> str:
+    """Signatures along normalised depth; scores with flags (docs/statistics.md) drawn hollow."""
     metric = printable(metric)
     fig, ax = plt.subplots(figsize=(8, 4))
     styles = ("-", "--", ":", "-.")  # past ten models the colour cycle repeats: the line style tells them apart
     for k, (name, values) in enumerate(named.items()):
         depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker="o", markersize=3, label=printable(name),
-                linestyle=styles[(k // 10) % len(styles)])
+        line, = ax.plot(depth, values, marker="o", markersize=3, label=printable(name),
+                        linestyle=styles[(k // 10) % len(styles)])
+        hollow = [i for i, f in enumerate((flagged or {}).get(name, [])) if f and i < len(values)]
+        if hollow:
+            ax.plot(np.asarray(depth)[hollow], np.asarray(values)[hollow], "o", markersize=6, mfc="white",
+                    color=line.get_color())
+    if flagged and any(any(f) for f in flagged.values()):
+        ax.plot([], [], "o", mfc="white", color="grey", label="flagged score")
     ax.set_xlabel("normalised depth (site index / last)")
     ax.set_ylabel(metric)
     ax.set_title(f"non-linearity signatures ({metric})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return _uri(fig)
+
+
+@_plain_text
+def signature_detail(name: str, entries: list[dict], metric: str) -> str:
+    """One model's signature with ci95 error bars; flagged scores hollow (docs/statistics.md)."""
+    name, metric = printable(name), printable(metric)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    n = len(entries)
+    depth = np.linspace(0, 1, n) if n > 1 else np.zeros(1)
+    mean = np.array([e["mean"] for e in entries])
+    ax.plot(depth, mean, color="C0", lw=1, label=name)
+    for x, e in zip(depth, entries, strict=True):
+        if e.get("ci95"):
+            ax.errorbar(x, e["mean"], yerr=[[e["mean"] - e["ci95"][0]], [e["ci95"][1] - e["mean"]]], color="C0",
+                        capsize=2, lw=0.8)
+        ax.plot(x, e["mean"], "o", markersize=5, color="C0", mfc="white" if e.get("flags") else "C0")
+    ax.plot([], [], "o", color="C0", mfc="white", label="flagged (see the flags column)")
+    ax.set_xlabel("normalised depth (site index / last)")
+    ax.set_ylabel(metric)
+    ax.set_title(f"non-linearity signature ({metric}), 95 % intervals over chunks")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     return _uri(fig)
