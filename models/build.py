@@ -164,18 +164,10 @@ TORCH_MODELS = {
 
 
 def torch_site_kinds(model, kinds, x) -> list[str]:
-    """Activation kinds in the order the forward pass calls them."""
-    import torch
+    """Activation kinds in the order the forward pass calls them (onnxaff.export's forward hooks)."""
+    from onnxaff.export import torch_site_kinds as hooked
 
-    seen, hooks = [], []
-    for m in model.modules():
-        if type(m) in kinds:
-            hooks.append(m.register_forward_hook(lambda mod, i, o: seen.append(kinds[type(mod)])))
-    with torch.no_grad():
-        model(x)
-    for h in hooks:
-        h.remove()
-    return seen
+    return hooked(model, (x,), kinds)
 
 
 def train_torch(model, train_x, train_y, epochs: int, lr: float, seed: int):
@@ -283,6 +275,8 @@ def build_sklearn(names, train_x, train_y) -> dict:
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
 
+    from onnxaff.export import sklearn_site_kinds
+
     entries = {}
     for name in names:
         act = SK_MODELS[name]
@@ -293,11 +287,10 @@ def build_sklearn(names, train_x, train_y) -> dict:
         model = skl2onnx.convert_sklearn(clf, initial_types=[("image", FloatTensorType([None, 784]))],
                                          options={id(clf): {"zipmap": False}}, target_opset=17)
         onnx.save(model, HERE / f"{name}.onnx")
-        kind = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid"}[act]
         entries[name] = {
             "framework": f"scikit-learn {sklearn.__version__}", "exporter": f"skl2onnx {skl2onnx.__version__}",
             "architecture": f"MLPClassifier{SK_HIDDEN}, {act}, softmax output", "opset": 17, "layout": "flat",
-            "epochs": int(clf.n_iter_), "sites": [kind] * len(SK_HIDDEN) + ["softmax"],
+            "epochs": int(clf.n_iter_), "sites": sklearn_site_kinds(clf),
         }
     return entries
 
@@ -312,6 +305,8 @@ def build_keras(train_x, train_y) -> dict:
     traced as a tf.function, which tf2onnx converts."""
     import tensorflow as tf
     import tf2onnx
+
+    from onnxaff.export import keras_site_kinds
 
     tf.keras.utils.set_random_seed(SEED)
     layers = tf.keras.layers
@@ -331,8 +326,7 @@ def build_keras(train_x, train_y) -> dict:
     import onnx
 
     onnx.save(proto, HERE / "keras_cnn_relu.onnx")
-    kinds = [{"relu": "relu", "softmax": "softmax"}[layer.activation.__name__] for layer in model.layers
-             if getattr(layer, "activation", None) is not None and layer.activation.__name__ != "linear"]
+    kinds = keras_site_kinds(model)
     return {"keras_cnn_relu": {
         "framework": f"TensorFlow {tf.__version__} / Keras {tf.keras.__version__}",
         "exporter": f"tf2onnx {tf2onnx.__version__} (from_function)",

@@ -31,7 +31,7 @@ from onnxaff import __version__
 from onnxaff.checkpoint import prepare as prepare_checkpoint
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
-from onnxaff.errors import Interrupted, OnnxaffError
+from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
@@ -50,6 +50,7 @@ from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
 from onnxaff.sitelist import list_sites
 from onnxaff.state import load_state, save_state
+from onnxaff.stats import flag_warnings
 
 DEFAULT_METRICS = ("affinity", "affinity_lw")
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
@@ -139,9 +140,8 @@ def site_entries(bases: list[dict], states: dict[int, SiteState], metrics: list[
         d["metrics"] = {m.name: st.entry(m, st.partial) for m in metrics}
         for name, err in st.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
-        if st.partial:
-            warnings.append(f"{label}: fewer rows ({st.rows}) than one chunk ({chunk_size})")
         out.append(d)
+    warnings += flag_warnings(out)  # one line per flag kind (partial chunks included), not one per site
     skipped = [b for b in bases if b["status"] != "ok"]
     if skipped:
         warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))
@@ -232,7 +232,7 @@ class Analysis:
         fixed = {i.fixed_batch for i in inputs} - {None}
         self.fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
         self.batch_size = self.fixed_batch or batch_size
-        self.warnings: list[str] = []
+        self.warnings: list[str] = list(getattr(self.source, "warnings", []))  # e.g. links an image walk met
         if self.batch_size != batch_size:
             self.warnings.append(f"the model's batch size is fixed at {self.batch_size}: batches of {self.batch_size}")
 
@@ -320,8 +320,9 @@ class Analysis:
 
     def run(self, checkpoint: str | Path | None = None, every: int = 0, finish: bool = False) -> None:
         """Feed [cursor, stop) through the runtime. With a checkpoint path, save the state every `every`
-        batches and on SIGINT/SIGTERM (then raise Interrupted); with `finish` too, the end-of-data scoring
-        runs here, where a signal still saves the state (the one from before the finish)."""
+        batches and on SIGINT/SIGTERM (then raise Interrupted), and when the data source fails (DataFailed); with
+        `finish` too, the end-of-data scoring runs here, where a signal still saves the state (the one from before
+        the finish)."""
         if every < 0:
             raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {every}")
         if checkpoint is not None:
@@ -331,6 +332,8 @@ class Analysis:
         bar.update(self.cursor - self.start)
         scorer = ChunkScorer(self.chunk_workers)
         restore = self._catch_signals(scorer) if checkpoint is not None else {}
+        if restore and hasattr(self.source, "should_stop"):  # a source that waits (decoders) checks the flag
+            self.source.should_stop = lambda: (self._stop_signal or scorer.stop_signal) is not None
         session_start, batches = time.perf_counter(), 0
         try:
             for st in self.states:  # chunks a stopped run left unscored come first
@@ -359,6 +362,17 @@ class Analysis:
                 self.seconds_before += elapsed
                 session_start += elapsed
                 self._end_or_save(checkpoint, scorer, finish)
+        except DataFailed as exc:  # between batches: the state up to the last complete one is whole, keep it
+            if checkpoint is None:
+                raise
+            self.seconds_before += time.perf_counter() - session_start
+            session_start = time.perf_counter()
+            state = self.state(STATE_KIND_CHECKPOINT)
+            if isinstance(exc, StopWhileWaiting):
+                self._interrupted(checkpoint, self._stop_signal or scorer.stop_signal or signal.SIGINT, state)
+            save_state(checkpoint, state)
+            raise DataFailed(f"{exc}; the state after {self.cursor - self.start} of {self.stop - self.start} "
+                             f"examples saved to {checkpoint} (continue with --resume)") from None
         finally:
             for sig, handler in restore.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set from C
@@ -530,7 +544,21 @@ class Analysis:
         sig.stages = stage_results(self.stages, self.stage_states, self.track_metrics)
         if self.used == 0 and self.shard is None:
             raise _no_usable(self.data_spec, self.source)
+        if self.shard is None:
+            _check_some_number(sig, self.used)
         return sig
+
+
+def _check_some_number(sig: Signature, used: int) -> None:
+    """Data too small for every metric (one example, one partial chunk for a chunk-pair metric) is an error,
+    not a signature of empty entries that exits 0."""
+    entries = [e for s in sig.sites for e in s.get("metrics", {}).values()]
+    if any(e["status"] == "ok" for e in entries) or not any(e["status"] == "no_data" for e in entries):
+        return  # a number somewhere, or nothing for want of data (NaN/Inf sites are flagged and warned about)
+    reasons = sorted({e.get("reason", "needs at least 2 rows in a chunk") for e in entries
+                      if e["status"] == "no_data"})
+    raise OnnxaffError(f"no site got a number from {used} example(s): {'; '.join(reasons)} "
+                       f"(chunk size {sig.options['chunk_size']}); give more data")
 
 
 def _no_usable(data: str, source) -> OnnxaffError:

@@ -108,6 +108,10 @@ def _site_chunks(s: dict) -> str:
     return "/".join(str(c) for c in sorted(counts)) or "-"
 
 
+# One letter per flag in the terminal table (a legend line follows it); the signature keeps the names.
+FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "constant_output": "C"}
+
+
 def print_summary(sig) -> None:
     """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
     as mean±std with the chunk count in its own column, metrics past the width in further blocks."""
@@ -115,13 +119,18 @@ def print_summary(sig) -> None:
 
     names = [n for n, info in sig.metrics.items() if info.get("needs") != "tracks"]
     track_names = [n for n in sig.metrics if n not in names]
-    rows = []
+    rows, seen_flags = [], set()
     for s in sig.sites:
         cells = [_fmt_score(s["metrics"].get(n), chunks=False) for n in names]
+        flags = sorted({f for n in names for f in (s["metrics"].get(n) or {}).get("flags") or []})
+        seen_flags.update(flags)
         rows.append([s["index"], printable(s["id"])[:32], s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s),
-                     *cells])
-    click.echo(wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", *names], fixed=6, repeat=2))
+                     "".join(FLAG_CODES.get(f, f"[{f}]") for f in flags) or "-", *cells])
+    click.echo(wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", "flags", *names], fixed=7, repeat=2))
     click.echo("scores: mean±std over the chunks")
+    if seen_flags:
+        click.echo("flags: " + ", ".join(f"{FLAG_CODES.get(f, f'[{f}]')} {f}" for f in sorted(seen_flags))
+                   + " (docs/statistics.md)")
     click.echo("")
     if sig.stages:
         click.echo(wrapped([[st["index"], printable(st["id"])[:40], st["length"], st.get("dim") or "-", st["status"],
@@ -208,6 +217,33 @@ def _floats(text: str | None, option: str):
         raise OnnxaffError(f"{option} {text!r} is not a comma-separated list of numbers") from None
 
 
+def analysis_options(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
+                     input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, fit, pad_value, shuffle,
+                     workers, fast_decode, pairs, blocks, quiet) -> dict:
+    """Analysis keyword options from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
+    from onnxaff.data import parse_input_shapes
+    from onnxaff.data.preprocess import parse_size
+    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
+
+    if not any(m.strip() for m in metrics.split(",")):
+        raise OnnxaffError(f"--metrics {metrics!r} names no metric")
+    images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
+              "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
+    for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std")),
+                       ("resize", parse_size(resize, "--resize")), ("crop", parse_size(crop, "--crop")),
+                       ("interpolation", interpolation), ("fit", fit),
+                       ("pad_value", _floats(pad_value, "--pad-value"))):
+        if value is not None:
+            images[key] = value
+    options = dict(
+        metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
+        batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
+        input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
+        reduce_in=reduce_in, chunk_workers=chunk_workers, pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
+    )
+    return options
+
+
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
                   layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
                   shuffle, workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4,
@@ -215,9 +251,7 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
     from onnxaff.analysis import Analysis, parse_shard
     from onnxaff.checkpoint import prepare as prepare_checkpoint
     from onnxaff.checkpoint import write_result
-    from onnxaff.data import parse_input_shapes
     from onnxaff.files import check_writable, refuse_overwrite
-    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
     from onnxaff.shards import state_path_for, write_part
 
     outputs = [("--out", out)]
@@ -232,24 +266,9 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         prepare_checkpoint(checkpoint)  # a file there that is not a checkpoint is refused, never replaced
     if checkpoint_every < 0:
         raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {checkpoint_every}")
-    if not any(m.strip() for m in metrics.split(",")):
-        raise OnnxaffError(f"--metrics {metrics!r} names no metric")
-    images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
-              "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
-    from onnxaff.data.preprocess import parse_size
-
-    for key, value in (("mean", _floats(mean, "--mean")), ("std", _floats(std, "--std")),
-                       ("resize", parse_size(resize, "--resize")), ("crop", parse_size(crop, "--crop")),
-                       ("interpolation", interpolation), ("fit", fit),
-                       ("pad_value", _floats(pad_value, "--pad-value"))):
-        if value is not None:
-            images[key] = value
-    options = dict(
-        metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
-        batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
-        input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
-        reduce_in=reduce_in, chunk_workers=chunk_workers, pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
-    )
+    options = analysis_options(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
+                               layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation,
+                               fit, pad_value, shuffle, workers, fast_decode, pairs, blocks, quiet)
     if executor == "ray":
         from onnxaff.executors import run_ray
         from onnxaff.graph.load import load_model
@@ -367,7 +386,8 @@ def merge(parts, out, quiet) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
 @click.option("--quiet", is_flag=True, help="No progress or tables, only the output folder.")
-def demo(out, metrics, chunk_size, device, only, quiet) -> None:
+@click.option("--force", is_flag=True, help="Reanalyse every network, even those already in OUT.")
+def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
     from onnxaff.demo import run_demo
 
@@ -375,13 +395,9 @@ def demo(out, metrics, chunk_size, device, only, quiet) -> None:
     if not names:
         raise OnnxaffError("--metrics names no metric")
 
-    def announce(model):
-        if not quiet:
-            click.echo(f"{model.name} ({model.framework})", err=True)
-
     run = run_demo(out, metrics=names, chunk_size=chunk_size, device=device,
                    only=[m.strip() for m in only.split(",") if m.strip()] or None, progress=not quiet,
-                   on_model=announce)
+                   echo=None if quiet else (lambda line: click.echo(line, err=True)), force=force)
     if not quiet:
         def fmt(v, spec=".4f"):
             return "-" if v is None else format(v, spec)
@@ -389,7 +405,7 @@ def demo(out, metrics, chunk_size, device, only, quiet) -> None:
         click.echo(_table([[r["model"], r["framework"], r["sites"], fmt(r["accuracy"]), fmt(r["mean"]), fmt(r["min"]),
                             fmt(r["share_above_0.95"], ".0%")] for r in run.rows],
                           ["model", "framework", "sites", "accuracy", f"{names[0]} mean", "min", ">0.95"]))
-    wrote = "report.html and signatures/" if len(run.signatures) >= 2 else "signatures/ (a report compares two or more)"
+    wrote = "report.html and signatures/" if (run.folder / "report.html").exists() else "signatures/"
     click.echo(printable(f"demo outputs in {run.folder.resolve()}: {wrote} ({len(run.signatures)} models)"))
 
 
@@ -424,12 +440,21 @@ def _split_labels(args) -> tuple[list[str | None], list[str]]:
     return labels, paths
 
 
-def _read_all(paths, labels=None):
+def _read_all(paths, labels=None, exclude_flagged: bool = False):
     from onnxaff.compare import label_signature
     from onnxaff.signature import read_signature
+    from onnxaff.stats import drop_flagged
 
-    return [label_signature(read_signature(p), label) for p, label in zip(paths, labels or [None] * len(paths),
+    sigs = [label_signature(read_signature(p), label) for p, label in zip(paths, labels or [None] * len(paths),
                                                                           strict=True)]
+    if exclude_flagged:
+        dropped, total = drop_flagged(sigs)
+        click.echo(f"--exclude-flagged: left out {dropped} of {total} flagged site scores", err=True)
+    return sigs
+
+
+_exclude_flagged = click.option("--exclude-flagged", is_flag=True,
+                                help="Leave out scores with flags (few rows, partial chunk, ...) and say how many.")
 
 
 @cli.command()
@@ -440,7 +465,8 @@ def _read_all(paths, labels=None):
 @click.option("--metric", default="all", show_default=True, help="A metric, or all that every signature has.")
 @click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
 @click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
-def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
+@_exclude_flagged
+def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged) -> None:
     """DTW distances, clustering and statistics of several signatures, per metric.
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
@@ -453,7 +479,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
 
     labels, signatures = _split_labels(signatures)
     refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
-    sigs = _read_all(signatures, labels)
+    sigs = _read_all(signatures, labels, exclude_flagged)
     shared = shared_metrics(sigs)
     names = shared if metric == "all" else [metric]
     if not names:
@@ -484,7 +510,8 @@ def compare(signatures, out, fmt, metric, normalized, clusters) -> None:
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
 @click.option("--metric", default="affinity", show_default=True)
 @click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
-def correlate(signatures, accuracy, group_file, metric, out) -> None:
+@_exclude_flagged
+def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) -> None:
     """R² and Pearson r of accuracy against each signature statistic and model baseline.
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
@@ -498,7 +525,8 @@ def correlate(signatures, accuracy, group_file, metric, out) -> None:
     labels, signatures = _split_labels(signatures)
     refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
                                         ("--group", group_file)])
-    result = run_correlate(_read_all(signatures, labels), read_table(accuracy, "accuracy"), metric=metric,
+    result = run_correlate(_read_all(signatures, labels, exclude_flagged), read_table(accuracy, "accuracy"),
+                           metric=metric,
                            groups=read_table(group_file, "group") if group_file else None)
     if out.endswith(".json"):
         path = write_json_atomic(out, result)
@@ -543,6 +571,15 @@ def _exit_interrupted() -> None:
         sys.stderr.flush()
         os._exit(130)
     sys.exit(130)
+
+
+def _register_study() -> None:
+    from onnxaff.study_cli import make_command
+
+    cli.add_command(make_command(_analysis_options), name="study")
+
+
+_register_study()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,9 +1,9 @@
 """The main job on the embedded default: every shipped reference network on its shipped digits.
 
 Analyses each network of `onnxaff_models` (PyTorch, scikit-learn, Keras and onnx.helper exports of
-MNIST classifiers), then writes what a study writes: one signature JSON per network, a comparison
-report (signatures, DTW matrix, clustering, plots) and the correlation of signature statistics with
-the networks' held-out accuracy.
+MNIST classifiers) through `onnxaff.study`, each on its own layout of the same digits: one signature
+JSON per network, compare.json, a comparison report (signatures, DTW matrix, clustering, plots) and
+the correlation of signature statistics with the networks' held-out accuracy.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnxaff.analysis import DEFAULT_METRICS, analyze
-from onnxaff.compare import compare, correlate, shared_metrics
+from onnxaff.analysis import DEFAULT_METRICS
 from onnxaff.errors import OnnxaffError
-from onnxaff.files import write_text_atomic
 from onnxaff.signature import Signature
 
 
@@ -41,43 +39,26 @@ def _zoo(only: list[str] | None):
 
 
 def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int = 512, device: str = "auto",
-             only: list[str] | None = None, progress: bool = True, on_model=None) -> DemoRun:
-    """Analyse the shipped networks and write signatures and reports into the folder `out`."""
+             only: list[str] | None = None, progress: bool = True, echo=None, force: bool = False) -> DemoRun:
+    """Analyse the shipped networks and write signatures and reports into the folder `out`: a study of them
+    (so a rerun skips the networks already analysed), rendered as the demo's page."""
     from onnxaff.report.html import demo_page
+    from onnxaff.study import StudyModel, run_study
 
-    folder = Path(out)
-    try:
-        (folder / "signatures").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OnnxaffError(f"cannot create the demo folder {folder}: {exc.strerror}") from None
-    zoo = _zoo(only)
-    sigs: dict[str, Signature] = {}
-    rows = []
-    for model in zoo:
-        if on_model is not None:
-            on_model(model)
-        sig = analyze(model.path, str(model.data), metrics=list(metrics), chunk_size=chunk_size, device=device,
-                      progress=progress)
-        sig.model["name"] = model.name  # the manifest's name, not the file stem, labels the reports
-        sig.model["reference"] = {k: model.entry[k] for k in ("framework", "exporter", "architecture")}
-        sig.model["test_accuracy"] = model.accuracy
-        sigs[model.name] = sig
-        sig.write(folder / "signatures" / f"{model.name}.json")
-        stats = sig.summary().get(metrics[0], {})
-        rows.append({"model": model.name, "framework": model.framework, "architecture": model.entry["architecture"],
-                     "sites": len(sig.sites), "accuracy": model.accuracy, "mean": stats.get("mean"),
-                     "min": stats.get("min"), "share_above_0.95": stats.get("share_above_0.95")})
-    if len(sigs) >= 2:
-        ordered = list(sigs.values())
-        comps = [compare(ordered, metric=m) for m in shared_metrics(ordered)]
-        # Exports of the same weights (a second opset, a hand-written copy) would count one network twice.
-        distinct = [s for m, s in zip(zoo, ordered, strict=True) if not _is_copy(m)]
-        corr = None
-        if len(distinct) >= 3:
-            corr = correlate(distinct, {s.model["name"]: str(s.model["test_accuracy"]) for s in distinct},
-                             metric=metrics[0])
-        write_text_atomic(folder / "report.html", demo_page(ordered, comps, corr, rows, metrics[0]))
-    return DemoRun(folder, sigs, rows)
+    models = [StudyModel(m.name, m.path, data=str(m.data), accuracy=m.accuracy,
+                         columns={"framework": m.framework, "architecture": m.entry["architecture"]},
+                         model_info={"reference": {k: m.entry[k] for k in ("framework", "exporter", "architecture")},
+                                     "test_accuracy": m.accuracy},
+                         correlate=not _is_copy(m))  # second exports of the same weights would count one net twice
+              for m in _zoo(only)]
+    result = run_study(models, None, out, options=dict(metrics=list(metrics), chunk_size=chunk_size, device=device,
+                                                        progress=progress),
+                       force=force, echo=echo, render=lambda sigs, comps, corr, rows, metric, _failed: demo_page(
+                           sigs, comps, corr, rows, metric))
+    if result.failed:
+        label, reason = next(iter(result.failed.items()))
+        raise OnnxaffError(f"{len(result.failed)} shipped model(s) failed, first {label}: {reason}")
+    return DemoRun(result.folder, result.signatures, result.rows)
 
 
 def _is_copy(model) -> bool:

@@ -17,3 +17,11 @@ class WriteError(OnnxaffError):
 
 class Interrupted(OnnxaffError):
     """SIGINT/SIGTERM stopped a checkpointed run at a batch boundary, after saving its state."""
+
+
+class DataFailed(OnnxaffError):
+    """The data source failed between batches (a decoder process died): the state so far is still whole."""
+
+
+class StopWhileWaiting(DataFailed):
+    """SIGINT/SIGTERM arrived while the loop waited for the data source: the state is at a batch boundary."""

@@ -9,9 +9,13 @@ cluster has GPUs and the device is cuda or auto, so tasks spread one per GPU.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import socket
 from pathlib import Path
 
+import onnxaff
 from onnxaff.analysis import STATE_KIND_PART, Analysis
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.signature import Signature
@@ -45,6 +49,47 @@ def _cancel(ray, refs: list) -> None:
             pass
 
 
+def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
+    """Fail fast on an address nothing listens on: ray.init retries for minutes, printing a wall of GCS
+    connection warnings from its C++ core."""
+    if address is None or address in ("auto", "local"):
+        return
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise OnnxaffError(f"--ray-address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise OnnxaffError(f"cannot reach Ray at {address}: {exc.strerror or first_line(exc)} "
+                           f"(is `ray start --head` running there?)") from None
+
+
+@contextlib.contextmanager
+def _quiet_ray():
+    """Ray's Python loggers at ERROR while it starts: its warnings (the token-authentication banner on every
+    local start) are not the user's business here; failures still come back as exceptions."""
+    logger = logging.getLogger("ray")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _neutral_cwd():
+    """ray.init puts the driver's working directory first on every worker's sys.path, so an `onnxaff` folder
+    there would be imported instead of the installed package. It starts from the folder that holds the
+    installed package instead (the paths handed to tasks are absolute)."""
+    here = os.getcwd()
+    os.chdir(Path(onnxaff.__file__).resolve().parents[1])
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
 def run_ray(model: str, data: str, shards: int, options: dict, address: str | None = None,
             progress: bool = True) -> Signature:
     try:
@@ -59,8 +104,10 @@ def run_ray(model: str, data: str, shards: int, options: dict, address: str | No
     options = dict(options, plugins=[_absolute(p) for p in options.get("plugins", [])])
     started_here = not ray.is_initialized()
     if started_here:
+        _check_reachable(address)
         try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
+            with _quiet_ray(), _neutral_cwd():
+                ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster at that address, a bad address
             raise OnnxaffError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
                                f"{first_line(exc)}") from None

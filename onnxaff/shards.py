@@ -6,7 +6,6 @@ no pooled metric computed), so merging states and then finishing once is exactly
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from onnxaff.analysis import STATE_KIND_PART, Analysis, assemble, stage_results
@@ -40,10 +39,10 @@ def part_files(path: str | Path) -> list[Path]:
     path = Path(path)
     files = [path]
     if path.suffix != ".npz":
-        try:
-            state = json.loads(path.read_text())["data"]["shard"]["state"]
+        try:  # load_json: a FIFO is refused, not waited on; JSON nested too deeply is an error, not a crash
+            state = load_json(path, "part")["data"]["shard"]["state"]
             files.append(path.parent / state)
-        except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
+        except (OnnxaffError, KeyError, TypeError):
             pass  # not a part: read_part says so
     return files
 

@@ -26,6 +26,7 @@ from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
 from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks, plugin_output
 from onnxaff.scoring import ChunkScorer
+from onnxaff.stats import HALVES, chunk_diagnostics, entry_ci, metric_flags
 
 
 def readonly(a: np.ndarray) -> np.ndarray:
@@ -80,6 +81,9 @@ class SiteState:
     unscored: list[tuple[Chunk, Chunk | None]] = field(default_factory=list)  # (chunk, previous) to score again
     partial: bool = False  # the one partial chunk was scored (no full chunk)
     tracks: int | None = None  # a residual stage: X is h⁰ … h^L side by side, Y is empty
+    seen: set[str] = field(default_factory=set)  # chunk properties behind the flags (onnxaff.stats)
+    solo: Chunk | None = None  # the first chunk, kept while it is the only one: a one-chunk ci95 needs its rows
+    halves: dict[str, list[float]] = field(default_factory=dict)  # half-sample scores of a run's only chunk
 
     def output_names(self) -> list[str]:
         names = [self.outputs.x, self.outputs.y]
@@ -119,6 +123,9 @@ class SiteState:
         self.chunks += 1
         self.chunk_rows = x.shape[0]
         chunk = Chunk(readonly(x), readonly(y))
+        if not self.tracks and any(m.needs in ("chunk", "chunk_pair") for m in metrics):
+            self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1)
+            self.solo = chunk if self.chunks == 1 else None
         self._submit(chunk, self.previous, metrics, scorer)
         if any(m.needs == "chunk_pair" for m in metrics):
             self.previous = chunk  # kept only when asked for: a chunk per site is real memory
@@ -184,6 +191,7 @@ class SiteState:
             self.score(*rest, metrics, scorer)
             self.partial = True
         self.collect()
+        self._half_samples(metrics, scorer)
         jobs = []
         if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
             pooled = readonly_moments(self.moments.total())
@@ -199,6 +207,37 @@ class SiteState:
                     self._store(name, value, error)
         if self.unscored or scorer.stop_signal is not None:
             raise KeyboardInterrupt
+
+    def _half_samples(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
+        """A run with one chunk: score HALVES random halves of it, for that chunk's ci95 (onnxaff.stats).
+
+        Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
+        if self.chunks != 1 or self.solo is None or self.solo.n < 8:
+            return
+        rng = np.random.default_rng(0)
+        picks = [np.sort(rng.choice(self.solo.n, self.solo.n // 2, replace=False)) for _ in range(HALVES)]
+        halves = [Chunk(readonly(self.solo.x[i]), readonly(self.solo.y[i])) for i in picks]
+        jobs = [(m, h) for m in metrics if m.needs == "chunk" and not self._not_applicable(m) and m.name in self.values
+                for h in halves]
+        if not jobs:
+            self.solo = None
+            return
+        future = scorer.submit(jobs)
+        if not scorer.wait(future) or future.cancelled() or future.exception() is not None:
+            return  # stopped: the solo chunk stays, so a resumed run scores its halves
+        for name, value, _ in future.result():
+            if value is not None:
+                self.halves.setdefault(name, []).append(value)
+        self.solo = None
+
+    def flags_and_ci(self, m: Metric, values: list[float], partial: bool) -> dict:
+        """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry."""
+        pooled = m.needs in ("moments", "jvp")
+        rows = self.rows if pooled else (self.chunk_rows or self.rows)
+        d = max(self.dims) if self.dims else 0
+        flags = metric_flags(m.name, m.needs, rows, d, partial, self.seen, getattr(m, "rows_per_dim", None))
+        ci = None if pooled else entry_ci(values, self.halves.get(m.name))
+        return {"flags": flags, "ci95": ci}
 
     def entry(self, m: Metric, partial: bool) -> dict:
         values = self.values.get(m.name, [])
@@ -223,6 +262,7 @@ class SiteState:
                 out.update(chunks=0, std=None, pooled_rows=self.rows)
             if self.dims and (note := self._caveat(m)):
                 out["caveat"] = note
+            out.update(self.flags_and_ci(m, values, partial))
         return out
 
     def _caveat(self, m: Metric) -> str | None:
@@ -250,6 +290,7 @@ class SiteState:
             "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
             "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
             "unscored": [{"chunk": _chunk_state(c), "previous": _chunk_state(p)} for c, p in self.unscored],
+            "seen": sorted(self.seen), "solo": _chunk_state(self.solo), "halves": self.halves,
         }
 
     def restore(self, d: dict) -> None:
@@ -265,6 +306,9 @@ class SiteState:
         self.jvp = None if d["jvp"] is None else JvpAccumulator.from_state(d["jvp"])
         self.tracks = d["tracks"]
         self.unscored = [(_chunk_from(u["chunk"]), _chunk_from(u["previous"])) for u in d.get("unscored") or []]
+        self.seen = set(d.get("seen", []))
+        self.solo = _chunk_from(d.get("solo"))
+        self.halves = {k: list(v) for k, v in d.get("halves", {}).items()}
 
     @classmethod
     def from_state(cls, d: dict) -> SiteState:
@@ -303,6 +347,9 @@ class SiteState:
             self.errors.setdefault(name, error)
         self.rows += other.rows
         self.nonfinite_rows += other.nonfinite_rows
+        self.seen |= other.seen
+        self.halves = (self.halves or other.halves) if self.chunks + other.chunks == 1 else {}
+        self.solo = (self.solo or other.solo) if self.chunks + other.chunks == 1 else None
         self.chunks += other.chunks
         self.chunk_rows = max(self.chunk_rows, other.chunk_rows)
         self.first = self.first or other.first

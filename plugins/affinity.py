@@ -90,9 +90,9 @@ def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: i
 
 
 def _direct_problem(xc, yc, d, eps, shrinkage):
-    """Mapped X rows and Y rows (both centred) in R^d, with d×d covariances: O(nd² + d³)."""
-    cx, ax = _scales(xc, d, eps, shrinkage)
-    cy, ay = _scales(yc, d, eps, shrinkage)
+    """Mapped X rows and Y rows (both centred) in R^d, with d×d covariances: O(nd² + d³). eps: (ε_X, ε_Y)."""
+    cx, ax = _scales(xc, d, eps[0], shrinkage)
+    cy, ay = _scales(yc, d, eps[1], shrinkage)
     sigma_y = cy * (yc.T @ yc)
     sigma_y[np.diag_indices(d)] += ay
     l_factor = _root_factor(sigma_y)
@@ -130,8 +130,8 @@ def _span_problem(xc, yc, d, eps, shrinkage):
     ycoord, xcoord = r[:, :n].T, r[:, n:].T  # rows in the coordinates; Y rows vanish beyond column n
     k = r.shape[0]
     m = min(n, k)
-    cx, ax = _scales(xcoord, d, eps, shrinkage)
-    cy, ay = _scales(ycoord, d, eps, shrinkage)
+    cx, ax = _scales(xcoord, d, eps[0], shrinkage)
+    cy, ay = _scales(ycoord, d, eps[1], shrinkage)
     # Σ_Y|_V = diag(cy·Y1ᵀY1 + ay·I_m, ay·I_{k−m}), so L = diag(L1, √ay·I): applied block by block.
     y1 = ycoord[:, :m]
     block = cy * (y1.T @ y1)
@@ -151,9 +151,12 @@ def _span_problem(xc, yc, d, eps, shrinkage):
 
 
 def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: str = "none",
-                   method: str = "auto") -> float:
+                   method: str = "auto", relative_eps: bool = False) -> float:
     """ρ_aff of one chunk of paired rows.
 
+    relative_eps: the regulariser is ε times the mean variance (tr S/d) of each side instead of the paper's
+    absolute ε, so ρ does not depend on the activations' scale (a ReLU without bias scores the same at any
+    scale); a constant output is then one whose total variance is below 1e-12 of its mean squared row norm.
     method: "direct" works with d×d covariances, O(nd² + d³); "span" works in the span of the centred rows,
     dimension k ≤ 2n, O(n²d + n³); both give the same ρ up to rounding. "auto" takes "span" when 2n < d.
     """
@@ -172,15 +175,25 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
     xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
     # Distances are translation invariant: mapped = xc·A + m_Y against y is xc·A against yc.
     yy = float(np.einsum("ij,ij->", yc, yc))
+    scale = n - 1 if shrinkage == "none" else n
+    if relative_eps:
+        eps_x = eps * float(np.einsum("ij,ij->", xc, xc)) / scale / d
+        eps_y = eps * yy / scale / d
+        constant = yy <= 1e-12 * float(np.einsum("ij,ij->", y, y))
+    else:
+        eps_x = eps_y = eps
+        constant = False
     # tr Σ_Y over all d dimensions (Ledoit–Wolf shrinkage keeps the trace of the biased S).
-    tr_sigma_y = yy / (n - 1 if shrinkage == "none" else n) + eps * d
-    if tr_sigma_y <= 2.0 * eps * d:  # constant output: A = 0, every row maps to m_Y
+    tr_sigma_y = yy / scale + eps_y * d
+    if constant or tr_sigma_y <= 2.0 * eps_y * d:  # constant output: A = 0, every row maps to m_Y
         w2 = yy / n
     else:
         if method == "auto":
             method = "span" if 2 * n < d else "direct"
         problem = _span_problem if method == "span" else _direct_problem
-        w2 = exact_w2_squared(*problem(xc, yc, d, eps, shrinkage))
+        w2 = exact_w2_squared(*problem(xc, yc, d, (eps_x, eps_y), shrinkage))
+    if tr_sigma_y == 0.0:  # an all-zero output with a relative ε: nothing to transport
+        return 1.0 if w2 == 0.0 else 0.0
     return float(1.0 - np.sqrt(w2 / (2.0 * tr_sigma_y)))
 
 
@@ -206,3 +219,15 @@ class AffinityLedoitWolf(Metric):
 
     def compute(self, chunk: Chunk) -> float:
         return affinity_score(chunk.x, chunk.y, shrinkage="ledoit_wolf")
+
+
+class AffinityRelative(Metric):
+    name = "affinity_rel"
+    description = "affinity score with ε relative to each covariance's mean variance: independent of the scale"
+    higher_is_more_linear = True
+    range = (0.0, 1.0)
+    needs = "chunk"
+    equal_dims = True
+
+    def compute(self, chunk: Chunk) -> float:
+        return affinity_score(chunk.x, chunk.y, relative_eps=True)

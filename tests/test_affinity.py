@@ -269,3 +269,23 @@ def test_ledoit_wolf_shrinkage_only_sees_the_gram_matrix(n, d, rng):
     coords = np.linalg.qr(xc.T, mode="r").T
     for got in (ledoit_wolf_shrinkage(xc @ q), ledoit_wolf_shrinkage(coords, d)):
         assert got == pytest.approx(want, rel=1e-10)
+
+
+@pytest.mark.parametrize("method", ["direct", "span"])
+def test_relative_eps_is_scale_free_for_a_relu_without_bias(method, rng):
+    """The paper's absolute ε makes a zero-bias ReLU look linear at small scale; the relative ε does not."""
+    d = 8 if method == "direct" else 40
+    x = rng.standard_normal((48, d)) @ rng.standard_normal((d, d))
+    base = affinity_score(x, np.maximum(x, 0), relative_eps=True, method=method)
+    for c in (1e-6, 1e-4, 1e-2, 1e2, 1e4, 1e6):
+        xc = c * x
+        assert affinity_score(xc, np.maximum(xc, 0), relative_eps=True, method=method) == pytest.approx(base, abs=1e-9)
+    absolute = [affinity_score(c * x, np.maximum(c * x, 0), method=method) for c in (1.0, 1e-4)]
+    assert absolute[1] - absolute[0] > 0.05  # the absolute variant moves by scale alone
+    assert base == pytest.approx(absolute[0], abs=1e-4)  # at unit scale the two agree
+
+
+def test_relative_eps_constant_and_zero_outputs(rng):
+    x = rng.standard_normal((30, 4))
+    assert affinity_score(x, np.zeros_like(x), relative_eps=True) == 1.0
+    assert 0.0 <= affinity_score(x, np.full_like(x, 3.0), relative_eps=True) <= 1.0

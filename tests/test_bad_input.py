@@ -173,8 +173,8 @@ def test_image_folder_without_images(capfd, tmp_path, content):
     for name in content:
         (folder / name).parent.mkdir(exist_ok=True)
         (folder / name).write_text("not an image")
-    one_line_error(analyze(capfd, model, folder, tmp_path / "s.json"), f"no images (.bmp, .jpeg, .jpg, .png, .webp) "
-                                                                        f"found under {folder}")
+    one_line_error(analyze(capfd, model, folder, tmp_path / "s.json"),
+                   f"no images (.bmp, .jpeg, .jpg, .png, .tif, .tiff, .webp) found under {folder}")
 
 
 def test_image_folder_of_only_corrupt_images(capfd, tmp_path):

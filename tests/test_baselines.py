@@ -250,3 +250,30 @@ def test_r2_pooled_does_not_depend_on_the_scale_of_x_features(rng):
     # A constant feature carries nothing: left out, not divided by zero.
     x[:, 5] = 2.0
     assert r2_pooled(Moments.of(x, y)) == pytest.approx(r2_pooled(Moments.of(np.delete(x, 5, axis=1), y)), abs=1e-12)
+
+
+def test_r2_counts_dead_output_columns_as_scikit_learn_does(rng):
+    """The reference scores in-sample R² with LinearRegression().score: a constant column predicted exactly is 1."""
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    x = rng.standard_normal((200, 6))
+    y = np.tanh(x @ rng.standard_normal((6, 6)))
+    y[:, 1] = 0.0  # a dead ReLU channel
+    y[:, 4] = 2.5  # a saturated one
+    expected = linear_model.LinearRegression().fit(x, y).score(x, y)
+    assert r2_in_sample(x, y) == pytest.approx(expected, abs=1e-6)
+    assert r2_in_sample(x, y) > r2_in_sample(x, np.delete(y, [1, 4], axis=1)) - 0.5  # the two ones pull it up
+    live = np.delete(y, [1, 4], axis=1)
+    assert r2_in_sample(x, y) == pytest.approx((4 * r2_in_sample(x, live) + 2) / 6, abs=1e-12)
+
+
+def test_r2_in_sample_ignores_rounding_noise_directions_of_x(rng):
+    """A rank-3 X of 16 features stored in float32 has 13 more directions of pure rounding: not to be fitted."""
+    base = rng.standard_normal((24, 3))
+    x = (base @ rng.standard_normal((3, 16))).astype(np.float32).astype(np.float64)
+    y = np.maximum(base @ rng.standard_normal((3, 4)), 0) + 0.3 * rng.standard_normal((24, 4))
+    exact = r2_in_sample(base, y)
+    assert r2_in_sample(x, y) == pytest.approx(exact, abs=1e-5)
+    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
+    w, *_ = np.linalg.lstsq(xc, yc, rcond=None)  # float64's cutoff (the previous fit) keeps the noise directions
+    naive = np.mean(1 - ((yc - xc @ w) ** 2).sum(axis=0) / (yc**2).sum(axis=0))
+    assert naive > exact + 0.1

@@ -369,8 +369,6 @@ def test_signature_bytes(capfd, cut, flips):
     check_signature_text(capfd, bytes(blob[: int(cut * len(blob))] if cut < 0.5 else blob))
 
 
-@pytest.mark.xfail(strict=True, reason="onnxaff/data/arrays.py lets numpy's MemoryError through (reported, not fixed "
-                                       "here: another branch changes that file)")
 def test_npz_header_declaring_a_huge_array(capfd, tmp_path):
     """An .npz whose .npy header declares 10¹² rows of 8 floats (and holds 2 KB): numpy allocates before reading,
     and its MemoryError came out as an internal error."""

@@ -1,9 +1,16 @@
-"""`.npy` / `.npz` arrays: one array per model input, keyed by input name, examples on axis 0."""
+"""`.npy` / `.npz` arrays: one array per model input, keyed by input name, examples on axis 0.
+
+Only the arrays the model's inputs need are read, and a member stored without compression is memory-mapped.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +20,11 @@ from onnxaff.errors import OnnxaffError, first_line
 
 # A file without its format's magic is not an array file: numpy would call it pickled data and refuse that.
 _MAGIC = {".npy": (b"\x93NUMPY", "NumPy"), ".npz": (b"PK", "zip")}
+_READ_ERRORS = (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError)
 
 
-def _read(path: Path) -> dict[str, np.ndarray]:
+def _read(path: Path) -> dict[str, Callable[[], np.ndarray]]:
+    """Every array of the file by key, each read only when asked for: an archive's unused members cost nothing."""
     suffix = path.suffix.lower()
     magic, kind = _MAGIC[suffix]
     if not path.is_file():
@@ -25,11 +34,56 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             if f.read(len(magic)) != magic:
                 raise OnnxaffError(f"not a {suffix} file (no {kind} header): {path}")
         if suffix == ".npy":
-            return {"": np.load(path, mmap_mode="r", allow_pickle=False)}
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            return {"": lambda: _guarded(path, lambda: np.load(path, mmap_mode="r", allow_pickle=False))}
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+    except _READ_ERRORS as exc:
         raise OnnxaffError(f"cannot read array file {path}: {first_line(exc)}") from None
+    # np.savez names members KEY.npy; np.load drops the suffix, and so does this.
+    return {(i.filename[:-4] if i.filename.endswith(".npy") else i.filename):
+            functools.partial(_guarded, path, functools.partial(_member, path, i)) for i in infos}
+
+
+def _guarded(path: Path, read: Callable[[], np.ndarray]) -> np.ndarray:
+    try:
+        return read()
+    except _READ_ERRORS as exc:
+        raise OnnxaffError(f"cannot read array file {path}: {first_line(exc)}") from None
+
+
+def _member(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
+    """One .npy member: its header checked against the member's real size before anything is allocated; a
+    stored (uncompressed) member is memory-mapped at its offset in the file, a compressed one read."""
+    fmt = np.lib.format
+    with zipfile.ZipFile(path) as z, z.open(info) as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise OnnxaffError(f"{path.name}: member {info.filename} is not a .npy array (no NumPy header)")
+        version = tuple(f.read(2))
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if dtype.hasobject:
+            raise ValueError(f"member {info.filename} holds Python objects, which would need unpickling")
+        offset = f.tell()
+        declared = math.prod(shape) * dtype.itemsize
+        if declared != info.file_size - offset:
+            raise OnnxaffError(f"{path.name}: member {info.filename} declares shape {tuple(shape)} of {dtype.name} "
+                               f"({declared} bytes) but holds {info.file_size - offset}")
+        order = "F" if fortran else "C"
+        if declared == 0:
+            return np.empty(shape, dtype=dtype, order=order)
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
+            data = f.read(declared)
+            if len(data) != declared:
+                raise EOFError(f"member {info.filename} ends after {len(data)} of {declared} bytes")
+            return np.frombuffer(data, dtype=dtype).reshape(shape, order=order)
+    with open(path, "rb") as raw:  # the local header's name and extra fields sit before the member's bytes
+        raw.seek(info.header_offset)
+        local = raw.read(30)
+        if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            raise zipfile.BadZipFile(f"no local header for member {info.filename}")
+        name_len, extra_len = struct.unpack("<HH", local[26:30])
+    start = info.header_offset + 30 + name_len + extra_len + offset
+    return np.memmap(path, dtype=dtype, mode="r", offset=start, shape=tuple(shape), order=order)
 
 
 class ArraySource(DataSource):
@@ -41,13 +95,13 @@ class ArraySource(DataSource):
         self.arrays: dict[str, np.ndarray] = {}
         if len(arrays) == 1 and len(inputs) == 1:
             (only,) = arrays.values()  # a single array feeds the single input, whatever its key
-            self.arrays[inputs[0].name] = only
+            self.arrays[inputs[0].name] = only()
         else:
             for spec in inputs:
                 if spec.name not in arrays:
                     keys = ", ".join(sorted(k for k in arrays if k)) or "(one unnamed array)"
                     raise OnnxaffError(f"{self.path.name} has no array for model input {spec.name!r} (has: {keys})")
-                self.arrays[spec.name] = arrays[spec.name]
+                self.arrays[spec.name] = arrays[spec.name]()
         self.inputs = inputs
         counts = {name: a.shape[0] if a.ndim else 0 for name, a in self.arrays.items()}
         if len(set(counts.values())) != 1:

@@ -1,6 +1,6 @@
 """Image folders: flat or one subfolder per class (ImageNet val either way), decoded ahead in workers.
 
-Files are found recursively (jpg/jpeg/png/bmp/webp, any case) and sorted by relative path. `--limit N`
+Files are found recursively (jpg/jpeg/png/bmp/webp/tif/tiff, any case) and sorted by relative path. `--limit N`
 takes the first N in that order; with `--shuffle --seed S` it takes a seeded subset spread evenly over
 classes (a round robin over the classes, each shuffled), then in a seeded order. A file that cannot be
 decoded is skipped, counted and named in the signature; the run goes on.
@@ -8,24 +8,80 @@ decoded is skipped, counted and named in the signature; the run goes on.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
 
-from onnxaff.data.preprocess import Preprocess, crop_pixels, normalize
+from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize
 from onnxaff.data.source import DataSource, InputSpec
-from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.errors import DataFailed, OnnxaffError, StopWhileWaiting, first_line
 
-EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+def scan_images(root: Path) -> tuple[list[Path], dict]:
+    """Image files under root, sorted by relative path, and what the walk met: symbolic links to folders and
+    files are followed (a linked class folder is a class), a link to a folder above it is a loop and skipped,
+    a dangling link is counted."""
+    files: list[Path] = []
+    found = {"links_followed": 0, "link_loops_skipped": 0, "broken_links": 0}
+
+    def walk(folder: Path, above: frozenset) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:  # unreadable folder: nothing to find there
+            return
+        for entry in entries:
+            path = Path(entry.path)
+            link = entry.is_symlink()
+            try:
+                is_dir = entry.is_dir()  # follows links
+            except OSError:
+                is_dir = False
+            if is_dir:
+                real = os.path.realpath(path)
+                if real in above:
+                    found["link_loops_skipped"] += 1
+                    continue
+                found["links_followed"] += link
+                walk(path, above | {real})
+            elif path.suffix.lower() in EXTENSIONS:
+                if link and not path.exists():
+                    found["broken_links"] += 1
+                elif entry.is_file():
+                    found["links_followed"] += link
+                    files.append(path)
+
+    walk(root, frozenset({os.path.realpath(root)}))
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    found = {"files": len(files), "classes": len({class_of(root, f) for f in files} - {""}), **found}
+    return files, found
 
 
 def list_images(root: Path) -> list[Path]:
-    files = [p for p in root.rglob("*") if p.suffix.lower() in EXTENSIONS and p.is_file()]
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+    return scan_images(root)[0]
+
+
+def found_message(found: dict) -> str | None:
+    """One line on what the folder walk met, when it met links (else nothing to say)."""
+    if not (found["links_followed"] or found["link_loops_skipped"] or found["broken_links"]):
+        return None
+    where = f" in {found['classes']} classes" if found["classes"] else ""
+    parts = [f"image folder: {found['files']} files{where}"]
+    for key, what in (("links_followed", "followed {} symbolic link"), ("link_loops_skipped", "skipped {} link loop"),
+                      ("broken_links", "{} broken link")):
+        if found[key]:
+            parts.append(what.format(found[key]) + ("s" if found[key] > 1 else ""))
+    return "; ".join(parts)
 
 
 def class_of(root: Path, path: Path) -> str:
@@ -64,6 +120,7 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
     for path in paths:
         try:
             with Image.open(path) as img:
+                check_cost(img.size, p)  # from the header, before any decoding
                 if draft and img.format == "JPEG":
                     # DCT-domain downscale to no less than twice the resize target: fast, nearly exact.
                     short = p.resize_to() * 2
@@ -79,13 +136,58 @@ def decode_batch(paths: list[str], p: Preprocess, draft: bool) -> tuple[np.ndarr
     return (np.stack(arrays) if arrays else None), used, skipped
 
 
+class DecoderDied(DataFailed):
+    """A decoding worker process ended abruptly (the out-of-memory killer's SIGKILL, a crash in a codec)."""
+
+
+def _watch_parent() -> None:
+    """End this decoder when the main process is gone (a kill -9 of the run must not leave it behind)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        parent.join()
+    os._exit(1)
+
+
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Start decoders with Ctrl-C and SIGTERM blocked: a signal sent to the whole process group while one
+    starts up (before it can leave the group) would otherwise kill it and break the pool. The main thread's
+    own handlers run as soon as the block is lifted."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _detach_from_signals() -> None:
     """Decoders leave Ctrl-C and SIGTERM to the main process, which stops at a batch boundary: a worker
-    killed mid-task would leave its result pending forever. Their own process group keeps out what is
-    sent to the whole group (a terminal's Ctrl-C, `timeout`, Slurm, systemd); Pool.terminate still signals
-    them one by one, and a dead parent ends them (their task pipe closes)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    killed mid-task would break the pool. Their own process group keeps out what is sent to the whole group
+    (a terminal's Ctrl-C, `timeout`, Slurm, systemd); the main process ends them one by one when it stops,
+    and a thread ends each one when the main process dies. They start with both signals blocked
+    (`_signals_held`): ignoring them first drops any that arrived meanwhile."""
+    for sig in _HELD:
+        signal.signal(sig, signal.SIG_IGN)
     os.setpgrp()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    threading.Thread(target=_watch_parent, daemon=True).start()
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Drop queued batches and end the decoders now: waiting for batches nobody will read can take minutes.
+    SIGKILL, not SIGTERM: a decoder still starting up holds SIGTERM blocked and then drops it, and the
+    executor's exit handler would wait for it forever."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public handle on the workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=5)
 
 
 class ImageFolderSource(DataSource):
@@ -93,7 +195,8 @@ class ImageFolderSource(DataSource):
                  shuffle: bool = False, seed: int = 0, workers: int = 0, draft: bool = False,
                  prefetch: int | None = None):
         self.root = Path(root)
-        all_files = list_images(self.root)
+        all_files, self.found = scan_images(self.root)
+        self.warnings = [m] if (m := found_message(self.found)) else []
         if not all_files:
             raise OnnxaffError(f"no images ({', '.join(sorted(EXTENSIONS))}) found under {self.root}")
         self.files = select(all_files, self.root, limit, shuffle, seed)
@@ -103,6 +206,7 @@ class ImageFolderSource(DataSource):
         self.shuffle, self.seed = shuffle, seed
         self.skipped: list[tuple[str, str]] = []
         self.used = 0
+        self.should_stop = lambda: False  # the batch loop's "a signal asked to stop" (checked while waiting)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -119,14 +223,40 @@ class ImageFolderSource(DataSource):
                 yield self._emit(decode_batch(paths, self.p, self.draft))
             return
         ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds runtime threads
-        with ctx.Pool(self.workers, initializer=_detach_from_signals) as pool:
+        # concurrent.futures notices a worker that dies (multiprocessing.Pool waits for its result forever).
+        with _signals_held():
+            pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_detach_from_signals)
+        try:
             pending: deque = deque()
-            for paths in tasks:
-                pending.append(pool.apply_async(decode_batch, (paths, self.p, self.draft)))
+            for index, paths in enumerate(tasks):
+                try:
+                    with _signals_held():  # submit starts the decoders, one by one as they are needed
+                        future = pool.submit(decode_batch, paths, self.p, self.draft)
+                except BrokenProcessPool:  # a worker died: the oldest pending batch (or this one) says so
+                    future = Future()
+                    future.set_exception(BrokenProcessPool())
+                pending.append((index, paths, future))
                 if len(pending) >= self.prefetch:  # bounded: at most `prefetch` batches decoded ahead
-                    yield self._emit(pending.popleft().get())
+                    yield self._emit(self._result(*pending.popleft(), start, batch_size))
             while pending:
-                yield self._emit(pending.popleft().get())
+                yield self._emit(self._result(*pending.popleft(), start, batch_size))
+        finally:
+            _stop_pool(pool)
+
+    def _result(self, index: int, paths: list[str], future, start: int, batch_size: int):
+        try:
+            while True:  # polled, so a stop asked for meanwhile (Ctrl-C) needs no batch to arrive first
+                try:
+                    return future.result(timeout=0.25)
+                except FuturesTimeout:
+                    if self.should_stop():
+                        raise StopWhileWaiting(f"stopped while waiting for batch {index + 1}") from None
+        except BrokenProcessPool:
+            first = Path(paths[0]).relative_to(self.root).as_posix() if paths else "?"
+            raise DecoderDied(
+                f"an image decoder process died (killed, e.g. out of memory) while decoding batch {index + 1} "
+                f"of this run (examples {start + index * batch_size}-{start + index * batch_size + len(paths) - 1}"
+                f", from {first})") from None
 
     def _emit(self, result) -> dict[str, np.ndarray]:
         pixels, used, skipped = result
@@ -143,7 +273,8 @@ class ImageFolderSource(DataSource):
     def describe(self) -> dict:
         return {
             "source": str(self.root), "kind": "image_folder", "samples": len(self.files),
-            "available": self.available, "shuffle": self.shuffle, "seed": self.seed if self.shuffle else None,
+            "available": self.available, "found": self.found, "shuffle": self.shuffle,
+            "seed": self.seed if self.shuffle else None,
             "preprocessing": self.p.describe(), "jpeg_draft": self.draft, "workers": self.workers,
             "files": [f.relative_to(self.root).as_posix() for f in self.files],
             "skipped": [{"file": Path(f).relative_to(self.root).as_posix(), "reason": r} for f, r in self.skipped],

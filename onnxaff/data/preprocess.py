@@ -205,6 +205,15 @@ def _resample(name: str):
     return getattr(Image.Resampling, name.upper())
 
 
+# The most pixels an image may have once resized (before the crop): 2^24, 48 MiB as RGB. A normal photo
+# resized to a shorter side of 256 has under 0.2 M; this allows an aspect ratio of 256:1 at that size.
+MAX_RESIZED_PIXELS = 1 << 24
+
+
+class ImageTooLarge(ValueError):
+    """Resizing this image would cost more than MAX_RESIZED_PIXELS (an extreme aspect ratio, a tiny crop)."""
+
+
 def _cover(iw: int, ih: int, short: int, need_w: int, need_h: int) -> tuple[int, int]:
     """(W, H) with the shorter side `short`, the longer one truncated as torchvision's Resize(int) does,
     and the shorter side enlarged, where needed, until the image covers need_w x need_h."""
@@ -238,20 +247,62 @@ def _fit_inside(img, p: Preprocess):
     return canvas
 
 
+def resized_size(size: tuple[int, int], p: Preprocess) -> tuple[int, int]:
+    """(W, H) an image of `size` is resized to before the crop (with letterbox/pad: its size inside the crop)."""
+    iw, ih = size
+    h, w = p.crop_hw()
+    if p.fit != "crop":
+        scale = min(w / iw, h / ih)
+        return min(w, max(1, int(round(iw * scale)))), min(h, max(1, int(round(ih * scale))))
+    if isinstance(p.resize, tuple):
+        return p.resize[1], p.resize[0]
+    if p.resize is None:  # crop / 0.875 on each side of the crop: the shorter side for a square one
+        return _cover(iw, ih, p.shorter_side(), int(round(w / 0.875)), int(round(h / 0.875)))
+    return _cover(iw, ih, p.resize, w, h)
+
+
+def check_cost(size: tuple[int, int], p: Preprocess) -> None:
+    """Refuse, before decoding, an image whose resize alone would take gigabytes (a 1 × 4,000,000 PNG is 8 KB;
+    Pillow's decompression-bomb check counts only the decoded pixels)."""
+    w, h = resized_size(size, p)
+    if w * h > MAX_RESIZED_PIXELS:
+        raise ImageTooLarge(f"{size[0]}x{size[1]} pixels resized to {w}x{h} would exceed the limit of "
+                            f"{MAX_RESIZED_PIXELS} pixels (aspect ratio {max(size) / max(min(size), 1):.0f}:1)")
+
+
+def bit_depth(img) -> int:
+    """Bits per sample of an integer image Pillow keeps deeper than 8 bits (I;16*, I)."""
+    if img.mode.startswith("I;16"):
+        return 16
+    tag = getattr(img, "tag_v2", None)  # TIFF: BitsPerSample
+    if tag is not None and 258 in tag:
+        bits = tag[258]
+        return int(bits[0] if isinstance(bits, tuple) else bits)
+    if img.format == "PNG":  # older Pillow opens 16-bit grayscale PNGs as I
+        return 16
+    return 16 if np.asarray(img).max(initial=0) < 1 << 16 else 32
+
+
+def to_8bit(img):
+    """16-bit (and 32-bit integer) images scaled to 0–255 by their bit depth: Pillow's convert clips them at
+    255, which turns nearly every pixel white. Rounded, so a 16-bit image gives exactly its 8-bit rendering."""
+    from PIL import Image
+
+    if not (img.mode.startswith("I;16") or img.mode == "I"):
+        return img
+    a = np.asarray(img).astype(np.float64)
+    top = float((1 << bit_depth(img)) - 1)
+    return Image.fromarray(np.clip(np.round(a * (255.0 / top)), 0, 255).astype(np.uint8), "L")
+
+
 def crop_pixels(img, p: Preprocess) -> np.ndarray:
     """Decode-side half: resize and centre-crop (or letterbox) to uint8 HWC (what worker processes send back)."""
-    img = img.convert("L" if p.channels == 1 else "RGB")
+    img = to_8bit(img).convert("L" if p.channels == 1 else "RGB")
     h, w = p.crop_hw()
     if p.fit != "crop":
         a = np.asarray(_fit_inside(img, p), dtype=np.uint8)
         return a[:, :, None] if a.ndim == 2 else a
-    iw, ih = img.size
-    if isinstance(p.resize, tuple):
-        size = (p.resize[1], p.resize[0])
-    elif p.resize is None:  # crop / 0.875 on each side of the crop: the shorter side for a square one
-        size = _cover(iw, ih, p.shorter_side(), int(round(w / 0.875)), int(round(h / 0.875)))
-    else:
-        size = _cover(iw, ih, p.resize, w, h)
+    size = resized_size(img.size, p)
     if size != img.size:
         img = img.resize(size, _resample(p.interpolation))
     left, top = int(round((size[0] - w) / 2.0)), int(round((size[1] - h) / 2.0))

@@ -146,10 +146,10 @@ def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
         return a[:, None]
     if rank == 2:
         return a
-    if mode == "mean":
-        return a.mean(axis=tuple(d for d in range(1, rank) if d != axis), dtype=a.dtype)
-    if mode == "reference":
-        return a.mean(axis=tuple(range(2, rank)), dtype=a.dtype)
+    if mode in ("mean", "reference"):
+        axes = tuple(d for d in range(1, rank) if d != axis) if mode == "mean" else tuple(range(2, rank))
+        with np.errstate(all="ignore"):  # +Inf and −Inf give NaN: the site is flagged, no NumPy warning
+            return a.mean(axis=axes, dtype=a.dtype)
     if mode == "positions":
         return np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis])
     if mode == "flatten":

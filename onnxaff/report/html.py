@@ -218,9 +218,11 @@ def single_page(sig: Signature, metric: str = "affinity") -> str:
         parts.append(f"<h2 id='m-{_esc(m)}'>{_esc(m)}</h2>" + _signature_svg([(name, sig)], m)
                      + _img(plots.histograms({name: values}, m), f"histogram of {m}"))
     rows = [[s["index"], s["id"], s["kind"], fmt_shape(s.get("input_shape")), s.get("dim"), s["status"],
-             *[_score_cell(s["metrics"].get(m)) for m in metrics]] for s in sig.sites]
-    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics], rows,
-                                           left={1, 2, 3, 5}))
+             *[_score_cell(s["metrics"].get(m)) for m in metrics],
+             ", ".join(sorted({f for m in metrics for f in (s["metrics"].get(m) or {}).get("flags") or []})) or "-"]
+            for s in sig.sites]
+    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics,
+                                            "flags (docs/statistics.md)"], rows, left={1, 2, 3, 5, 6 + len(metrics)}))
     if any(e.get("partial") for s in sig.sites for e in s.get("metrics", {}).values() if e):
         parts.append("<p class='note'>* scored on one partial chunk: the data has fewer rows than the chunk size.</p>")
     if sig.stages:

@@ -41,24 +41,6 @@ def _uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-
-
-@_plain_text
-def signatures(named: dict[str, list[float]], metric: str) -> str:
-    """PNG twin of report.svg.signatures_svg: colour and marker per model (distinct up to 70), legend outside."""
-    metric = printable(metric)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for k, (name, values) in enumerate(named.items()):
-        depth = np.linspace(0, 1, len(values)) if len(values) > 1 else [0.0]
-        ax.plot(depth, values, marker=MARKERS[k % len(MARKERS)], markersize=3.5, label=printable(name),
-                color=f"C{k % 10}", linestyle="-" if k < 10 else "--")
-    ax.set_xlabel("normalised depth (site index / last)")
-    ax.set_ylabel(metric)
-    ax.set_title(f"non-linearity signatures ({metric})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return _uri(fig)
 
 
 @_plain_text

@@ -65,14 +65,17 @@ def point_title(model: str, p: dict, metric: str) -> str:
     name printable, so only these line breaks are line breaks."""
     spread = f" ± {p['std']:.4f} over {printable(p['chunks'])} chunks" if p.get("std") is not None else " (pooled)"
     partial = " — partial chunk" if p.get("partial") else ""
+    ci = f"\n95 % interval [{p['ci95'][0]:.4f}, {p['ci95'][1]:.4f}]" if p.get("ci95") else ""
+    flags = f"\nflags: {', '.join(printable(f) for f in p['flags'])}" if p.get("flags") else ""
     return (f"{printable(model)}\n#{p['index']} {printable(p['site'])} ({printable(p['kind'])}; "
             f"{printable(p['ops'])})\nD = {printable(p.get('dim') or '?')}\n"
-            f"{printable(metric)} = {p['y']:.4f}{spread}{partial}")
+            f"{printable(metric)} = {p['y']:.4f}{spread}{partial}{ci}{flags}")
 
 
 def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int = 760, height: int = 340) -> str:
     """series: (model label, points) with points {x (normalised depth), y, std, chunks, partial, index, site,
-    kind, ops, dim}. Hollow markers: scored on a partial chunk."""
+    kind, ops, dim, ci95, flags}. Hollow markers: flagged scores (docs/statistics.md) and partial chunks. With one
+    series, each point's 95 % interval over chunks as an error bar."""
     left, right, top, bottom = 58, 16, 28, 44
     legend_w = 16 + 7 * max((len(printable(name)) for name, _ in series), default=4)
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -116,12 +119,21 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
             out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.4" '
                        f'stroke-dasharray="{"" if k < 10 else "5,3"}" opacity="0.85"/>')
         for p in good:
+            ci = p.get("ci95")
+            if len(series) == 1 and ci and all(math.isfinite(c) for c in ci):
+                out.append(f'<line x1="{sx(p["x"]):.1f}" x2="{sx(p["x"]):.1f}" y1="{sy(max(ci[0], lo)):.1f}" '
+                           f'y2="{sy(min(ci[1], hi)):.1f}" stroke="{colour}" stroke-width="1" opacity="0.7"/>')
             title = html.escape(point_title(name, p, metric))
+            hollow = bool(p.get("partial") or p.get("flags"))
             out.append(f'<g class="pt"><title>{title}</title>'
-                       f'{_marker(marker, sx(p["x"]), sy(p["y"]), colour, bool(p.get("partial")))}</g>')
+                       f'{_marker(marker, sx(p["x"]), sy(p["y"]), colour, hollow)}</g>')
         ly = top + 6 + 18 * k
         out.append(f'<g class="legend">{_marker(marker, width + 8, ly, colour, False)}'
                    f'<text x="{width + 18}" y="{ly + 4}">{_esc(name)}</text></g>')
+    if any(p.get("partial") or p.get("flags") for _, pts in series for p in pts):
+        ly = top + 6 + 18 * len(series)
+        out.append(f'<g class="legend">{_marker("circle", width + 8, ly, "#777", True)}'
+                   f'<text x="{width + 18}" y="{ly + 4}">flagged / partial</text></g>')
     out.append("</svg>")
     return "".join(out)
 
@@ -137,5 +149,5 @@ def site_points(sig, metric: str) -> list[dict]:
         out.append({"x": k / (n - 1) if n > 1 else 0.0, "y": e["mean"], "std": e.get("std"),
                     "chunks": e.get("chunks"), "partial": bool(e.get("partial")), "index": s["index"],
                     "site": s["id"], "kind": s["kind"], "ops": "+".join(s.get("op_types") or []),
-                    "dim": s.get("dim")})
+                    "dim": s.get("dim"), "ci95": e.get("ci95"), "flags": list(e.get("flags") or [])})
     return out

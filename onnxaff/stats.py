@@ -1,0 +1,180 @@
+"""When a score means something: confidence intervals over chunks and the finite-sample flags.
+
+The numbers behind the rules (rows per chunk a site of dimension d needs) come from
+benchmarks/finite_sample_study.py; docs/statistics.md has the study, the rules and the measured coverage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from scipy.stats import t as student_t
+
+HALVES = 8  # half-samples for a one-chunk interval
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """95 % Student-t interval for the expected chunk score from k ≥ 2 chunk scores (chunk-to-chunk spread only)."""
+    v = np.asarray(values, dtype=np.float64)
+    k = len(v)
+    if k < 2:
+        raise ValueError("mean_ci needs at least 2 chunk scores")
+    half = float(student_t.ppf(0.975, k - 1) * v.std(ddof=1) / math.sqrt(k))
+    m = float(v.mean())
+    return m - half, m + half
+
+
+def half_sample_ci(fn: Callable[[np.ndarray, np.ndarray], float], x: np.ndarray, y: np.ndarray,
+                   rng: np.random.Generator | None = None, halves: int = HALVES,
+                   full: float | None = None) -> tuple[float, float, float]:
+    """(score, lo, hi): a 95 % interval for one chunk's score by half-sampling.
+
+    Why halves: for a smooth statistic of n rows, a random half's score differs from the whole chunk's by a
+    variance close to the whole chunk's own sampling variance (exact for a mean: σ²/(n/2) − σ²/n = σ²/n), so the
+    spread of `halves` random halves (around their own mean, so the halves' larger bias does not count) estimates
+    the chunk's sd without a second chunk; ± t_{halves−1} of it around the chunk's score.
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    n = x.shape[0]
+    full = fn(x, y) if full is None else full
+    scores = []
+    for _ in range(halves):
+        idx = np.sort(rng.choice(n, n // 2, replace=False))
+        scores.append(fn(x[idx], y[idx]))
+    s = np.asarray(scores)
+    half = float(student_t.ppf(0.975, halves - 1) * s.std(ddof=1))
+    return float(full), float(full) - half, float(full) + half
+
+
+# --- flags ---
+
+EPS_RATIO = 1e-3  # ε over the mean variance above which the absolute ε moves the affinity by ≳ 0.002 (see docs)
+FLOAT32_NOISE = float(np.finfo(np.float32).eps)
+RANK_TEST_MAX_D = 512  # the rank test costs O(nd² + d³) once per site: 25 s at d = 2048, n = 4096 on 2 cores
+
+# Rows per chunk per feature dimension for the finite-sample bias to stay under 0.05 on every site of the study
+# (benchmarks/finite_sample_study.py, docs/statistics.md). Metrics not listed get the generic rule n > d.
+ROWS_PER_DIM = {"affinity": 4, "affinity_rel": 4, "affinity_lw": 32, "cka": 8, "r2": 8}
+# The same for 0.01 (documented, not flagged): monotone activations only for the affinity scores; with GELU
+# their bias stays near −0.04 at 128·d rows (the optimal coupling is then not the rows' own pairing).
+ROWS_PER_DIM_STRICT = {"affinity": 16, "affinity_rel": 16, "affinity_lw": 32, "cka": 32, "r2": 64}
+# Which chunk properties matter to which metric: the absolute ε only to the ones that use it.
+EPS_METRICS = ("affinity", "affinity_lw")
+RANK_METRICS = ("r2", "r2_heldout", "r2_pooled")
+ROW_METRICS = {"cka_pooled": "cka", "r2_pooled": "r2"}  # pooled metrics: the rule of their chunk metric
+
+
+def rows_needed(metric: str, d: int, per_dim: int | None = None) -> int:
+    """Rows per chunk a site of dimension d needs for `metric` (per_dim overrides the table): n > d at least."""
+    ratio = per_dim if per_dim is not None else ROWS_PER_DIM.get(ROW_METRICS.get(metric, metric))
+    return d + 1 if ratio is None else max(d + 1, int(math.ceil(ratio * d)))
+
+
+def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True) -> set[str]:
+    """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X.
+
+    rank=False skips the O(nd²) rank test (the caller runs it on a site's first chunk only).
+    """
+    found = set()
+    n, d = x.shape
+    const_y = np.ptp(y, axis=0) == 0
+    if const_y.any():
+        found.add("constant_output")
+    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
+    var_x = float(np.einsum("ij,ij->", xc, xc)) / max(n - 1, 1) / d
+    var_y = float(np.einsum("ij,ij->", yc, yc)) / max(n - 1, 1) / y.shape[1]
+    if not const_y.all() and eps >= EPS_RATIO * min(var_x, var_y):
+        found.add("eps_dominated")
+    sd = np.sqrt((xc * xc).mean(axis=0))
+    live = sd > 0
+    if not rank:
+        return found
+    if n > d and live.any() and d <= RANK_TEST_MAX_D:  # n ≤ d: rank-deficient by construction (`few_rows`)
+        z = xc[:, live] / sd[live]
+        w = np.linalg.eigvalsh(z.T @ z)  # squared singular values: same cutoff as r2's, squared
+        if w[0] <= (live.sum() * FLOAT32_NOISE) ** 2 * w[-1]:  # r2's cutoff: see plugins/r2.py
+            found.add("rank_deficient")
+    elif not live.any():
+        found.add("rank_deficient")
+    return found
+
+
+def metric_flags(name: str, needs: str, rows: int, d: int, partial: bool, seen: set[str],
+                 per_dim: int | None = None) -> list[str]:
+    """The flags of one metric entry, in a fixed order; empty when nothing is wrong."""
+    flags = []
+    if needs in ("chunk", "chunk_pair", "moments") and rows < rows_needed(name, d, per_dim):
+        flags.append("few_rows")
+    if partial and needs in ("chunk", "chunk_pair"):
+        flags.append("partial")
+    if "eps_dominated" in seen and name in EPS_METRICS:
+        flags.append("eps_dominated")
+    if "rank_deficient" in seen and name in RANK_METRICS:
+        flags.append("rank_deficient")
+    if "constant_output" in seen:
+        flags.append("constant_output")
+    return flags
+
+
+def entry_ci(values: list[float], halves: list[float] | None) -> list[float] | None:
+    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the one chunk."""
+    if len(values) >= 2:
+        return list(mean_ci(values))
+    if len(values) == 1 and halves is not None and len(halves) >= 2:
+        h = float(student_t.ppf(0.975, len(halves) - 1) * np.std(halves, ddof=1))
+        return [values[0] - h, values[0] + h]
+    return None
+
+
+# --- where people look: one warning line per flag kind ---
+
+_FLAG_TEXT = {
+    "few_rows": ("have fewer rows per chunk than their dimension needs",
+                 "raise --chunk-size and the number of examples, or see docs/statistics.md"),
+    "partial": ("were scored on one partial chunk (fewer rows than --chunk-size)", "give more examples"),
+    "eps_dominated": ("have activations so small that the paper's absolute ε = 1e-6 moves the score",
+                      "use affinity_rel (ε relative to the covariance)"),
+    "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
+    "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),
+}
+
+
+def flag_warnings(sites: list[dict]) -> list[str]:
+    """One line per flag kind over all sites and metrics, with counts and what to do (replaces per-site lines)."""
+    lines = []
+    for kind, (what, todo) in _FLAG_TEXT.items():
+        counts, worst = {}, None
+        for s in sites:
+            for name, e in s.get("metrics", {}).items():
+                if e.get("status") != "ok":
+                    continue
+                hit, total = counts.get(name, (0, 0))
+                flagged = kind in e.get("flags", [])
+                counts[name] = (hit + flagged, total + 1)
+                if flagged and kind == "few_rows" and s.get("dim"):
+                    need = rows_needed(name, max(s["dim"], s.get("dim_y") or 0))
+                    worst = max(worst or (0, 0), (need, s["dim"]))
+        parts = [f"{name} {hit} of {total}" for name, (hit, total) in counts.items() if hit]
+        if parts:
+            extra = f" (up to {worst[0]:,} rows for d = {worst[1]:,})" if worst else ""
+            lines.append(f"{'; '.join(parts)} sites {what}{extra}; {todo}")
+    return lines
+
+
+def drop_flagged(sigs) -> tuple[int, int]:
+    """Leave out every flagged score of activation sites (in memory, for compare/correlate): (left out, total)."""
+    dropped = total = 0
+    for sig in sigs:
+        for s in sig.sites:
+            if s.get("status") != "ok" or s.get("group", "activation") != "activation":
+                continue
+            for e in s.get("metrics", {}).values():
+                if e.get("mean") is None:
+                    continue
+                total += 1
+                if e.get("flags"):
+                    e["mean"] = None
+                    dropped += 1
+    return dropped, total
