@@ -77,9 +77,14 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
     kind, ops, dim, ci95, flags}. Hollow markers: flagged scores (docs/statistics.md) and partial chunks. With one
     series, each point's 95 % interval over chunks as an error bar."""
     left, right, top, bottom = 58, 16, 28, 44
-    legend_w = 16 + 7 * max((len(printable(name)) for name, _ in series), default=4)
+    marked = any(p.get("partial") or p.get("flags") for _, pts in series for p in pts)
+    labels = [printable(name) for name, _ in series] + (["flagged / partial"] if marked else [])
+    legend_w = 16 + 7 * max((len(t) for t in labels), default=4)
     plot_w, plot_h = width - left - right, height - top - bottom
     ys = [p["y"] for _, pts in series for p in pts if p["y"] is not None and math.isfinite(p["y"])]
+    if len(series) == 1:  # its error bars are drawn: the axis takes them in
+        ys += [c for p in series[0][1] if p["y"] is not None and p.get("ci95") for c in p["ci95"]
+               if c is not None and math.isfinite(c)]
     lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
     if hi - lo < 1e-9:
         lo, hi = lo - 0.05, hi + 0.05
@@ -130,7 +135,7 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
         ly = top + 6 + 18 * k
         out.append(f'<g class="legend">{_marker(marker, width + 8, ly, colour, False)}'
                    f'<text x="{width + 18}" y="{ly + 4}">{_esc(name)}</text></g>')
-    if any(p.get("partial") or p.get("flags") for _, pts in series for p in pts):
+    if marked:
         ly = top + 6 + 18 * len(series)
         out.append(f'<g class="legend">{_marker("circle", width + 8, ly, "#777", True)}'
                    f'<text x="{width + 18}" y="{ly + 4}">flagged / partial</text></g>')
