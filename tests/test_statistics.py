@@ -199,3 +199,64 @@ def test_network_nlc_lands_within_half_a_percent_of_the_exact_jacobian(seed, bat
     if batch_size == 64:
         assert sig.network["nlc"]["values"]["y"] == pytest.approx(exact, rel=0.005)
     assert sig.network["nlc"]["values"]["lin"] == pytest.approx(1.0, abs=1e-3)
+
+
+def _conv_model(rng):
+    """x (N, 3, 32, 32) → Relu(Conv 3→32) → Relu(Conv 32→8) → mean: a 32-channel site, more than 26 rows can fill."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def init(name, shape):
+        return numpy_helper.from_array((0.2 * rng.standard_normal(shape)).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["y"])]
+    graph = helper.make_graph(nodes, "photo_cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 1, 1])],
+                              [init("w1", (32, 3, 3, 3)), init("b1", (32,)), init("w2", (8, 32, 3, 3)),
+                               init("b2", (8,))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_26_photo_folder_prints_one_warning_line_per_flag_kind(capfd, tmp_path, rng):
+    """Real photos (seeded crops and flips of those matplotlib and scikit-learn ship), as a new user would run."""
+    import json
+
+    from PIL import Image
+
+    from onnxaff.stats import _FLAG_TEXT
+    from tests.conftest import run_cli
+    from tests.test_images import sample_photos
+
+    photos = [Image.open(p).convert("RGB") for p in sample_photos()]
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for k in range(26):
+        img = photos[k % len(photos)]
+        w, h = img.size
+        side = int(rng.integers(min(w, h) // 3, min(w, h)))
+        left, top = int(rng.integers(0, w - side + 1)), int(rng.integers(0, h - side + 1))
+        crop = img.crop((left, top, left + side, top + side))
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        crop.save(folder / f"photo{k:02d}.jpg")
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(_conv_model(rng).SerializeToString())
+    code, out, err = run_cli(capfd, "analyze", model, "--data", folder, "--crop", 32, "--resize", 36,
+                             "--metrics", "affinity,affinity_lw,cka,r2", "--out", tmp_path / "s.json")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    for what, _ in _FLAG_TEXT.values():
+        assert sum(what in line for line in warnings) <= 1, warnings
+    assert len(warnings) <= len(_FLAG_TEXT), warnings
+    sites = json.loads((tmp_path / "s.json").read_text())["sites"]
+    assert len(sites) == 2 and all(s["status"] == "ok" for s in sites)
+    wide = next(s for s in sites if s["dim"] == 32)  # 32 channels ≥ 26 rows: always few_rows, for every metric
+    assert all("few_rows" in e["flags"] and "partial" in e["flags"] for e in wide["metrics"].values()), wide
+    assert any("have fewer rows per chunk" in line for line in warnings), warnings
