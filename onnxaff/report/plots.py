@@ -127,14 +127,23 @@ def dendrogram(names: list[str], linkage) -> str:
 
 
 @_plain_text
-def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict) -> str:
+def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict,
+            hollow: list[bool] | None = None) -> str:
+    """Accuracy against a statistic; models whose statistic includes flagged scores drawn hollow."""
     fig, ax = plt.subplots(figsize=(4, 3))
-    ax.scatter(x, y)
+    hollow = hollow or [False] * len(x)
+    solid = [i for i, h in enumerate(hollow) if not h]
+    empty = [i for i, h in enumerate(hollow) if h]
+    ax.scatter(np.asarray(x)[solid], np.asarray(y)[solid], color="C0")
+    if empty:
+        ax.scatter(np.asarray(x)[empty], np.asarray(y)[empty], facecolors="white", edgecolors="C0",
+                   label="flagged scores")
     for xi, yi, lab in zip(x, y, labels, strict=True):
         ax.annotate(printable(lab), (xi, yi), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if np.isfinite(fit.get("slope", np.nan)):
         xs = np.linspace(min(x), max(x), 10)
         ax.plot(xs, fit["slope"] * xs + fit["intercept"], color="C3", label=f"R² = {fit['r2']:.3f}")
+    if empty or np.isfinite(fit.get("slope", np.nan)):
         ax.legend(fontsize=8)
     ax.set_xlabel(printable(xlabel), fontsize=8)
     ax.set_ylabel("accuracy", fontsize=8)
