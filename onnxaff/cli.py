@@ -163,7 +163,7 @@ def _floats(text: str | None, option: str):
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
                   layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, shuffle,
                   workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4, ray_address=None,
-                  checkpoint=None, checkpoint_every=0, resume=False):
+                  checkpoint=None, checkpoint_every=0, resume=False, nlc_directions=None):
     from onnxaff.analysis import Analysis, parse_shard
     from onnxaff.checkpoint import prepare as prepare_checkpoint
     from onnxaff.checkpoint import write_result
@@ -198,6 +198,8 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
         reduce_in=reduce_in, chunk_workers=chunk_workers, pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
     )
+    if nlc_directions is not None:
+        options["nlc_directions"] = nlc_directions
     if executor == "ray":
         from onnxaff.executors import run_ray
         from onnxaff.graph.load import load_model
@@ -280,6 +282,9 @@ def _scale_options(f):
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @_analysis_options
 @_scale_options
+@click.option("--nlc-directions", "nlc_directions", default=None, metavar="N|all",
+              help="Network NLC on wide inputs: rolls per example [1], or all (exact estimator, ~14x slower; "
+                   "docs/statistics.md).")
 def analyze(model, data, out, **options) -> None:
     """Score every site of MODEL on DATA and write the signature JSON."""
     if out is None:
