@@ -61,7 +61,8 @@ def sites(model: str, fmt: str, layout: str) -> None:
     click.echo("\n" + printable(summary))
 
 
-def _fmt_score(entry: dict | None) -> str:
+def _fmt_score(entry: dict | None, ci: bool = False) -> str:
+    """mean±std (chunks); with ci, ± is the ci95's half-width instead (same width: the table keeps its columns)."""
     if not entry:
         return "-"
     if entry.get("mean") is None:
@@ -69,6 +70,10 @@ def _fmt_score(entry: dict | None) -> str:
     mark = "*" if entry.get("partial") else ""
     if entry.get("std") is None:  # pooled metrics: one value over all rows
         return f"{entry['mean']:.4f} (pooled)"
+    if ci:  # the ci95 is symmetric (t or half-sampling, onnxaff.stats)
+        lo, hi = entry.get("ci95") or (None, None)
+        spread = f"±{(hi - lo) / 2:.4f}" if lo is not None and hi is not None else ""
+        return f"{entry['mean']:.4f}{spread} ({entry['chunks']}){mark}"
     return f"{entry['mean']:.4f}±{entry['std']:.4f} ({entry['chunks']}){mark}"
 
 
@@ -78,11 +83,11 @@ def print_summary(sig) -> None:
     track_names = [n for n in sig.metrics if n not in names]
     rows = []
     for s in sig.sites:
-        cells = [_fmt_score(s["metrics"].get(n)) for n in names]
+        cells = [_fmt_score(s["metrics"].get(n), ci=True) for n in names]
         flags = sorted({f for n in names for f in (s["metrics"].get(n) or {}).get("flags", [])})
         rows.append([s["index"], s["id"][:40], s["kind"], s.get("dim") or "-", s["status"], *cells,
                      ",".join(flags) or "-"])
-    click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±std (chunks)" for n in names],
+    click.echo(_table(rows, ["#", "site", "kind", "D", "status", *[f"{n} mean±ci95 (chunks)" for n in names],
                              "flags (docs/statistics.md)"]))
     click.echo("")
     if sig.stages:

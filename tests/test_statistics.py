@@ -312,3 +312,28 @@ def test_nlc_directions_all_gives_the_exact_jacobian_value_on_784_inputs(capfd, 
         code, _, err = run_cli(capfd, "analyze", model.path, "--data", model.data, "--metrics", "nlc", "--quiet",
                                "--nlc-directions", bad, "--out", tmp_path / f"bad{bad}.json")
         assert code != 0 and "--nlc-directions must be" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_terminal_table_shows_each_scores_ci95(capfd, tmp_path):
+    """The per-site table's ± is the ci95's half-width (the std stays in the signature), at the same width."""
+    import json
+    import re
+
+    from onnxaff_models import shipped_models
+    from tests.conftest import run_cli
+
+    model = next(m for m in shipped_models() if m.name == "sk_mlp_relu")
+    code, out, err = run_cli(capfd, "analyze", model.path, "--data", model.data, "--chunk-size", 256,
+                             "--out", tmp_path / "s.json")
+    assert code == 0, err
+    assert "affinity mean±ci95 (chunks)" in out and "mean±std" not in out
+    sites = json.loads((tmp_path / "s.json").read_text())["sites"]
+    rows = [line for line in out.splitlines() if re.match(r"\d+ ", line)][:len(sites)]
+    for line, s in zip(rows, sites, strict=True):
+        cells = re.findall(r"(\d\.\d{4})±(\d\.\d{4}) \((\d+)\)", line)
+        assert len(cells) == 2, line
+        for (mean, half, chunks), e in zip(cells, (s["metrics"]["affinity"], s["metrics"]["affinity_lw"]),
+                                           strict=True):
+            assert float(mean) == pytest.approx(e["mean"], abs=5e-5) and int(chunks) == e["chunks"] == 4
+            assert float(half) == pytest.approx((e["ci95"][1] - e["ci95"][0]) / 2, abs=5e-5)
+            assert abs(float(half) - e["std"]) > 5e-5  # not the std
