@@ -371,7 +371,7 @@ def _read_all(paths, exclude_flagged: bool = False):
     sigs = [read_signature(p) for p in paths]
     if exclude_flagged:
         dropped, total = drop_flagged(sigs)
-        click.echo(f"--exclude-flagged: left out {dropped} of {total} flagged site scores", err=True)
+        click.echo(f"--exclude-flagged: left out {dropped} flagged of {total} site scores", err=True)
     return sigs
 
 

@@ -165,7 +165,7 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     code, out, err = run_cli(capfd, "correlate", *paths, "--accuracy", tmp_path / "acc.csv", "--exclude-flagged",
                              "--out", tmp_path / "corr.json")
     assert code == 0, err
-    assert "left out 3 of 20 flagged site scores" in err
+    assert "left out 3 flagged of 20 site scores" in err
     left = json.loads((tmp_path / "corr.json").read_text())
     assert {r["model"]: r["flagged"] for r in left["rows"]} == dict.fromkeys("abcde", 0)
     assert {r["model"]: r["scored"] for r in left["rows"]} == {"a": 3, "b": 2, "c": 4, "d": 4, "e": 4}
