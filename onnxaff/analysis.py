@@ -41,8 +41,9 @@ from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, registry, resolve
+from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
-from onnxaff.network import NetworkNLC
+from onnxaff.network import NetworkNLC, parse_directions
 from onnxaff.progress import Progress
 from onnxaff.runtime import Runner, ort
 from onnxaff.scoring import ChunkScorer
@@ -201,7 +202,8 @@ class Analysis:
                  limit: int | None = None, reduce: str = "mean", device: str = "auto", layout: str = "auto",
                  seed: int = 0, input_shapes: dict | None = None, images: dict | None = None, plugins=(),
                  progress: bool = True, reduce_in: str = "graph", chunk_workers: int | None = None,
-                 shard: tuple[int, int] | None = None, pairs=(), blocks=(), threads: int | None = None):
+                 shard: tuple[int, int] | None = None, pairs=(), blocks=(), threads: int | None = None,
+                 nlc_directions: int | str = NLC_DIRECTIONS):
         if chunk_size < 2:
             raise OnnxaffError(f"--chunk-size must be at least 2, got {chunk_size}")
         if batch_size < 1:
@@ -277,8 +279,9 @@ class Analysis:
         self.start, self.stop = shard_window(len(self.source), shard, self.unit)
         # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
         # as shard boundaries are), so the merged parts use exactly one run's examples.
+        nlc_directions = parse_directions(nlc_directions)
         self.network = (NetworkNLC(loaded, inputs, device, examples=max(0, NLC_EXAMPLES - self.start),
-                                   threads=threads)
+                                   threads=threads, directions=nlc_directions)
                         if needs_jvp else None)
         if self.network is not None:
             self.names += self.network.output_names
@@ -293,6 +296,8 @@ class Analysis:
             "plugins": [str(Path(p)) for p in plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
             "std": "population std (ddof=0) over chunk scores",
         }
+        if nlc_directions != NLC_DIRECTIONS:  # recorded only when asked for: default runs' options stay as they were
+            self.options["nlc_directions"] = nlc_directions
         self.model_info = {**_model_info(loaded, activations), "stats": model_stats(loaded.model, activations)}
         if extra:
             self.model_info["extra_sites"] = {g: sum(s.group == g for s in extra) for g in ("pair", "block")}

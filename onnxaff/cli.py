@@ -89,7 +89,8 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
                    f"{', '.join(str(len(st)) for st in listed.stages)} blocks get trajectory metrics")
 
 
-def _fmt_score(entry: dict | None, chunks: bool = True) -> str:
+def _fmt_score(entry: dict | None, chunks: bool = True, ci: bool = False) -> str:
+    """mean±std (chunks); with `ci`, ± is the ci95's half-width instead; without `chunks`, no chunk count."""
     if not entry:
         return "-"
     if entry.get("mean") is None:
@@ -97,9 +98,13 @@ def _fmt_score(entry: dict | None, chunks: bool = True) -> str:
     mark = "*" if entry.get("partial") else ""
     if entry.get("std") is None:  # pooled metrics: one value over all rows
         return f"{entry['mean']:.4f} (pooled)"
+    spread = f"±{entry['std']:.4f}"
+    if ci:  # the ci95 is symmetric (t or half-sampling, onnxaff.stats)
+        lo, hi = entry.get("ci95") or (None, None)
+        spread = f"±{(hi - lo) / 2:.4f}" if lo is not None and hi is not None else ""
     if not chunks:
-        return f"{entry['mean']:.4f}±{entry['std']:.4f}{mark}"
-    return f"{entry['mean']:.4f}±{entry['std']:.4f} ({entry['chunks']}){mark}"
+        return f"{entry['mean']:.4f}{spread}{mark}"
+    return f"{entry['mean']:.4f}{spread} ({entry['chunks']}){mark}"
 
 
 def _site_chunks(s: dict) -> str:
@@ -121,13 +126,13 @@ def print_summary(sig) -> None:
     track_names = [n for n in sig.metrics if n not in names]
     rows, seen_flags = [], set()
     for s in sig.sites:
-        cells = [_fmt_score(s["metrics"].get(n), chunks=False) for n in names]
+        cells = [_fmt_score(s["metrics"].get(n), chunks=False, ci=True) for n in names]
         flags = sorted({f for n in names for f in (s["metrics"].get(n) or {}).get("flags") or []})
         seen_flags.update(flags)
         rows.append([s["index"], printable(s["id"])[:32], s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s),
                      "".join(FLAG_CODES.get(f, f"[{f}]") for f in flags) or "-", *cells])
     click.echo(wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", "flags", *names], fixed=7, repeat=2))
-    click.echo("scores: mean±std over the chunks")
+    click.echo("scores: mean±half-width of the 95 % interval over the chunks (the std is in the signature)")
     if seen_flags:
         click.echo("flags: " + ", ".join(f"{FLAG_CODES.get(f, f'[{f}]')} {f}" for f in sorted(seen_flags))
                    + " (docs/statistics.md)")
@@ -247,7 +252,7 @@ def analysis_options(metrics, chunk_size, batch_size, limit, reduce, device, red
 def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
                   layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
                   shuffle, workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4,
-                  ray_address=None, checkpoint=None, checkpoint_every=0, resume=False):
+                  ray_address=None, checkpoint=None, checkpoint_every=0, resume=False, nlc_directions=None):
     from onnxaff.analysis import Analysis, parse_shard
     from onnxaff.checkpoint import prepare as prepare_checkpoint
     from onnxaff.checkpoint import write_result
@@ -269,6 +274,8 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
     options = analysis_options(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers,
                                layout, seed, input_shape, plugin, preprocess, mean, std, resize, crop, interpolation,
                                fit, pad_value, shuffle, workers, fast_decode, pairs, blocks, quiet)
+    if nlc_directions is not None:
+        options["nlc_directions"] = nlc_directions
     if executor == "ray":
         from onnxaff.executors import run_ray
         from onnxaff.graph.load import load_model
@@ -352,6 +359,9 @@ def _scale_options(f):
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @_analysis_options
 @_scale_options
+@click.option("--nlc-directions", "nlc_directions", default=None, metavar="N|all",
+              help="Network NLC on wide inputs: rolls per example [1], or all (exact estimator, ~14x slower; "
+                   "docs/statistics.md).")
 def analyze(model, data, out, **options) -> None:
     """Score every site of MODEL on DATA and write the signature JSON."""
     if out is None:
@@ -449,7 +459,7 @@ def _read_all(paths, labels=None, exclude_flagged: bool = False):
                                                                           strict=True)]
     if exclude_flagged:
         dropped, total = drop_flagged(sigs)
-        click.echo(f"--exclude-flagged: left out {dropped} of {total} flagged site scores", err=True)
+        click.echo(f"--exclude-flagged: left out {dropped} flagged of {total} site scores", err=True)
     return sigs
 
 

@@ -184,7 +184,7 @@ def read_table(path: str | Path, what: str) -> dict[str, str]:
     return table
 
 
-CORRELATION_COLUMNS = ["r2", "pearson_r", "slope", "intercept", "models"]
+CORRELATION_COLUMNS = ["r2", "pearson_r", "slope", "intercept", "models", "flagged_models"]
 
 
 def correlation_table(result: dict, fmt: str) -> str:
@@ -195,7 +195,21 @@ def correlation_table(result: dict, fmt: str) -> str:
     if fmt == "csv":
         return csv_text([header, *rows])
     title = f"### correlation with accuracy: {md_cell(result['metric'])}"
-    return "\n".join([title, "", *md_table(header, rows)]) + "\n"
+    models = [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]
+    return "\n".join([title, "", *md_table(header, rows), "", "#### models (flags: docs/statistics.md)", "",
+                      *md_table(["model", "accuracy", "group", "flagged sites"], models)]) + "\n"
+
+
+def flagged_sites(row: dict) -> str:
+    """'k of n': a model's scores behind its signature statistics, and how many of them carry flags."""
+    return f"{row.get('flagged', 0)} of {row.get('scored', 0)}"
+
+
+def _flag_counts(sig: Signature, metric: str) -> tuple[int, int]:
+    """(flagged, scored) among the scores signature_stats reads (ok activation sites with a mean)."""
+    entries = [s["metrics"][metric] for s in sig.sites if s["status"] == "ok" and metric in s["metrics"]
+               and s.get("group", "activation") == "activation" and s["metrics"][metric].get("mean") is not None]
+    return sum(bool(e.get("flags")) for e in entries), len(entries)
 
 
 def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
@@ -225,7 +239,9 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "af
             if value is not None:
                 features[label] = float(value)
         group = (groups or {}).get(name) or (groups or {}).get(s.model.get("sha256", "")) or "all"
-        rows.append({"model": name, "accuracy": acc, "group": group, "features": features})
+        flagged, scored = _flag_counts(s, metric)
+        rows.append({"model": name, "accuracy": acc, "group": group, "features": features, "flagged": flagged,
+                     "scored": scored})
     if len(rows) < 3:
         raise OnnxaffError("correlate needs at least three models")
     everything = set.union(*[set(r["features"]) for r in rows])
@@ -241,7 +257,9 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "af
         for feat in names:
             x = np.array([r["features"][feat] for r in members])
             r2, r, slope, intercept = fit_r2(x, y)
+            own = feat.startswith(f"{metric} ")  # a signature statistic, not a model baseline
             table[group][feat] = {"r2": r2, "pearson_r": r, "slope": slope, "intercept": intercept,
-                                  "models": len(members)}
+                                  "models": len(members),
+                                  "flagged_models": sum(own and r["flagged"] > 0 for r in members)}
     # a statistic some signature lacks (an older file without model.stats) is left out, and said so
     return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common)}

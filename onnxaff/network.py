@@ -9,7 +9,9 @@ Otherwise (images: D = 784 for the shipped networks) `directions` rolls x_{i−k
 per batch (graph.jvp's estimator for non-elementwise sites). One direction landed 0.2–5.4 % from the exact
 Jacobian value on a 6-input tanh layer (1024 examples), 16 rolls up to 0.9 %, all 63 partners (= the eigen
 path) within 0.32 % (tests/test_statistics.py). All partners on the 784-input CNN cost 77.7 s instead of
-5.6 s here, which is why wide inputs keep one. Only the first EXAMPLES examples are used.
+5.6 s here, which is why wide inputs keep one by default; `directions="all"` (--nlc-directions all) takes
+every partner (benchmarks/nlc_directions.py: 0.002 % from the exact value on sk_mlp_tanh, 784 inputs).
+Only the first EXAMPLES examples are used.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 
 import numpy as np
 
+from onnxaff.errors import OnnxaffError
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
 from onnxaff.runtime import Runner
@@ -26,10 +29,24 @@ EXAMPLES = 1024
 DIRECTIONS = 1  # rolls per example when the input is too wide for the eigen-directions (see the module doc)
 
 
+def parse_directions(value) -> int | str:
+    """--nlc-directions: a positive number of rolls, or "all" (every other example of the batch: exact estimator)."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    try:
+        k = int(str(value).strip()) if not isinstance(value, bool) else 0
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise OnnxaffError(f"--nlc-directions must be a positive whole number or 'all', got {value!r}")
+    return k
+
+
 class NetworkNLC:
     def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP,
-                 threads: int | None = None, directions: int = DIRECTIONS):
-        self.inputs, self.step, self.limit, self.directions = inputs, step, examples, directions
+                 threads: int | None = None, directions: int | str = DIRECTIONS):
+        self.inputs, self.step, self.limit = inputs, step, examples
+        self.directions = parse_directions(directions)
         self.reason = None
         if not all(np.issubdtype(i.dtype, np.floating) for i in inputs):
             self.reason = "the model has non-float inputs: no direction to differentiate along"
@@ -67,7 +84,7 @@ class NetworkNLC:
             dirs.append(centred)
             weights.append(-1.0 / (n - 1))
         else:  # the next `directions` examples of the batch (every other one would cost 2(n − 1) passes)
-            k_max = max(1, min(self.directions, n - 1))
+            k_max = n - 1 if self.directions == "all" else max(1, min(self.directions, n - 1))
             dirs = [np.roll(centred, k, axis=0) for k in range(1, k_max + 1)]
             weights = [1.0 / k_max] * len(dirs)
         jv2 = dict.fromkeys(self.output_names, 0.0)
@@ -91,9 +108,12 @@ class NetworkNLC:
         self.examples += n
 
     def to_state(self) -> dict:
-        return {"reason": self.reason, "outputs": list(self.output_names), "step": self.step, "limit": self.limit,
-                "jv2": self.jv2, "scatter": self.scatter, "examples": self.examples,
-                "short_batches": self.short_batches}
+        state = {"reason": self.reason, "outputs": list(self.output_names), "step": self.step, "limit": self.limit,
+                 "jv2": self.jv2, "scatter": self.scatter, "examples": self.examples,
+                 "short_batches": self.short_batches}
+        if self.directions != DIRECTIONS:  # default results keep their exact form
+            state["directions"] = self.directions
+        return state
 
     def restore(self, d: dict) -> None:
         self.jv2, self.scatter = dict(d["jv2"]), dict(d["scatter"])
@@ -130,6 +150,8 @@ def nlc_result(d: dict) -> dict:
         if not finite:
             nonfinite.append(name)
     out = {"status": "ok", "values": values, "examples": d["examples"], "step": d["step"], "form": "directional"}
+    if "directions" in d:  # wide inputs only; inputs with D < n − 1 take every direction whatever it says
+        out["directions"] = d["directions"]
     if nonfinite:
         out["reason"] = f"NaN/Inf in output(s) {', '.join(nonfinite)} or their finite differences: no value"
     return out

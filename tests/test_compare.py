@@ -134,3 +134,39 @@ def test_html_renders_in_headless_chromium(tmp_path):
                     f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,3000",
                     f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 50_000
+
+
+def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
+    """Models whose statistics include flagged scores are counted in every table and drawn hollow in the scatters."""
+    import csv
+    import io
+
+    from onnxaff.compare import correlation_table
+    from onnxaff.signature import read_signature
+    from tests.conftest import run_cli
+
+    accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
+    paths = []
+    for k, (name, acc) in enumerate(accuracy.items()):
+        sig = fake_signature(name, [2 * acc - 1 + 0.01 * j for j in range(4)], params=1000 * (k + 1))
+        for s in sig.sites:
+            s["metrics"]["affinity"]["flags"] = ["few_rows"] if name in "ab" and s["index"] < 1 + (name == "b") else []
+        paths.append(sig.write(tmp_path / f"{name}.json"))
+    (tmp_path / "acc.csv").write_text("".join(f"{k},{v}\n" for k, v in accuracy.items()))
+    result = correlate([read_signature(p) for p in paths], {k: str(v) for k, v in accuracy.items()})
+    assert {r["model"]: r["flagged"] for r in result["rows"]} == {"a": 1, "b": 2, "c": 0, "d": 0, "e": 0}
+    assert result["table"]["all"]["affinity mean"]["flagged_models"] == 2
+    assert result["table"]["all"]["parameters"]["flagged_models"] == 0  # a baseline has no site scores
+    rows = list(csv.DictReader(io.StringIO(correlation_table(result, "csv"))))
+    assert {r["statistic"]: r["flagged_models"] for r in rows}["affinity mean"] == "2"
+    md = correlation_table(result, "md")
+    assert "flagged sites" in md and "| a | 0.7 | all | 1 of 4 |" in md
+    page = correlation_page(result)
+    assert "flagged sites" in page and "1 of 4" in page and "2 of 4" in page
+    code, out, err = run_cli(capfd, "correlate", *paths, "--accuracy", tmp_path / "acc.csv", "--exclude-flagged",
+                             "--out", tmp_path / "corr.json")
+    assert code == 0, err
+    assert "left out 3 flagged of 20 site scores" in err
+    left = json.loads((tmp_path / "corr.json").read_text())
+    assert {r["model"]: r["flagged"] for r in left["rows"]} == dict.fromkeys("abcde", 0)
+    assert {r["model"]: r["scored"] for r in left["rows"]} == {"a": 3, "b": 2, "c": 4, "d": 4, "e": 4}

@@ -109,8 +109,8 @@ def test_correlate_csv_and_md(capfd, tmp_path):
                                                 strict=True)))
     ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.csv"))
     rows = list(csv.reader(open(tmp_path / "r.csv", newline="")))
-    assert rows[0] == ["group", "statistic", "r2", "pearson_r", "slope", "intercept", "models"]
-    assert all(len(r) == 7 for r in rows)
+    assert rows[0] == ["group", "statistic", "r2", "pearson_r", "slope", "intercept", "models", "flagged_models"]
+    assert all(len(r) == 8 for r in rows)
     mean = next(r for r in rows if r[1] == "affinity mean")
     assert float(mean[3]) < 0 and mean[3].startswith("-")  # plain negative number, no `'`
     ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.md"))

@@ -179,13 +179,23 @@ def _correlation_body(result: dict, level: int = 2) -> str:
     for group, table in result["table"].items():
         ranked = sorted(table.items(), key=lambda kv: -(kv[1]["r2"] if math.isfinite(kv[1]["r2"]) else -1))
         parts.append(f"<h{level}>Group: {_esc(group)}</h{level}>")
-        parts.append(_table(["statistic", "R²", "Pearson r", "slope", "intercept", "models"],
-                            [[f, v["r2"], v["pearson_r"], v["slope"], v["intercept"], v["models"]] for f, v in ranked]))
+        parts.append(_table(["statistic", "R²", "Pearson r", "slope", "intercept", "models", "flagged models"],
+                            [[f, v["r2"], v["pearson_r"], v["slope"], v["intercept"], v["models"],
+                              v.get("flagged_models", 0)] for f, v in ranked]))
         members = [r for r in result["rows"] if group == "all" or r["group"] == group]
         for feat, fit in ranked[:6]:
             x = [r["features"][feat] for r in members]
+            own = feat.startswith(f"{result['metric']} ")  # baselines do not come from site scores
+            hollow = [own and r.get("flagged", 0) > 0 for r in members]
             parts.append(_img(plots.scatter(x, [r["accuracy"] for r in members], [r["model"] for r in members],
-                                            feat, fit), feat))
+                                            feat, fit, hollow), feat))
+    from onnxaff.compare import flagged_sites
+
+    parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
+                 "statistics that carry flags (few rows, partial chunk, ...; docs/statistics.md); their models are "
+                 "drawn hollow above. --exclude-flagged leaves such scores out.</p>"
+                 + _table(["model", "accuracy", "group", "flagged sites"],
+                          [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]))
     return "".join(parts)
 
 

@@ -108,12 +108,20 @@ def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None
 
 
 @_plain_text
-def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict) -> str:
-    """Accuracy against one statistic; point labels kept inside the axes (placed towards the centre)."""
+def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict,
+            hollow: list[bool] | None = None) -> str:
+    """Accuracy against one statistic; point labels kept inside the axes (placed towards the centre); models
+    whose statistic includes flagged scores drawn hollow."""
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, ax = plt.subplots(figsize=(4.4, 3.2))
-    ax.scatter(x, y)
+    hollow = hollow or [False] * len(x)
+    solid = [i for i, h in enumerate(hollow) if not h]
+    empty = [i for i, h in enumerate(hollow) if h]
+    ax.scatter(np.asarray(x)[solid], np.asarray(y)[solid], color="C0")
+    if empty:
+        ax.scatter(np.asarray(x)[empty], np.asarray(y)[empty], facecolors="white", edgecolors="C0",
+                   label="flagged scores")
     ax.margins(0.12)
     xmid, ymid = (min(x) + max(x)) / 2, (min(y) + max(y)) / 2
     for xi, yi, lab in zip(x, y, labels, strict=True):
@@ -124,6 +132,7 @@ def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit:
     if np.isfinite(fit.get("slope", np.nan)):
         xs = np.linspace(min(x), max(x), 10)
         ax.plot(xs, fit["slope"] * xs + fit["intercept"], color="C3", label=f"R² = {fit['r2']:.3f}")
+    if empty or np.isfinite(fit.get("slope", np.nan)):
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # at most 5 labels: GFLOPs, parameters never run together
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
