@@ -85,6 +85,12 @@ def _check_scores(entry: dict, where: str) -> None:
         _field(score, "partial", "bool", at, required=False)
         if (values := _field(score, "values", "list", at, required=False)) is not None:
             _items(values, "number?", f"{at}.values")
+        if (ci := _field(score, "ci95", "list?", at, required=False)) is not None:
+            _items(ci, "number", f"{at}.ci95")
+            if len(ci) != 2 or ci[0] > ci[1]:
+                raise _Bad(f"{at}.ci95", "expected [low, high] with low ≤ high, or null")
+        if (flags := _field(score, "flags", "list", at, required=False)) is not None:
+            _items(flags, "text", f"{at}.flags")
 
 
 def _check_entries(d: dict, key: str, required: bool, extra: dict[str, str]) -> None:

@@ -45,6 +45,12 @@ def _set(path: str, value):
 
 DELETE = object()
 CASES = {
+    "ci95-null-end": (edited(_set("sites[1].metrics.affinity.ci95", [None, 0.5])),
+                      "sites[1].metrics.affinity.ci95[0]: expected a finite number"),
+    "ci95-reversed": (edited(_set("sites[1].metrics.affinity.ci95", [0.9, 0.1])),
+                      "sites[1].metrics.affinity.ci95: expected [low, high] with low ≤ high, or null"),
+    "flags-not-text": (edited(_set("sites[1].metrics.affinity.flags", [3])),
+                       "sites[1].metrics.affinity.flags[0]: expected text"),
     "score-text": (edited(_set("sites[3].metrics.affinity.mean", "high")),
                    "sites[3].metrics.affinity.mean: expected a finite number (at most 1e+100 in size) or null"),
     "status-missing": (edited(_set("sites[1].status", DELETE)), "sites[1].status: missing"),
