@@ -478,6 +478,7 @@ class Analysis:
     def _restore(self, path, saved: dict) -> None:
         if not isinstance(saved, dict) or saved.get("kind") != STATE_KIND_CHECKPOINT:
             raise OnnxaffError(f"{path} is a shard part, not a checkpoint")
+        self._finished = False  # each site's state says whether it was finished
         mine = self.key()
         theirs = saved["key"]
         for field_, what in (("model_sha256", "another model"), ("data_sha256", "another data set"),

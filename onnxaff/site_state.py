@@ -80,6 +80,7 @@ class SiteState:
     pending: list[Pending] = field(default_factory=list)  # chunk scores still being computed, in chunk order
     unscored: list[tuple[Chunk, Chunk | None]] = field(default_factory=list)  # (chunk, previous) to score again
     partial: bool = False  # the one partial chunk was scored (no full chunk)
+    finished: bool = False  # finish() done: a state saved after it (the final save) is not finished twice
     tracks: int | None = None  # a residual stage: X is h⁰ … h^L side by side, Y is empty
     seen: set[str] = field(default_factory=set)  # chunk properties behind the flags (onnxaff.stats)
     solo: Chunk | None = None  # the first chunk, kept while it is the only one: a one-chunk ci95 needs its rows
@@ -185,6 +186,8 @@ class SiteState:
         A stop asked for meanwhile (a plugin's KeyboardInterrupt) raises KeyboardInterrupt: no number is
         left out silently.
         """
+        if self.finished:
+            return
         self.rescore(metrics, scorer)
         rest = self.buffer.remainder()
         if not self.nonfinite_rows and self.chunks == 0 and rest is not None and rest[0].shape[0] >= 2:
@@ -207,6 +210,7 @@ class SiteState:
                     self._store(name, value, error)
         if self.unscored or scorer.stop_signal is not None:
             raise KeyboardInterrupt
+        self.finished = True
 
     def _half_samples(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
         """A run with one chunk: score HALVES random halves of it, for that chunk's ci95 (onnxaff.stats).
@@ -290,7 +294,9 @@ class SiteState:
             "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
             "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
             "unscored": [{"chunk": _chunk_state(c), "previous": _chunk_state(p)} for c, p in self.unscored],
-            "seen": sorted(self.seen), "solo": _chunk_state(self.solo), "halves": self.halves,
+            "seen": sorted(self.seen), "solo": _chunk_state(self.solo),
+            "halves": {k: list(v) for k, v in self.halves.items()},
+            "partial": self.partial, "finished": self.finished,
         }
 
     def restore(self, d: dict) -> None:
@@ -309,6 +315,7 @@ class SiteState:
         self.seen = set(d.get("seen", []))
         self.solo = _chunk_from(d.get("solo"))
         self.halves = {k: list(v) for k, v in d.get("halves", {}).items()}
+        self.partial, self.finished = d.get("partial", False), d.get("finished", False)
 
     @classmethod
     def from_state(cls, d: dict) -> SiteState:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaff.checkpoint import remove as remove_checkpoint
 from onnxaff.errors import Interrupted, OnnxaffError, first_line
 from onnxaff.files import write_text_atomic
 from onnxaff.signature import Signature, read_signature, write_json_atomic
@@ -190,7 +191,7 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
         except OnnxaffError as exc:
             echo(f"    not continuing {checkpoint.name}: {exc}; starting over")
             run = Analysis(model.path, data, **options)
-    run.run(checkpoint, every)
+    run.run(checkpoint, every, finish=True)  # Ctrl-C during the last scores still saves the model's state
     return run.signature()
 
 
@@ -269,11 +270,11 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
             if reason is None:
                 sigs[model.label] = _label(read_signature(target), model)
                 skipped.append(model.label)
-                checkpoint.unlink(missing_ok=True)  # left by an older run of other options: never resumable
+                remove_checkpoint(checkpoint)  # left by an older run of other options: never resumable
                 echo(f"{head}: up to date (same model, data and options), skipped")
                 continue
             if force:
-                checkpoint.unlink(missing_ok=True)
+                remove_checkpoint(checkpoint)
             remaining = len(models) - k + 1
             eta = f", study ETA {_clock(analysed_seconds / analysed * remaining)}" if analysed else ""
             echo(f"{head}: {'waiting for its Ray tasks' if pool else 'analysing'} ({reason}){eta}")
@@ -297,8 +298,13 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
                 continue
             sig.runtime["study"] = key
             _label(sig, model)
-            sig.write(target)
-            checkpoint.unlink(missing_ok=True)
+            try:
+                sig.write(target)
+            except OnnxaffError as exc:  # a full disk fails this model, as any error of its own would
+                failed[model.label] = str(exc)
+                echo(f"{head}: FAILED: {failed[model.label]}")
+                continue
+            remove_checkpoint(checkpoint)  # only an onnxaff checkpoint is ever removed
             sigs[model.label] = sig
             seconds = time.perf_counter() - t0
             analysed_seconds += seconds

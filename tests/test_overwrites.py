@@ -239,23 +239,26 @@ def fail_writing(monkeypatch, suffix: str) -> list:
     return failed
 
 
-@pytest.mark.parametrize("shard", [None, "1/2"])
-def test_failed_signature_write_keeps_the_results_for_resume(capfd, files, monkeypatch, shard):
+@pytest.mark.parametrize("shard, metrics", [(None, "affinity,cka"), ("1/2", "affinity,cka"),
+                                            (None, "affinity,cka,cka_pooled,nlc")])
+def test_failed_signature_write_keeps_the_results_for_resume(capfd, files, monkeypatch, shard, metrics):
+    """The finished pass is saved; resuming from it must not finish it again (pooled values were stored twice)."""
     sharding = ["--shard", shard] if shard else []
-    code, _, err = run_cli(capfd, "analyze", "m.onnx", "--data", "x.npy", "--out", "ref.json", *sharding, *OPTS)
+    opts = ["--metrics", metrics, *OPTS[2:]]
+    code, _, err = run_cli(capfd, "analyze", "m.onnx", "--data", "x.npy", "--out", "ref.json", *sharding, *opts)
     assert code == 0, err
     with monkeypatch.context() as m:
         failed = fail_writing(m, ".json")
         line = refused(capfd, "cannot write s.json: No space left on device; the results are kept in s.json.ckpt.npz: "
                               "rerun the same command with --resume --checkpoint s.json.ckpt.npz and an --out that "
                               "can be written", "analyze", "m.onnx", "--data", "x.npy", "--out", "s.json", *sharding,
-                       *OPTS)
+                       *opts)
     assert failed == ["s.json"] and "\n" not in line
     assert state_kind(files / "s.json.ckpt.npz") == "checkpoint" and not (files / "s.json").exists()
     calls = []
     monkeypatch.setattr("onnxaff.analysis.Analysis._feed", lambda *a: calls.append(a))
     code, _, err = run_cli(capfd, "analyze", "m.onnx", "--data", "x.npy", "--out", "s2.json", "--resume",
-                           "--checkpoint", "s.json.ckpt.npz", *sharding, *OPTS)
+                           "--checkpoint", "s.json.ckpt.npz", *sharding, *opts)
     assert code == 0, err
     assert calls == []  # written from the checkpoint: no batch ran again
     assert not (files / "s.json.ckpt.npz").exists()
