@@ -280,8 +280,9 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
         from onnxaff.executors import run_ray
         from onnxaff.graph.load import load_model
 
-        if shard is not None or resume:
-            raise OnnxaffError("--executor ray runs every shard itself: drop --shard/--resume")
+        if shard is not None or resume or checkpoint is not None or checkpoint_every:
+            raise OnnxaffError("--executor ray runs every shard itself and keeps no checkpoint: drop "
+                               "--shard/--resume/--checkpoint/--checkpoint-every")
         refuse_overwrite(outputs, _weight_files(load_model(model, infer_shapes=False)))
         sig = run_ray(model, data, shards, {k: v for k, v in options.items() if k != "progress"},
                       address=ray_address, progress=not quiet)

@@ -90,6 +90,24 @@ def _neutral_cwd():
         os.chdir(here)
 
 
+def start_ray(address: str | None) -> bool:
+    """Ray started (or reached) once, quietly, from a neutral folder; False when it was running already."""
+    try:
+        import ray
+    except ImportError:
+        raise OnnxaffError("--executor ray needs Ray: pip install 'onnxaff[ray]'") from None
+    if ray.is_initialized():
+        return False
+    _check_reachable(address)
+    try:
+        with _quiet_ray(), _neutral_cwd():
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster at that address, a bad address
+        raise OnnxaffError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
+                           f"{first_line(exc)}") from None
+    return True
+
+
 def run_ray(model: str, data: str, shards: int, options: dict, address: str | None = None,
             progress: bool = True) -> Signature:
     try:
@@ -102,15 +120,7 @@ def run_ray(model: str, data: str, shards: int, options: dict, address: str | No
     if shards < 1:
         raise OnnxaffError(f"--shards must be positive, got {shards}")
     options = dict(options, plugins=[_absolute(p) for p in options.get("plugins", [])])
-    started_here = not ray.is_initialized()
-    if started_here:
-        _check_reachable(address)
-        try:
-            with _quiet_ray(), _neutral_cwd():
-                ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster at that address, a bad address
-            raise OnnxaffError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
-                               f"{first_line(exc)}") from None
+    started_here = start_ray(address)
     refs: list = []
     bar = Progress(shards, label="ray", enabled=progress, unit="shards")
     try:

@@ -85,8 +85,8 @@ class NetworkNLC:
             weights.append(-1.0 / (n - 1))
         else:  # the next `directions` examples of the batch (every other one would cost 2(n − 1) passes)
             k_max = n - 1 if self.directions == "all" else max(1, min(self.directions, n - 1))
-            dirs = [np.roll(centred, k, axis=0) for k in range(1, k_max + 1)]
-            weights = [1.0 / k_max] * len(dirs)
+            dirs = (np.roll(centred, k, axis=0) for k in range(1, k_max + 1))  # one at a time: a batch each
+            weights = [1.0 / k_max] * k_max
         jv2 = dict.fromkeys(self.output_names, 0.0)
         for direction, weight in zip(dirs, weights, strict=True):
             plus, minus, offset = {}, {}, 0

@@ -330,19 +330,11 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
 
 
 def _start_ray(address: str | None) -> bool:
-    """One Ray instance for the whole study (each model's shards are its tasks), not one per model."""
-    try:
-        import ray
-    except ImportError:
-        raise OnnxaffError("--executor ray needs Ray: pip install 'onnxaff[ray]'") from None
-    if ray.is_initialized():
-        return False
-    try:
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR", configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise OnnxaffError(f"cannot start or reach Ray{f' at {address}' if address else ''}: "
-                           f"{first_line(exc)}") from None
-    return True
+    """One Ray instance for the whole study (each model's shards are its tasks), not one per model; started as
+    `analyze --executor ray` starts it (the installed package on the workers, a bad address in one line)."""
+    from onnxaff.executors import start_ray
+
+    return start_ray(address)
 
 
 def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] | None) -> dict[str, float]:

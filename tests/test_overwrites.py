@@ -327,3 +327,10 @@ def test_merge_never_writes_over_a_part(capfd, files, out):
     assert snapshot(files) == before
     code, _, err = run_cli(capfd, "merge", "p0.json", "p1.state.npz", "--out", "merged.json", "--quiet")
     assert code == 0, err
+
+
+@pytest.mark.parametrize("extra", [["--checkpoint-every", "5"], ["--checkpoint", "c.npz"]])
+def test_ray_refuses_checkpoint_options_it_would_ignore(capfd, files, extra):
+    """Ray runs keep no checkpoint: these options were accepted and silently ignored."""
+    refused(capfd, "--executor ray runs every shard itself and keeps no checkpoint", "analyze", "m.onnx",
+            "--data", "x.npy", "--out", "s.json", "--executor", "ray", *extra, *OPTS)
