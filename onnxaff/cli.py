@@ -408,7 +408,7 @@ def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
 
     run = run_demo(out, metrics=names, chunk_size=chunk_size, device=device,
                    only=[m.strip() for m in only.split(",") if m.strip()] or None, progress=not quiet,
-                   echo=None if quiet else (lambda line: click.echo(line, err=True)), force=force)
+                   echo=None if quiet else (lambda line: click.echo(printable(line), err=True)), force=force)
     if not quiet:
         def fmt(v, spec=".4f"):
             return "-" if v is None else format(v, spec)

@@ -62,16 +62,6 @@ class Comparison:
         return {n: int(c) for n, c in zip(self.names, labels, strict=True)}
 
 
-def model_label(sig: Signature, taken: set[str]) -> str:
-    base = sig.model.get("label") or sig.model.get("name") or sig.model.get("sha256", "model")[:12]
-    name, k = base, 1
-    while name in taken:
-        k += 1
-        name = f"{base}#{k}"
-    taken.add(name)
-    return name
-
-
 def _data_tag(sig: Signature) -> str:
     source = str(sig.data.get("source") or "?")
     return source if source.startswith("synthetic:") else (Path(source).name or source)

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from onnxaff.text import printable
+
 # Exit status when the study finished but some models failed (2 is a user error before anything ran).
 SOME_FAILED = 3
 
@@ -65,13 +67,15 @@ def make_command(analysis_options) -> click.Command:
                            accuracy=read_table(accuracy, "accuracy") if accuracy else None,
                            groups=read_table(group_file, "group") if group_file else None, force=force,
                            executor=executor, shards=shards, ray_address=ray_address, checkpoint_every=checkpoint_every,
-                           clusters=clusters, echo=None if quiet else (lambda line: click.echo(line, err=True)))
+                           clusters=clusters,
+                           echo=None if quiet else (lambda line: click.echo(printable(line), err=True)))
         if not quiet and result.rows:
             print_rows(result.rows, kwargs["metrics"][0])
         for label, reason in result.failed.items():
-            click.echo(f"failed: {label}: {reason}", err=True)
-        click.echo(f"study outputs in {result.folder.resolve()}: report.html, compare.json and signatures/ "
-                   f"({len(result.signatures)} models{f', {len(result.failed)} failed' if result.failed else ''})")
+            click.echo(printable(f"failed: {label}: {reason}"), err=True)
+        click.echo(printable(f"study outputs in {result.folder.resolve()}: report.html, compare.json and signatures/ "
+                             f"({len(result.signatures)} models"
+                             f"{f', {len(result.failed)} failed' if result.failed else ''})"))
         if result.failed:
             sys.exit(SOME_FAILED)
 

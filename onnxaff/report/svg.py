@@ -97,7 +97,7 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
     def sy(v):
         return top + (hi - v) / (hi - lo) * plot_h
 
-    total_w, total_h = width + legend_w, max(height, 30 + 18 * len(series))
+    total_w, total_h = width + legend_w, max(height, 30 + 18 * (len(series) + marked))  # + the hollow marker's row
     # inline in HTML5: no namespace attribute needed (and no URL in a page that fetches nothing)
     out = [f'<svg class="sig" width="{total_w}" height="{total_h}" viewBox="0 0 {total_w} {total_h}" '
            f'font-family="sans-serif" font-size="11" role="img">',
