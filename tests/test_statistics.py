@@ -262,33 +262,6 @@ def test_a_26_photo_folder_prints_one_warning_line_per_flag_kind(capfd, tmp_path
     assert any("have fewer rows per chunk" in line for line in warnings), warnings
 
 
-def _mlp_exact_nlc(path, x, batch=64):
-    """sk_mlp_tanh's within-batch NLC with Jacobians written out from its weights (float64, no finite differences)."""
-    import onnx
-    from onnx import numpy_helper
-
-    w = {i.name: numpy_helper.to_array(i).astype(np.float64) for i in onnx.load(path).graph.initializer}
-    num = den = 0.0
-    for s in range(0, len(x), batch):
-        xb = x[s:s + batch]
-        c, ps = xb - xb.mean(axis=0), []
-        for i, a in enumerate(xb):
-            slopes = []
-            for k in ("", "1", "2"):
-                a = np.tanh(a @ w["coefficient" + k] + w["intercepts" + k][0])
-                slopes.append(1 - a ** 2)
-            z = a @ w["coefficient3"] + w["intercepts3"][0]
-            p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
-            jac = (np.diag(p) - np.outer(p, p)) @ w["coefficient3"].T
-            for k, slope in zip(("2", "1", ""), slopes[::-1], strict=True):
-                jac = (jac * slope) @ w["coefficient" + k].T
-            jc = c @ jac.T  # J_i (x_j − x̄) for every j of the batch
-            num += (np.sum(jc ** 2) - np.sum(jc[i] ** 2)) / (len(xb) - 1)
-            ps.append(p)
-        den += np.sum((np.array(ps) - np.mean(ps, axis=0)) ** 2)
-    return np.sqrt(num / den)
-
-
 def test_nlc_directions_all_gives_the_exact_jacobian_value_on_784_inputs(capfd, tmp_path):
     """784 inputs take the rolls: one (the default, unchanged) was 2.8 % off here, all partners 0.002 %."""
     import json
@@ -298,7 +271,10 @@ def test_nlc_directions_all_gives_the_exact_jacobian_value_on_784_inputs(capfd, 
     from tests.conftest import run_cli
 
     model = next(m for m in shipped_models() if m.name == "sk_mlp_tanh")
-    exact = _mlp_exact_nlc(model.path, np.load(model.data)["image"].astype(np.float64))
+    # Jacobians written out from the weights (float64, no finite differences): the benchmark's reference
+    from benchmarks.nlc_directions import exact_nlc, mlp_jacobians
+
+    exact = exact_nlc(lambda xb: mlp_jacobians(model.path, xb), np.load(model.data)["image"].astype(np.float64))
     default = onnxaff.analyze(model.path, str(model.data), metrics=["nlc"], progress=False)
     assert "directions" not in default.network["nlc"] and "nlc_directions" not in default.options
     assert abs(default.network["nlc"]["values"]["probabilities"] / exact - 1) > 0.01  # why the option exists
