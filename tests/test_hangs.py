@@ -22,7 +22,7 @@ import onnxaff
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
-from tests.test_scale import assert_same, cli, photo_folder
+from tests.test_scale import assert_same, cli, decoding_run
 
 
 def _decoder_pids(parent: int) -> list[int]:
@@ -67,15 +67,7 @@ def test_stuck_or_killed_decoders_stop_the_run_with_its_state_then_resume(tmp_pa
     saved, exit 130. A decoder SIGKILLed as the out-of-memory killer does: one line naming the batch within
     seconds (the run hung forever), the state up to the last complete batch saved, exit 2. Resumed after
     both, the result equals an uninterrupted run bit for bit."""
-    from tests.test_images import image_model
-
-    root = photo_folder(tmp_path / "photos", 20, "{k:02d}_{name}")
-    model = tmp_path / "m.onnx"
-    onnx.save(image_model(["N", 3, 16, 16]), model)
-    args = [model, "--data", root, "--preprocess", "raw", "--workers", 2, "--metrics", "affinity",
-            "--chunk-size", 2, "--batch-size", 2, "--quiet"]
-    ref = tmp_path / "ref.json"
-    assert cli("analyze", *args, "--workers", 0, "--out", ref).returncode == 0
+    args, ref = decoding_run(tmp_path)
     out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
     args += ["--out", out]
 

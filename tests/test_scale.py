@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -247,9 +248,9 @@ def test_resume_keeps_unreadable_files_counted(tmp_path):
     assert_same(ref, resumed, tol=0)
 
 
-def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
-    """`timeout`, Slurm and systemd signal every process of the group: the decoders must not die with their
-    tasks pending (the main process would wait for them forever); the run saves and exits 130."""
+def decoding_run(tmp_path) -> tuple[list, Path]:
+    """CLI arguments of a 10-batch image-folder run with 2 decoder processes, and the signature of the same
+    run decoded inline (the reference a stopped and resumed run must equal)."""
     from tests.test_images import image_model
 
     root = photo_folder(tmp_path / "photos", 20, "{k:02d}_{name}")
@@ -259,6 +260,13 @@ def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
             "--chunk-size", 2, "--batch-size", 2, "--quiet"]
     ref = tmp_path / "ref.json"
     assert cli("analyze", *args, "--workers", 0, "--out", ref).returncode == 0
+    return args, ref
+
+
+def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
+    """`timeout`, Slurm and systemd signal every process of the group: the decoders must not die with their
+    tasks pending (the main process would wait for them forever); the run saves and exits 130."""
+    args, ref = decoding_run(tmp_path)
     out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
     proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out),
                              "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True, start_new_session=True)
