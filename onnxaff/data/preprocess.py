@@ -235,9 +235,7 @@ def _fit_inside(img, p: Preprocess):
     from PIL import Image
 
     h, w = p.crop_hw()
-    iw, ih = img.size
-    scale = min(w / iw, h / ih)
-    size = (min(w, max(1, int(round(iw * scale)))), min(h, max(1, int(round(ih * scale)))))
+    size = resized_size(img.size, p)
     if size != img.size:
         img = img.resize(size, _resample(p.interpolation))
     fill = p.pad_value * (p.channels if len(p.pad_value) == 1 else 1)
