@@ -25,3 +25,18 @@ class DataFailed(OnnxaffError):
 
 class StopWhileWaiting(DataFailed):
     """SIGINT/SIGTERM arrived while the loop waited for the data source: the state is at a batch boundary."""
+
+
+class ConfigError(OnnxaffError):
+    """A wrong option value, named by its configuration field (`chunk_size`, `images.resize`).
+
+    The message is a template with `{option}` where the option's name goes: the library says the field,
+    the CLI says its flag (`--chunk-size`) through `render`.
+    """
+
+    def __init__(self, field: str, template: str):
+        self.field, self.template = field, template
+        super().__init__(self.render(field))
+
+    def render(self, option: str) -> str:
+        return self.template.replace("{option}", option)
