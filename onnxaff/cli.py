@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from onnxaff.errors import Interrupted, OnnxaffError
+from onnxaff.errors import ConfigError, Interrupted, OnnxaffError
 from onnxaff.text import printable
 
 
@@ -254,8 +254,8 @@ def _run_analysis(model, data, out, metrics, chunk_size, batch_size, limit, redu
                   shuffle, workers, fast_decode, pairs, blocks, quiet, shard=None, executor="local", shards=4,
                   ray_address=None, checkpoint=None, checkpoint_every=0, resume=False, nlc_directions=None):
     from onnxaff.analysis import Analysis, parse_shard
-    from onnxaff.checkpoint import prepare as prepare_checkpoint
-    from onnxaff.checkpoint import write_result
+    from onnxaff.analysis.checkpoint import prepare as prepare_checkpoint
+    from onnxaff.analysis.checkpoint import write_result
     from onnxaff.files import check_writable, refuse_overwrite
     from onnxaff.shards import state_path_for, write_part
 
@@ -593,6 +593,14 @@ def _register_study() -> None:
 _register_study()
 
 
+_FLAGS = {"input_shapes": "--input-shape", "plugins": "--plugin", "images.draft": "--fast-decode"}
+
+
+def _flag(field: str) -> str:
+    """The CLI flag of an AnalysisConfig field (`images.pad_value` -> --pad-value)."""
+    return _FLAGS.get(field) or "--" + field.rpartition(".")[2].replace("_", "-")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
     debug = bool(os.environ.get("ONNXAFF_DEBUG"))
@@ -610,7 +618,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"onnxaff: interrupted: {printable(exc)}", err=True)
         _exit_interrupted()
     except OnnxaffError as exc:
-        click.echo(f"onnxaff: error: {printable(exc)}", err=True)
+        text = exc.render(_flag(exc.field)) if isinstance(exc, ConfigError) else exc
+        click.echo(f"onnxaff: error: {printable(text)}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("onnxaff: interrupted", err=True)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnxaff.analysis import DEFAULT_METRICS
+from onnxaff.analysis.config import DEFAULT_METRICS
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import Signature
 

@@ -16,7 +16,9 @@ import socket
 from pathlib import Path
 
 import onnxaff
-from onnxaff.analysis import STATE_KIND_PART, Analysis
+from onnxaff.analysis.checkpoint import STATE_KIND_PART
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.analysis.run import Analysis
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.signature import Signature
 
@@ -26,9 +28,13 @@ def _absolute(path: str) -> str:
     return str(Path(path).resolve()) if os.path.exists(path) else path
 
 
-def shard_state(model: str, data: str, shard: tuple[int, int], options: dict) -> dict:
+def _config(options: AnalysisConfig | dict) -> AnalysisConfig:
+    return options if isinstance(options, AnalysisConfig) else AnalysisConfig(**options)
+
+
+def shard_state(model: str, data: str, shard: tuple[int, int], options: AnalysisConfig | dict) -> dict:
     """One shard's collector state, the body of a Ray task (also callable in-process)."""
-    run = Analysis(model, data, shard=shard, **{**options, "progress": False})
+    run = Analysis(model, data, _config(options).replace(shard=shard, progress=False))
     run.run()
     return run.state(STATE_KIND_PART)
 
@@ -108,8 +114,9 @@ def start_ray(address: str | None) -> bool:
     return True
 
 
-def run_ray(model: str, data: str, shards: int, options: dict, address: str | None = None,
+def run_ray(model: str, data: str, shards: int, options: AnalysisConfig | dict, address: str | None = None,
             progress: bool = True) -> Signature:
+    """Every shard a Ray task, merged on the driver; `options` an AnalysisConfig (or its fields)."""
     try:
         import ray
     except ImportError:
@@ -119,19 +126,20 @@ def run_ray(model: str, data: str, shards: int, options: dict, address: str | No
 
     if shards < 1:
         raise OnnxaffError(f"--shards must be positive, got {shards}")
-    options = dict(options, plugins=[_absolute(p) for p in options.get("plugins", [])])
+    config = _config(options)
+    config = config.replace(plugins=tuple(_absolute(p) for p in config.plugins), progress=False)
     started_here = start_ray(address)
     refs: list = []
     bar = Progress(shards, label="ray", enabled=progress, unit="shards")
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
-        use_gpu = gpus >= 1 and options.get("device", "auto") in ("auto", "cuda")
+        use_gpu = gpus >= 1 and config.device in ("auto", "cuda")
         cpus = _cpus_per_task(ray, shards)
         task = ray.remote(num_gpus=1 if use_gpu else 0, num_cpus=cpus, max_retries=0)(shard_state)
-        images = dict(options.get("images") or {})
+        images = dict(config.images or {})
         images["workers"] = min(images.get("workers", 0), cpus - 1)  # decoders beside the runtime, in the budget
-        task_options = dict(options, threads=cpus, chunk_workers=0, images=images)
-        refs = [task.remote(_absolute(model), _absolute(data), (i, shards), task_options) for i in range(shards)]
+        task_config = config.replace(threads=cpus, chunk_workers=0, images=images)
+        refs = [task.remote(_absolute(model), _absolute(data), (i, shards), task_config) for i in range(shards)]
         waiting = list(refs)
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=1)

@@ -20,26 +20,13 @@ import math
 
 import numpy as np
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.analysis.config import parse_directions
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
 from onnxaff.runtime import Runner
 
 EXAMPLES = 1024
 DIRECTIONS = 1  # rolls per example when the input is too wide for the eigen-directions (see the module doc)
-
-
-def parse_directions(value) -> int | str:
-    """--nlc-directions: a positive number of rolls, or "all" (every other example of the batch: exact estimator)."""
-    if isinstance(value, str) and value.strip().lower() == "all":
-        return "all"
-    try:
-        k = int(str(value).strip()) if not isinstance(value, bool) else 0
-    except ValueError:
-        k = 0
-    if k < 1:
-        raise OnnxaffError(f"--nlc-directions must be a positive whole number or 'all', got {value!r}")
-    return k
 
 
 class NetworkNLC:

@@ -1,4 +1,4 @@
-"""Shard parts: write one next to its signature, and merge several into one run's signature.
+"""Shard parts: write one next to its signature, read them back, and merge all n into one run's signature.
 
 A part is the collector state of one shard saved before anything is finished (no partial chunk scored,
 no pooled metric computed), so merging states and then finishing once is exactly what one run does.
@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onnxaff.analysis import STATE_KIND_PART, Analysis, assemble, stage_results
+from onnxaff.analysis.checkpoint import STATE_KIND_PART, load_state, save_state
+from onnxaff.analysis.run import Analysis
+from onnxaff.analysis.runstate import RunState
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.load import sha256_of
-from onnxaff.metrics import registry, resolve
-from onnxaff.network import merge_nlc_states, nlc_result
 from onnxaff.schema import load_json, validate
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
-from onnxaff.site_state import SiteState
-from onnxaff.state import load_state, save_state
 
 
 def state_path_for(out: str | Path) -> Path:
@@ -86,69 +84,26 @@ def merge_states(parts: list[dict]) -> Signature:
     """Exactly one run's signature from the states of all n shards of it (any order given)."""
     if not parts:
         raise OnnxaffError("nothing to merge")
-    first = parts[0]
-    if first["shard"] is None:
+    if any(p["shard"] is None for p in parts):
         raise OnnxaffError("a part without a shard cannot be merged")
-    n = first["shard"][1]
-    for p in parts[1:]:
-        for field_, what in (("model_sha256", "models"), ("data_sha256", "data"), ("options", "options"),
-                             ("total", "data")):
-            if p["key"][field_] != first["key"][field_]:
-                raise OnnxaffError(f"parts come from different {what}: they cannot be merged")
-        if p["shard"] is None or p["shard"][1] != n:
-            raise OnnxaffError("parts come from different shard counts")
+    n = parts[0]["shard"][1]
     found = sorted(p["shard"][0] for p in parts)
+    if any(p["shard"][1] != n for p in parts):
+        raise OnnxaffError("parts come from different shard counts")
     if found != list(range(n)):
         missing = sorted(set(range(n)) - set(found))
         twice = sorted({i for i in found if found.count(i) > 1})
         detail = [f"missing {', '.join(f'{i}/{n}' for i in missing)}"] if missing else []
         detail += [f"given twice: {', '.join(f'{i}/{n}' for i in twice)}"] if twice else []
         raise OnnxaffError(f"a merge needs every shard of {n} exactly once: {'; '.join(detail)}")
-    parts = sorted(parts, key=lambda p: p["shard"][0])
-    first = parts[0]
-    header = first["signature"]
-    options = header["options"]
-    metrics = [m for m in resolve(options["metrics"], available=registry(options["plugins"])) if m.needs != "tracks"]
+    states = [RunState.from_state(p) for p in sorted(parts, key=lambda p: p["shard"][0])]
+    total = states[0]
+    metrics, track_metrics = total.metrics()
     with ChunkScorer(0) as scorer:
-        merged = [SiteState.from_state(d) for d in first["sites"]]
-        for p in parts[1:]:
-            for st, d in zip(merged, p["sites"], strict=True):
-                st.merge(SiteState.from_state(d), metrics, scorer)
-        for st in merged:
-            st.finish(metrics, scorer)
-    track_metrics = resolve([n for n in first["signature"]["metrics"] if n not in {m.name for m in metrics}],
-                            available=registry(options["plugins"]))
-    with ChunkScorer(0) as scorer:
-        stages = [SiteState.from_state(d) for d in first["stages"]]
-        for p in parts[1:]:
-            for st, d in zip(stages, p["stages"], strict=True):
-                st.merge(SiteState.from_state(d), track_metrics, scorer)
-        for st in stages:
-            st.finish(track_metrics, scorer)
-    states = {d["index"]: st for d, st in zip(first["sites"], merged, strict=True)}
-
-    data = dict(header["data"])
-    data.pop("shard", None)
-    data.update(samples=sum(p["used"] for p in parts), dropped=sum(p["dropped"] for p in parts),
-                merged_from={"shards": n, "windows": [[p["start"], p["stop"]] for p in parts]})
-    if "skipped" in data:
-        root = Path(data["source"])
-        data["skipped"] = [{"file": Path(f).relative_to(root).as_posix(), "reason": r}
-                           for p in parts for f, r in p["skipped"]]
-    seconds = sum(p["seconds"] for p in parts)
-    runtime = dict(header["runtime"], seconds=round(seconds, 3), seconds_is="sum over the shards",
-                   samples_per_second=round(data["samples"] / seconds, 2) if seconds > 0 else None)
-    network = {}
-    if first["network"] is not None:
-        network = {"nlc": nlc_result(merge_nlc_states([p["network"] for p in parts]))}
-    sig = assemble({**header, "data": data, "runtime": runtime}, first["sites_base"], states, metrics, network)
-    ragged = [f"{p['shard'][0]}/{n}" for p in parts[:-1]
-              if any(d["buffer"]["x"] is not None for d in p["sites"])]
-    if ragged:  # unreadable files or a fixed batch size left a part short of a chunk boundary
-        sig.warnings.append(f"shard(s) {', '.join(ragged)} ended between chunk boundaries (unreadable files or "
-                            f"dropped batches): the merged chunks there differ from one run's")
-    sig.stages = stage_results(first["stages_base"], stages, track_metrics)
-    if data["samples"] == 0:
+        for part in states[1:]:
+            total.merge(part, metrics, track_metrics, scorer)
+        sig = total.to_signature(metrics, track_metrics, scorer)
+    if total.used == 0:
         raise OnnxaffError("the merged parts hold no usable example")
     return sig
 

@@ -79,14 +79,14 @@ def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: st
                      shapes: dict | None = None, images: dict | None = None, explicit: bool = False) -> None:
     """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape
     for the default synthetic data), the sites stay skipped and their note says what resolves them."""
-    from onnxaff.analysis import _resolve_unknown_ranks
+    from onnxaff.analysis.plan import resolve_unknown_ranks
 
     pending = found.unknown_rank()
     if not pending:
         return
     try:
         feed = probe_feed(loaded, data, seed=seed, shapes=shapes, images=images)
-        _resolve_unknown_ranks(loaded, found.sites, feed, layout)
+        resolve_unknown_ranks(loaded, found.sites, feed, layout)
     except OnnxaffError as exc:
         if explicit:  # the data or shape the user gave does not run: say so
             raise

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from onnxaff.checkpoint import remove as remove_checkpoint
+from onnxaff.analysis.checkpoint import remove as remove_checkpoint
 from onnxaff.errors import Interrupted, OnnxaffError, first_line
 from onnxaff.files import write_text_atomic
 from onnxaff.signature import Signature, read_signature, write_json_atomic
@@ -180,9 +180,10 @@ def _clock(seconds: float) -> str:
 
 def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, every: int, echo) -> Signature:
     """One model's signature: resumed from its checkpoint when one of this very run is there."""
-    from onnxaff.analysis import Analysis
+    from onnxaff.analysis import Analysis, AnalysisConfig
 
-    run = Analysis(model.path, data, **options)
+    config = AnalysisConfig(**options)
+    run = Analysis(model.path, data, config)
     if checkpoint.exists():
         try:
             run.restore(checkpoint)
@@ -190,7 +191,7 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
                  f"examples done)")
         except OnnxaffError as exc:
             echo(f"    not continuing {checkpoint.name}: {exc}; starting over")
-            run = Analysis(model.path, data, **options)
+            run = Analysis(model.path, data, config)
     run.run(checkpoint, every, finish=True)  # Ctrl-C during the last scores still saves the model's state
     return run.signature()
 

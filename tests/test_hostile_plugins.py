@@ -14,11 +14,11 @@ import onnx
 import pytest
 
 import onnxaff
+from onnxaff.analysis.checkpoint import load_state
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.scoring import check_value
 from onnxaff.signature import read_signature
-from onnxaff.state import load_state
 from tests.conftest import parse, run_cli
 
 HEADER = textwrap.dedent('''

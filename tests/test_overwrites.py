@@ -16,10 +16,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from onnxaff.analysis.checkpoint import save_state, state_kind
 from onnxaff.errors import OnnxaffError
 from onnxaff.files import _temporary_beside, refuse_overwrite, same_file
 from onnxaff.signature import read_signature
-from onnxaff.state import save_state, state_kind
 from tests.conftest import parse, run_cli
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'

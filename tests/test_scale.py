@@ -14,11 +14,11 @@ import onnx
 import pytest
 
 from onnxaff.analysis import Analysis, analyze, shard_window
+from onnxaff.analysis.checkpoint import load_state, save_state
 from onnxaff.errors import Interrupted, OnnxaffError
 from onnxaff.executors import shard_state
 from onnxaff.shards import merge_parts, merge_states
 from onnxaff.signature import read_signature
-from onnxaff.state import load_state, save_state
 from onnxaff_models import shipped_models
 from tests.conftest import parse
 
@@ -369,7 +369,7 @@ def test_merge_refuses_incomplete_or_mixed_parts(parts, rescnn):
     with pytest.raises(OnnxaffError, match="given twice: 0/3"):
         merge_states([parts[0], parts[0], parts[2]])
     other = dict(parts[1], key=dict(parts[1]["key"], model_sha256="0" * 64))
-    with pytest.raises(OnnxaffError, match="different models"):
+    with pytest.raises(OnnxaffError, match="one is from another model"):
         merge_states([parts[0], other, parts[2]])
     with pytest.raises(OnnxaffError, match="different shard counts"):
         merge_states([parts[0], dict(parts[1], shard=[1, 4])])

@@ -1,0 +1,59 @@
+"""The main job: data through the augmented model, per-site chunks and moments, metrics, signature.
+
+config (AnalysisConfig: the options, validated once) -> plan (Plan: model, sites, stages, metrics, augmented
+model, built once) -> run (Analysis: the batch loop filling a RunState) -> assemble (the Signature). A
+checkpoint saves the RunState and a resumed run restores it; shards and Ray merge their parts' RunStates.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+
+from onnxaff.analysis.assemble import assemble, stage_results
+from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, STATE_KIND_PART
+from onnxaff.analysis.config import DEFAULT_METRICS, AnalysisConfig, parse_shard
+from onnxaff.analysis.plan import Plan, shard_window
+from onnxaff.analysis.run import Analysis
+from onnxaff.analysis.runstate import RunState
+from onnxaff.errors import OnnxaffError
+from onnxaff.signature import Signature
+
+__all__ = ["DEFAULT_METRICS", "STATE_KIND_CHECKPOINT", "STATE_KIND_PART", "Analysis", "AnalysisConfig", "Plan",
+           "RunState", "analyze", "assemble", "parse_shard", "shard_window", "stage_results"]
+
+
+def analyze(
+    model: str | os.PathLike | onnx.ModelProto,
+    data: str,
+    *,
+    config: AnalysisConfig | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    **options,
+) -> Signature:
+    """Run `data` through `model` and return its non-linearity signature.
+
+    Options: an AnalysisConfig, or its fields as keywords (metrics, chunk_size, batch_size, limit, reduce,
+    device, layout, seed, input_shapes, images, plugins, progress, reduce_in, chunk_workers, shard, pairs,
+    blocks, threads, nlc_directions), which replace the config's. reduce_in="numpy" exposes the full
+    activation tensors and reduces them on the host: the naive design, kept as the benchmarks' baseline and
+    as a check of the in-graph reduction.
+
+    With `checkpoint`, the state is saved there every `checkpoint_every` batches and on SIGINT/SIGTERM
+    (raising Interrupted); `resume=True` continues from it. A file there that is not an onnxaff checkpoint is
+    refused. The file stays until the caller removes it; the CLI saves the finished pass there too before it
+    writes the signature, and removes it once that is written (onnxaff.analysis.checkpoint.write_result).
+    """
+    if resume and checkpoint is None:
+        raise OnnxaffError("--resume needs a checkpoint path")
+    run = Analysis(model, data, config, **options)
+    if resume:
+        if not Path(checkpoint).exists():
+            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
+        run.restore(checkpoint)
+    run.run(checkpoint, checkpoint_every, finish=True)
+    return run.signature()

@@ -1,0 +1,199 @@
+"""Saved run states: the `.npz` format, the key a state must match, and the --checkpoint file of a run.
+
+A state file is one `.npz` with a JSON header: nested dicts/lists of numbers, strings and numpy arrays are
+stored as a JSON document in which every array is replaced by a reference into the archive, so float64
+moments and float32 row buffers come back bit for bit (JSON floats round-trip exactly too) and nothing is
+unpickled.
+
+A checkpoint path is often typed by hand, so it may name a data file, a model or a signature: such a file is
+refused before the run and never touched. The finished data pass is saved there before the result is written,
+so a result that cannot be written (disk full, permissions) is written later from it with --resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from onnxaff.errors import OnnxaffError, WriteError
+from onnxaff.files import temporaries_of, write_bytes_atomic
+from onnxaff.graph.load import sha256_of
+
+STATE_FORMAT = "onnxaff.state"
+STATE_VERSION = 1
+STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
+KIND = STATE_KIND_CHECKPOINT
+_REF = "__array__"
+
+
+# --- the state file format ---
+
+def _pack(obj, arrays: dict):
+    if isinstance(obj, np.ndarray):
+        key = f"a{len(arrays)}"
+        arrays[key] = obj
+        return {_REF: key}
+    if isinstance(obj, dict):
+        return {str(k): _pack(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_pack(v, arrays) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _unpack(obj, arrays):
+    if isinstance(obj, dict):
+        if set(obj) == {_REF}:
+            return arrays[obj[_REF]]
+        return {k: _unpack(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_unpack(v, arrays) for v in obj]
+    return obj
+
+
+def save_state(path: str | Path, state: dict) -> Path:
+    """Write atomically (temporary file + rename): an interrupted save leaves the previous file intact."""
+    arrays: dict[str, np.ndarray] = {}
+    header = json.dumps({"format": STATE_FORMAT, "version": STATE_VERSION, "state": _pack(state, arrays)})
+    buf = io.BytesIO()
+    np.savez(buf, header=np.array(header), **arrays)
+    return write_bytes_atomic(path, buf.getbuffer())
+
+
+def load_state(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise OnnxaffError(f"state file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["header"]))
+            arrays = {k: z[k] for k in z.files if k != "header"}
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise OnnxaffError(f"{path} is not a readable onnxaff state file ({type(exc).__name__})") from None
+    if header.get("format") != STATE_FORMAT or header.get("version") != STATE_VERSION:
+        raise OnnxaffError(f"{path} is not an onnxaff state file of version {STATE_VERSION}")
+    return _unpack(header["state"], arrays)
+
+
+def state_kind(path: str | Path) -> str | None:
+    """The kind of an onnxaff state file ("checkpoint", "part"), None for any other file.
+
+    Only the JSON header is read (a .npy is not even opened as an array): this runs on whatever a user names
+    as a checkpoint, which may be a data set of many gigabytes.
+    """
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":  # every .npz is a zip archive
+                return None
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(str(z["header"]))
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, AttributeError,
+            TypeError):
+        return None
+    state = header.get("state") if isinstance(header, dict) and header.get("format") == STATE_FORMAT else None
+    if not isinstance(state, dict):
+        return None
+    kind = state.get("kind")
+    return kind if isinstance(kind, str) else None
+
+
+# --- the key: what a saved state must match to be continued or merged ---
+
+def run_key(data_spec: str, description: dict, total: int, options: dict, model_info: dict, unit: int) -> dict:
+    """Model (and external weights), data, result-changing options, and each plugin file's content."""
+    describe = {k: v for k, v in description.items() if k not in ("skipped", "workers")}
+    path = Path(data_spec)
+    if path.is_file():
+        st = path.stat()
+        describe["file"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
+    numeric = {k: v for k, v in options.items() if k not in ("device",)}
+    model = model_info["sha256"]
+    if external := model_info.get("external_data"):
+        model = hashlib.sha256(json.dumps([model, external], sort_keys=True).encode()).hexdigest()
+    plugins = [{"path": p, "sha256": sha256_of(p) if Path(p).is_file() else None} for p in options["plugins"]]
+    return {"model_sha256": model, "data_sha256": data, "options": numeric, "total": total, "unit": unit,
+            "plugins": plugins}
+
+
+def key_mismatch(mine: dict, theirs: dict) -> str | None:
+    """Why a saved state with key `theirs` cannot join this run (None when it can), as "another model"..."""
+    for field_, what in (("model_sha256", "another model"), ("data_sha256", "another data set"),
+                         ("options", "other options"), ("total", "another data set")):
+        if theirs.get(field_) != mine.get(field_):
+            if field_ == "options":
+                diff = sorted(k for k in {*mine["options"], *theirs["options"]}
+                              if mine["options"].get(k) != theirs["options"].get(k))
+                what += f" ({', '.join(diff)})"
+            return what
+    for a, b in zip(mine.get("plugins", []), theirs.get("plugins", []), strict=False):
+        if a != b:
+            return f"another version of the plugin {a['path']} (the file has changed)"
+    return None
+
+
+def check_resumable(path, mine: dict, saved: dict) -> None:
+    """Refuse to continue a state that is not a checkpoint of this very run, saying why in one line."""
+    if not isinstance(saved, dict) or saved.get("kind") != STATE_KIND_CHECKPOINT:
+        raise OnnxaffError(f"{path} is a shard part, not a checkpoint")
+    if (what := key_mismatch(mine, saved["key"])) is not None:
+        raise OnnxaffError(f"checkpoint {path} is from {what}; remove it or run without --resume")
+
+
+# --- the --checkpoint file ---
+
+def is_checkpoint(path: str | Path) -> bool:
+    return Path(path).is_file() and state_kind(path) == KIND
+
+
+def prepare(path: str | Path) -> None:
+    """Refuse a path that holds anything but an onnxaff checkpoint; remove temporaries of killed saves there."""
+    path = Path(path)
+    if path.exists() and not path.is_dir() and not is_checkpoint(path):
+        part = path.is_file() and state_kind(path) == STATE_KIND_PART  # never opened otherwise: a FIFO would block
+        what = "a shard part's state" if part else "a file that is not an onnxaff checkpoint"
+        raise OnnxaffError(f"--checkpoint {path} holds {what}; it is left as it is: choose another --checkpoint")
+    for tmp in temporaries_of(path):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def remove(path: str | Path) -> None:
+    """Remove the checkpoint once its run's result is written (a file that is not one stays)."""
+    if is_checkpoint(path):
+        with contextlib.suppress(FileNotFoundError):
+            Path(path).unlink()
+
+
+def write_result(run, checkpoint: str | Path, write: Callable[[], tuple]) -> tuple:
+    """Save the finished data pass to `checkpoint`, call `write` (the result's files), then remove the checkpoint.
+
+    The data pass is the long part of a run: when `write` cannot write (disk full, permissions), the one-line
+    error says how to write the result from the checkpoint instead of running everything again.
+    """
+    try:
+        run.save(checkpoint, KIND)
+        unsaved = None
+    except WriteError as exc:  # the disk may be full already: the result is still tried
+        unsaved = exc
+    try:
+        result = write()
+    except WriteError as exc:
+        if unsaved is None:
+            raise WriteError(f"{exc}; the results are kept in {checkpoint}: rerun the same command with --resume "
+                             f"--checkpoint {checkpoint} and an --out that can be written") from None
+        earlier = f"; {checkpoint} holds the last periodic checkpoint (--resume)" if is_checkpoint(checkpoint) else ""
+        raise WriteError(f"{exc}; the final state could not be saved either ({unsaved}){earlier}") from None
+    except OnnxaffError:  # nothing to write at all (no usable example): the checkpoint would only repeat this
+        remove(checkpoint)
+        raise
+    remove(checkpoint)
+    return result

@@ -1,0 +1,159 @@
+"""AnalysisConfig: every option of an analysis, validated once, whoever builds it (CLI, API, study, shards, Ray).
+
+Errors are `ConfigError`s naming the field (`chunk_size`, `images.resize`); the CLI renders them with its flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnxaff.errors import ConfigError
+from onnxaff.graph.rewrite import REDUCTIONS
+
+DEFAULT_METRICS = ("affinity", "affinity_lw")
+NLC_DIRECTIONS = 1  # = onnxaff.network.DIRECTIONS: the default, recorded in the options only when changed
+PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
+STD_RULE = "population std (ddof=0) over chunk scores"
+
+
+def parse_shard(text) -> tuple[int, int] | None:
+    """`i/n` (0-based i) or (i, n) -> (i, n)."""
+    if text is None:
+        return None
+    if isinstance(text, tuple | list):
+        text = "/".join(str(v) for v in text)
+    a, slash, b = str(text).partition("/")
+    try:
+        i, n = int(a), int(b)
+    except ValueError:
+        i = n = -1
+    if not slash or n < 1 or not 0 <= i < n:
+        raise ConfigError("shard", f"{{option}} {text!r} is not i/n with 0 <= i < n (e.g. 0/3)")
+    return i, n
+
+
+def parse_directions(value) -> int | str:
+    """A positive number of rolls per example, or "all" (every other example of the batch: exact estimator)."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    try:
+        k = int(str(value).strip()) if not isinstance(value, bool) else 0
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ConfigError("nlc_directions", f"{{option}} must be a positive whole number or 'all', got {value!r}")
+    return k
+
+
+def _whole(name: str, value, least: int, what: str, optional: bool = False):
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(name, f"{{option}} must be {what}, got {value!r}")
+    return value
+
+
+def _choice(name: str, value, choices, what: str) -> str:
+    if value not in choices:
+        raise ConfigError(name, f"unknown {what} {value!r} for {{option}}; choose one of {', '.join(choices)}")
+    return value
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """The options of one analysis. Lists become tuples, `shard` "i/n" becomes (i, n), `nlc_directions` an int
+    or "all"; `images` stays a dict of the image-folder options (see onnxaff.data.open_source)."""
+
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    chunk_size: int = 512
+    batch_size: int = 64
+    limit: int | None = None
+    reduce: str = "mean"
+    device: str = "auto"
+    layout: str = "auto"
+    seed: int = 0
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    images: Mapping | None = None
+    plugins: tuple[str, ...] = ()
+    progress: bool = True
+    reduce_in: str = "graph"
+    chunk_workers: int | None = None
+    shard: tuple[int, int] | None = None
+    pairs: tuple[tuple[str, str], ...] = ()
+    blocks: tuple[str, ...] = ()
+    threads: int | None = None
+    nlc_directions: int | str = NLC_DIRECTIONS
+
+    def __post_init__(self):
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        metrics = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics)
+        if not metrics or not all(isinstance(m, str) and m for m in metrics):
+            raise ConfigError("metrics", f"{{option}} must name at least one metric, got {self.metrics!r}")
+        put("metrics", metrics)
+        _whole("chunk_size", self.chunk_size, 2, "a whole number of at least 2")
+        _whole("batch_size", self.batch_size, 1, "a positive whole number")
+        _whole("limit", self.limit, 1, "a positive whole number", optional=True)
+        _whole("seed", self.seed, -(2**63), "a whole number")
+        _whole("chunk_workers", self.chunk_workers, 0, "0 or a positive whole number", optional=True)
+        _whole("threads", self.threads, 1, "a positive whole number", optional=True)
+        _choice("reduce", self.reduce, REDUCTIONS, "reduction")
+        _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
+        _choice("device", self.device, ("auto", "cpu", "cuda"), "device")
+        put("input_shapes", _shapes(self.input_shapes))
+        put("images", None if self.images is None else dict(self.images))
+        put("plugins", tuple(str(p) for p in self.plugins))
+        put("pairs", _pairs(self.pairs))
+        put("blocks", tuple(self.blocks))
+        put("shard", parse_shard(self.shard))
+        put("nlc_directions", parse_directions(self.nlc_directions))
+
+    @classmethod
+    def of(cls, config: AnalysisConfig | None = None, **options) -> AnalysisConfig:
+        """`config` with `options` replacing its fields (or a new config from the options alone)."""
+        if config is None:
+            return cls(**options)
+        return dataclasses.replace(config, **options) if options else config
+
+    def replace(self, **options) -> AnalysisConfig:
+        return dataclasses.replace(self, **options)
+
+    def signature_options(self, batch_size: int) -> dict:
+        """The `options` a signature records (and a checkpoint key compares); `batch_size` is the one used."""
+        options = {
+            "metrics": list(self.metrics), "chunk_size": self.chunk_size, "batch_size": batch_size,
+            "limit": self.limit, "reduce": self.reduce, "reduce_in": self.reduce_in, "device": self.device,
+            "layout": self.layout, "seed": self.seed,
+            "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},
+            "pairs": [list(p) for p in self.pairs], "blocks": list(self.blocks),
+            "plugins": [str(Path(p)) for p in self.plugins], "partial_chunk_rule": PARTIAL_CHUNK_RULE,
+            "std": STD_RULE,
+        }
+        if self.nlc_directions != NLC_DIRECTIONS:  # recorded only when asked for: default runs' options unchanged
+            options["nlc_directions"] = self.nlc_directions
+        return options
+
+
+def _shapes(shapes) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for name, dims in dict(shapes or {}).items():
+        dims = tuple(dims) if isinstance(dims, tuple | list) else ()
+        if not isinstance(name, str) or not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0
+                                                         for d in dims):
+            raise ConfigError("input_shapes", f"{{option}} {name!r}: expected positive dims after the batch axis")
+        out[name] = dims
+    return out
+
+
+def _pairs(pairs) -> tuple[tuple[str, str], ...]:
+    out = []
+    for p in pairs:
+        p = tuple(p) if isinstance(p, tuple | list) else ()
+        if len(p) != 2 or not all(isinstance(t, str) and t for t in p):
+            raise ConfigError("pairs", "{option} items must be (IN, OUT) tensor names")
+        out.append(p)
+    return tuple(out)

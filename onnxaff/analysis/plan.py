@@ -1,0 +1,216 @@
+"""The Plan of a run: everything built once before any batch (Polygraphy's loaders, as against its runners).
+
+The loaded model and its sites, the residual stages, the metrics resolved, the data source opened, the
+augmented model and which of its outputs feed which site. A Plan is read only; `onnxaff.analysis.run` executes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass
+
+import onnx
+
+from onnxaff.analysis.assemble import no_usable
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.data import model_inputs, open_source
+from onnxaff.errors import OnnxaffError
+from onnxaff.graph import augment_model, load_model
+from onnxaff.graph.blocks import stage_tracks
+from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
+from onnxaff.graph.pairs import tensor_probe
+from onnxaff.graph.sites import Site, settle_shape
+from onnxaff.graph.stats import model_stats
+from onnxaff.graph.view import GraphView
+from onnxaff.metrics import Metric, Registered, registry, resolve
+from onnxaff.runtime import Runner
+from onnxaff.sitelist import list_sites
+
+TRACK_METRICS = ("lss", "ots")  # residual stages get these trajectory metrics when none is asked for
+
+
+def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[int, int]:
+    """[start, stop) of shard i of n: whole units of `unit` examples, the last shard also takes the tail."""
+    if shard is None:
+        return 0, total
+    i, n = shard
+    units = total // unit
+    start = (i * units // n) * unit
+    stop = total if i == n - 1 else ((i + 1) * units // n) * unit
+    return start, stop
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A prepared run. `names` are the augmented model's outputs a batch fetches; `slices[k]` are site k's
+    (x, y, jvp...), `stage_slices[k]` stage k's track tensors; the window [start, stop) is the shard's."""
+
+    config: AnalysisConfig
+    data: str
+    loaded: LoadedModel
+    sites: list[Site]
+    ok_sites: list[Site]
+    stages: list[dict]
+    registry: dict[str, Registered]
+    metrics: list[Metric]
+    track_metrics: list[Metric]
+    inputs: list
+    source: object
+    batch_size: int
+    fixed_batch: int | None
+    warnings: tuple[str, ...]
+    augmented: onnx.ModelProto
+    outputs: dict
+    names: tuple[str, ...]
+    slices: tuple[slice, ...]
+    stage_slices: tuple[slice, ...]
+    stage_probes: tuple[list[Site], ...]
+    unit: int
+    start: int
+    stop: int
+    options: dict
+    model_info: dict
+
+    @property
+    def needs_jvp(self) -> bool:
+        return any(m.needs == "jvp" for m in self.metrics)
+
+    @property
+    def host_reduce(self) -> str | None:
+        """The reduction done in numpy (reduce_in="numpy": the naive baseline), None when the graph does it."""
+        return self.config.reduce if self.config.reduce_in == "numpy" else None
+
+    @classmethod
+    def build(cls, model, data: str, config: AnalysisConfig) -> Plan:
+        loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
+        listed = list_sites(loaded, config.layout, list(config.pairs), list(config.blocks))  # as `onnxaff sites`
+        sites = listed.sites
+        if not sites:
+            raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
+                               "--pairs IN:OUT scores any two tensors)")
+        available = registry(config.plugins)
+        metrics, track_metrics = _resolve_metrics(config.metrics, available, bool(listed.stages))
+        inputs = model_inputs(loaded.model)
+        source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
+                             images=config.images)
+        fixed = {i.fixed_batch for i in inputs} - {None}
+        fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
+        batch_size = fixed_batch or config.batch_size
+        warnings = list(getattr(source, "warnings", []))  # e.g. links an image walk met
+        if batch_size != config.batch_size:
+            warnings.append(f"the model's batch size is fixed at {batch_size}: batches of {batch_size}")
+        if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
+            first = next((b for b in source.batches(batch_size) if next(iter(b.values())).shape[0]), None)
+            if first is None:
+                raise no_usable(data, source)
+            resolve_unknown_ranks(loaded, sites, first, config.layout)
+        ok_sites = [s for s in sites if s.ok]
+        if not ok_sites:
+            raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
+        stages = _stage_entries(loaded.model, listed.stages, config.layout, first_index=len(sites))
+        track_sites = [t for stage in stages if stage["status"] == "ok" for t in stage["probes"]]
+        augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
+                                           raw=config.reduce_in == "numpy",
+                                           jvp=any(m.needs == "jvp" for m in metrics))
+        names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
+        unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
+        start, stop = shard_window(len(source), config.shard, unit)
+        model_info = {**_model_info(loaded, listed.activations), "stats": model_stats(loaded.model, listed.activations)}
+        if listed.extra:
+            model_info["extra_sites"] = {g: sum(s.group == g for s in listed.extra) for g in ("pair", "block")}
+        return cls(config=config, data=data, loaded=loaded, sites=sites, ok_sites=ok_sites, stages=stages,
+                   registry=available, metrics=metrics, track_metrics=track_metrics, inputs=inputs, source=source,
+                   batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
+                   outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
+                   unit=unit, start=start, stop=stop, options=config.signature_options(batch_size),
+                   model_info=model_info)
+
+
+def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric]]:
+    asked = resolve(list(names), available=available)
+    metrics = [m for m in asked if m.needs != "tracks"]
+    track_metrics = [m for m in asked if m.needs == "tracks"]
+    if has_stages and not track_metrics:  # residual stages get the trajectory metrics unasked
+        track_metrics = resolve([n for n in TRACK_METRICS if n in available], available=available)
+    return metrics, track_metrics
+
+
+def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:
+    """The output names a batch fetches, and which of them feed each site and each residual stage."""
+    names, slices, stage_slices, stage_probes = [], [], [], []
+    for s in ok_sites:
+        out = outputs[s.index]
+        own = [out.x, out.y] + (list(out.jvp.names.values()) if out.jvp is not None else [])
+        slices.append(slice(len(names), len(names) + len(own)))
+        names += own
+    for stage in stages:  # a residual stage: its tracks' features side by side as X (h⁰ … h^L)
+        if stage["status"] != "ok":
+            continue
+        stage_probes.append(stage["probes"])
+        own = [outputs[t.index].x for t in stage["probes"]]
+        stage_slices.append(slice(len(names), len(names) + len(own)))
+        names += own
+    return tuple(names), tuple(slices), tuple(stage_slices), tuple(stage_probes)
+
+
+def _stage_entries(model: onnx.ModelProto, stages: list[list], layout: str, first_index: int) -> list[dict]:
+    """Residual stages with a probe site per track tensor (h⁰ … h^L), numbered after the real sites."""
+    view = GraphView(model.graph, opset=default_opset(model))
+    entries, index = [], first_index
+    for k, stage in enumerate(stages):
+        tensors = stage_tracks(stage)
+        probes = []
+        for t in tensors:
+            probes.append(tensor_probe(view, t, layout, index))
+            index += 1
+        bad = next((p for p in probes if not p.ok), None)
+        entries.append({
+            "index": k, "id": f"stage:{stage[0].id}..{stage[-1].id}", "blocks": [b.id for b in stage],
+            "tensors": tensors, "status": "ok" if bad is None else "skipped",
+            "reason": "" if bad is None else f"{bad.input}: {bad.reason}", "probes": probes,
+        })
+    return entries
+
+
+def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
+    """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
+    pending = [s for s in sites if s.status == "skipped" and s.reason.startswith("unknown rank")]
+    if not pending:
+        return
+    probes = [dataclasses.replace(s, status="ok") for s in pending]
+    raw, outs = augment_model(loaded.model, probes, raw=True)
+    names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
+    arrays = Runner(loaded, raw, device="cpu").run(names, feed)
+    view = GraphView(loaded.model.graph, opset=loaded.opset)
+    for k, s in enumerate(pending):
+        xa, ya = arrays[2 * k], arrays[2 * k + 1]
+        s.status, s.reason = "ok", ""
+        s.input_shape = ["N", *xa.shape[1:]]
+        s.output_shape = ["N", *ya.shape[1:]]
+        settle_shape(view, s, layout)
+        if s.ok:
+            s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
+
+
+def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:
+    m = loaded.model
+    if loaded.path is not None:
+        digest, path, name = sha256_of(loaded.path), str(loaded.path.resolve()), loaded.path.stem
+        # The .onnx of an external-data model holds no weights: each weight file is identified too, so a
+        # signature names the network it measured and a checkpoint refuses swapped weights.
+        external = [{"location": loc, "bytes": (loaded.path.parent / loc).stat().st_size,
+                     "sha256": sha256_of(loaded.path.parent / loc)} for loc in loaded.external_locations]
+    else:
+        digest, path, name = hashlib.sha256(m.SerializeToString()).hexdigest(), None, m.graph.name or "model"
+        external = []
+    info = {
+        "name": name, "path": path, "sha256": digest, "producer": m.producer_name,
+        "producer_version": m.producer_version, "opset": loaded.opset, "ir_version": m.ir_version,
+        "inputs": [i.describe() for i in model_inputs(m)], "nodes": len(m.graph.node),
+        "sites": len(sites), "sites_ok": sum(s.ok for s in sites),
+    }
+    if external:
+        info["external_data"] = external
+    return info

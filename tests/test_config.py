@@ -1,0 +1,95 @@
+"""AnalysisConfig: one validated carrier of the options; its errors name the field, the CLI renders the flag.
+RunState: the saved dict round-trips; a plugin edited before --resume is refused."""
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxaff
+from onnxaff.analysis import Analysis, AnalysisConfig, RunState
+from onnxaff.errors import ConfigError, OnnxaffError
+from tests.conftest import parse, run_cli
+
+TANH = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 2] x) => (float[N, 2] y) { y = Tanh(x) }')
+DATA = "synthetic:gaussian:n=256"
+
+BAD = [
+    ("metrics", []), ("chunk_size", 1), ("chunk_size", 2.5), ("batch_size", 0), ("limit", 0), ("seed", "one"),
+    ("chunk_workers", -1), ("threads", 0), ("reduce", "median"), ("reduce_in", "gpu"), ("device", "tpu"),
+    ("input_shapes", {"x": (0, 3)}), ("pairs", [("a",)]), ("shard", "3/3"), ("shard", "x"),
+    ("nlc_directions", "none"), ("nlc_directions", 0),
+]
+
+
+@pytest.mark.parametrize("field,value", BAD)
+def test_each_bad_field_is_named(field, value):
+    with pytest.raises(ConfigError) as info:
+        AnalysisConfig(**{field: value})
+    exc = info.value
+    assert exc.field == field and field in str(exc) and "--" not in str(exc)
+    assert "--flag" in exc.render("--flag") and "\n" not in str(exc)
+
+
+def test_normalised_once():
+    c = AnalysisConfig(metrics=["affinity"], plugins=["p.py"], pairs=[["a", "b"]], blocks=["mlp"], shard="1/3",
+                       nlc_directions=" ALL ", input_shapes={"x": [3, 4]})
+    assert c.metrics == ("affinity",) and c.plugins == ("p.py",) and c.pairs == (("a", "b"),)
+    assert c.blocks == ("mlp",) and c.shard == (1, 3) and c.nlc_directions == "all"
+    assert c.input_shapes == {"x": (3, 4)} and AnalysisConfig(nlc_directions="4").nlc_directions == 4
+    assert AnalysisConfig.of(c) is c and AnalysisConfig.of(c, chunk_size=64).chunk_size == 64
+    options = c.signature_options(batch_size=32)
+    assert options["batch_size"] == 32 and options["pairs"] == [["a", "b"]] and options["nlc_directions"] == "all"
+    assert "nlc_directions" not in AnalysisConfig().signature_options(64)  # default runs record what they did
+
+
+def test_analyze_takes_a_config(tmp_path):
+    config = AnalysisConfig(metrics=("affinity",), chunk_size=64, batch_size=32, progress=False)
+    by_config = onnxaff.analyze(TANH, DATA, config=config)
+    by_keywords = onnxaff.analyze(TANH, DATA, metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
+    assert by_config.scores("affinity") == by_keywords.scores("affinity")
+    assert by_config.options == by_keywords.options == config.signature_options(32)
+    replaced = onnxaff.analyze(TANH, DATA, config=config, chunk_size=128)  # keywords replace the config's fields
+    assert replaced.options["chunk_size"] == 128
+
+
+def test_cli_renders_the_flag(capfd, tmp_path):
+    onnx.save(TANH, tmp_path / "m.onnx")
+    code, _, err = run_cli(capfd, "analyze", str(tmp_path / "m.onnx"), "--data", DATA, "--chunk-size", "1",
+                           "--out", str(tmp_path / "s.json"), "--quiet")
+    assert code == 2 and err.strip().startswith("onnxaff: error: --chunk-size must be") and "chunk_size" not in err
+
+
+def test_run_state_round_trips():
+    run = Analysis(TANH, DATA, metrics=["affinity", "nlc"], chunk_size=64, batch_size=32, progress=False)
+    run.run()
+    saved = run.state("part")
+    state = RunState.from_state(saved)
+    again = state.to_state()
+    assert set(again) == set(saved) and again["cursor"] == saved["cursor"] == 256
+    assert np.array_equal(again["sites"][0]["buffer"]["size"], saved["sites"][0]["buffer"]["size"])
+    sig = state.to_signature(*state.metrics())
+    assert sig.scores("affinity") == run.signature().scores("affinity")
+
+
+PLUGIN = """from onnxaff.metrics import Metric
+class Const(Metric):
+    name = 'const'
+    description = 'a constant'
+    def compute(self, chunk):
+        return {value}
+"""
+
+
+def test_a_plugin_edited_before_resume_is_refused(tmp_path):
+    plugin = tmp_path / "const_metric.py"
+    plugin.write_text(PLUGIN.format(value=1.0))
+    options = dict(metrics=["affinity", "const"], plugins=[str(plugin)], chunk_size=64, batch_size=32, progress=False)
+    ckpt = tmp_path / "run.ckpt.npz"
+    first = Analysis(TANH, DATA, **options)
+    first.run()
+    first.save(ckpt, "checkpoint")
+    Analysis(TANH, DATA, **options).restore(ckpt)  # the same file: accepted
+    plugin.write_text(PLUGIN.format(value=2.0))
+    with pytest.raises(OnnxaffError, match=f"another version of the plugin {plugin}") as info:
+        Analysis(TANH, DATA, **options).restore(ckpt)
+    assert "\n" not in str(info.value)
