@@ -33,7 +33,8 @@ def plugin(path, body: str) -> str:
     return str(path)
 
 
-# A well-behaved metric, and the same metric turned hostile after its second call.
+# A well-behaved metric, and the same metric turned hostile after its second call when STUCK_MARK (HOSTILE) is
+# set: the file stays as it is for --resume, which refuses a plugin file edited since the checkpoint.
 PROBE = '''
     class Probe(Metric):
         name = "probe"
@@ -47,7 +48,7 @@ STUCK = PROBE.replace("        def compute(self, chunk):\n", '''        calls = 
 
         def compute(self, chunk):
             Probe.calls += 1
-            if Probe.calls >= 3:
+            if Probe.calls >= 3 and "STUCK_MARK" in os.environ:
                 open(os.environ["STUCK_MARK"], "a").close()
                 if os.environ["STUCK_HOW"] == "sleep":
                     threading.Event().wait()  # blocks in C, forever
@@ -58,7 +59,7 @@ RAISES_CTRL_C = PROBE.replace("        def compute(self, chunk):\n", '''        
 
         def compute(self, chunk):
             Probe.calls += 1
-            if Probe.calls == 5:
+            if Probe.calls == 5 and "HOSTILE" in os.environ:
                 raise KeyboardInterrupt
 ''')
 
@@ -96,9 +97,8 @@ def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, 
     args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,cka,probe,r2_heldout",
             "--chunk-size", 64,
             "--batch-size", 16, "--plugin", path, "--chunk-workers", workers, "--quiet"]
-    plugin(path, PROBE)
-    ref = reference(args, tmp_path / "ref.json")
     plugin(path, STUCK)
+    ref = reference(args, tmp_path / "ref.json")
     out, mark = tmp_path / "sig.json", tmp_path / "stuck"
     env = dict(os.environ, STUCK_MARK=str(mark), STUCK_HOW=how)
     proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out)],
@@ -124,7 +124,6 @@ def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, 
     unscored = [len(st["unscored"]) for st in load_state(tmp_path / "sig.json.ckpt.npz")["sites"]]
     print(f"chunks saved unscored per site: {unscored}")
     assert sum(unscored) >= 1  # at least the stuck chunk: scored again on resume
-    plugin(path, PROBE)
     done = cli("analyze", *args, "--out", out, "--resume")
     assert done.returncode == 0, done.stderr
     a, b = read_signature(ref), read_signature(out)
@@ -136,14 +135,15 @@ def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, 
 POOLED = (PROBE.replace("class Probe(", "class ProbePooled(").replace('"probe"', '"probe_pooled"')
           .replace('"chunk"', '"moments"').replace("np.mean(np.abs(chunk.y - chunk.x))", "np.trace(chunk.cov_xy())"))
 STUCK_POOLED = POOLED.replace("        def compute(self, chunk):\n", '''        def compute(self, chunk):
-            open(os.environ["STUCK_MARK"], "a").close()
-            threading.Event().wait()
+            if "STUCK_MARK" in os.environ:
+                open(os.environ["STUCK_MARK"], "a").close()
+                threading.Event().wait()
 ''')
 STUCK_LAST = PROBE.replace("        def compute(self, chunk):\n", '''        calls = 0
 
         def compute(self, chunk):
             Probe.calls += 1
-            if Probe.calls == 16:  # the last chunk of the run
+            if Probe.calls == 16 and "STUCK_MARK" in os.environ:  # the last chunk of the run
                 open(os.environ["STUCK_MARK"], "a").close()
                 threading.Event().wait()
 ''')
@@ -157,9 +157,8 @@ def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, g
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=512", "--metrics", "affinity,cka_pooled,probe,probe_pooled",
             "--chunk-size", 64, "--batch-size", 32, "--plugin", path, "--chunk-workers", workers, "--quiet", *shard]
-    plugin(path, good)
+    plugin(path, stuck)  # well-behaved without STUCK_MARK
     ref = reference(args, tmp_path / "ref.json")
-    plugin(path, stuck)
     out, mark = tmp_path / "sig.json", tmp_path / "stuck"
     proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out)],
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, STUCK_MARK=str(mark)))
@@ -175,7 +174,6 @@ def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, g
         proc.kill()
         pytest.fail("a stuck plugin held the end of the run after SIGINT")
     assert proc.returncode == 130 and err.startswith("onnxaff: interrupted: SIGINT after 512 of 512"), err
-    plugin(path, good)
     done = cli("analyze", *args, "--out", out, "--resume")
     assert done.returncode == 0, done.stderr
     a, b = read_signature(ref), read_signature(out)
@@ -187,15 +185,13 @@ def test_keyboard_interrupt_raised_by_a_plugin_is_ctrl_c_with_the_checkpoint(mod
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,probe", "--chunk-size", 64,
             "--batch-size", 16, "--plugin", path, "--quiet"]
-    plugin(path, PROBE)
-    ref = reference(args, tmp_path / "ref.json")
     plugin(path, RAISES_CTRL_C)
+    ref = reference(args, tmp_path / "ref.json")
     out = tmp_path / "sig.json"
-    r = cli("analyze", *args, "--out", out, timeout=60)
+    r = cli("analyze", *args, "--out", out, timeout=60, env=dict(os.environ, HOSTILE="1"))
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("onnxaff: interrupted: SIGINT after"), r.stderr
     assert (tmp_path / "sig.json.ckpt.npz").exists()
-    plugin(path, PROBE)
     assert cli("analyze", *args, "--out", out, "--resume").returncode == 0
     a, b = read_signature(ref), read_signature(out)
     assert values(a, "probe") == values(b, "probe") and values(a, "affinity") == values(b, "affinity")
