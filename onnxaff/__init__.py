@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 
 def analyze(*args, **kwargs):
-    """Analyse a model on data and return its Signature (see onnxaff.analysis.analyze)."""
+    """Analyse a model on data and return its Signature: `config=AnalysisConfig(...)` and/or its fields as
+    keywords (see onnxaff.analysis.analyze)."""
     from onnxaff.analysis import analyze as _analyze
 
     return _analyze(*args, **kwargs)

@@ -598,6 +598,8 @@ _FLAGS = {"input_shapes": "--input-shape", "plugins": "--plugin", "images.draft"
 
 def _flag(field: str) -> str:
     """The CLI flag of an AnalysisConfig field (`images.pad_value` -> --pad-value)."""
+    if field.startswith("--"):  # parse_size and the like, called by the CLI with the flag itself
+        return field
     return _FLAGS.get(field) or "--" + field.rpartition(".")[2].replace("_", "-")
 
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import onnx
 
-from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.errors import ConfigError, OnnxaffError, first_line
 from onnxaff.graph.load import LoadedModel
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -73,9 +73,8 @@ def providers_for(device: str) -> list[str]:
     if cuda_usable():
         return [CUDA, CPU]
     if device == "cuda":
-        raise OnnxaffError(
-            "--device cuda: onnxruntime cannot use CUDA here (is onnxruntime-gpu installed, with its CUDA libraries?)"
-        )
+        raise ConfigError("device", "{option} cuda: onnxruntime cannot use CUDA here (is onnxruntime-gpu installed, "
+                                    "with its CUDA libraries?)")
     return [CPU]
 
 
@@ -110,7 +109,7 @@ class Runner:
             raise OnnxaffError(f"onnxruntime cannot load the model: {first_line(exc)}") from None
         self.providers = self.session.get_providers()
         if device == "cuda" and CUDA not in self.providers:
-            raise OnnxaffError("--device cuda: the session fell back to CPU")
+            raise ConfigError("device", "{option} cuda: the session fell back to CPU")
         self.io_binding = CUDA in self.providers if io_binding is None else io_binding
 
     def _run_bound(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -130,7 +130,7 @@ def test_input_shape_and_crop_fix_symbolic_hw_alike(photo_folder):  # noqa: F811
         batch_of(image_model(["N", 3, 32, "W"]), photo_folder, shapes={"x": (3, 48, 320)})
     with pytest.raises(OnnxaffError, match="gives 2 dims, but an image input takes 3"):
         batch_of(model, photo_folder, shapes={"x": (48, 320)})
-    with pytest.raises(OnnxaffError, match="--crop 32x320 but model input .* takes 48xW images"):
+    with pytest.raises(OnnxaffError, match="images.crop 32x320 but model input .* takes 48xW images"):
         batch_of(image_model(["N", 3, 48, "W"]), photo_folder, crop=(32, 320))
 
 
@@ -140,7 +140,7 @@ def test_resize_hxw_is_exact(photo_folder):  # noqa: F811
     path = list_images(photo_folder)[0]
     ref = np.asarray(Image.open(path).convert("RGB").resize((320, 48), Image.Resampling.BILINEAR), np.float64) / 255
     assert np.abs(batch[0] - ref.transpose(2, 0, 1)).max() <= 1 / 255
-    with pytest.raises(OnnxaffError, match="--resize 40x300 is smaller than the 48x320 crop"):
+    with pytest.raises(OnnxaffError, match="images.resize 40x300 is smaller than the 48x320 crop"):
         batch_of(model, photo_folder, resize=(40, 300))
 
 
@@ -157,9 +157,9 @@ def test_letterbox_and_pad_keep_the_aspect(tmp_path, fit, left):
     assert (px[inside] == [200, 10, 30]).all() and (px[~inside] == 114).all()
     d = source.describe()["preprocessing"]
     assert d["fit"] == fit and d["size"] == [48, 320] and d["pad_value"] == [114]
-    with pytest.raises(OnnxaffError, match=f"--fit {fit} scales each image to fit 48x320 itself: drop --resize"):
+    with pytest.raises(OnnxaffError, match=f"images.fit {fit} scales each image to fit 48x320 itself: drop the resize"):
         batch_of(model, root, fit=fit, resize=64)
-    with pytest.raises(OnnxaffError, match="--pad-value 300 must be 1 or 3 pixel value"):
+    with pytest.raises(OnnxaffError, match="images.pad_value 300 must be 1 or 3 pixel value"):
         batch_of(model, root, fit=fit, pad_value=(300,))
 
 

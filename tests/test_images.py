@@ -115,7 +115,7 @@ def test_custom_overrides(photo_folder):
 
 
 def test_preset_model_mismatch_is_a_clear_error(photo_folder):
-    with pytest.raises(OnnxaffError, match="--crop 200 but model input"):
+    with pytest.raises(OnnxaffError, match="images.crop 200 but model input"):
         open_source(str(photo_folder), model_inputs(image_model(["N", 3, 224, 224])), images={"crop": 200})
     with pytest.raises(OnnxaffError, match="cannot tell the channel axis"):
         open_source(str(photo_folder), model_inputs(image_model(["N", 5, 224, 224])), images={})

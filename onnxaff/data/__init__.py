@@ -7,7 +7,7 @@ from pathlib import Path
 from onnxaff.data.arrays import ArraySource
 from onnxaff.data.source import DataSource, InputSpec, model_inputs
 from onnxaff.data.synthetic import SyntheticSource
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 
 __all__ = ["DataSource", "InputSpec", "model_inputs", "open_source", "parse_input_shapes"]
 
@@ -22,7 +22,7 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
         except ValueError:
             parsed = ()
         if not eq or not name or not parsed or min(parsed) <= 0:
-            raise OnnxaffError(f"--input-shape {item!r} is not NAME=D1xD2x... (dims after the batch axis)")
+            raise ConfigError("input_shapes", f"{{option}} {item!r} is not NAME=D1xD2x... (dims after the batch axis)")
         shapes[name] = parsed
     return shapes
 
@@ -32,10 +32,10 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
     """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
     shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims."""
     if limit is not None and limit <= 0:
-        raise OnnxaffError(f"--limit must be positive, got {limit}")
+        raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
     for name in shapes or {}:
         if name not in {i.name for i in inputs}:
-            raise OnnxaffError(f"--input-shape names {name!r}, which is not a model input")
+            raise ConfigError("input_shapes", f"{{option}} names {name!r}, which is not a model input")
     if spec.startswith("synthetic:"):
         return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes)
     path = Path(spec)

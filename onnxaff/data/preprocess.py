@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from onnxaff.data.source import InputSpec
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 FITS = ("crop", "letterbox", "pad")
@@ -40,7 +40,7 @@ def parse_size(text, option: str) -> int | tuple[int, int] | None:
     except ValueError:
         dims = ()
     if len(dims) not in (1, 2) or min(dims) <= 0:
-        raise OnnxaffError(f"{option} {text!r} is not a size: give N or HxW (positive integers, e.g. 48x320)")
+        raise ConfigError(option, f"{{option}} {text!r} is not a size: give N or HxW (positive integers, e.g. 48x320)")
     return dims[0] if len(dims) == 1 else dims
 
 
@@ -129,8 +129,8 @@ def _fix_shape(spec: InputSpec, shape) -> InputSpec:
 
     shape = tuple(shape)
     if len(shape) != 3:
-        raise OnnxaffError(f"--input-shape {spec.name}={_fmt_size(shape)} gives {len(shape)} dims, but an image "
-                           f"input takes 3 after the batch axis (CxHxW, or HxWxC for channels-last)")
+        raise ConfigError("input_shapes", f"{{option}} {spec.name}={_fmt_size(shape)} gives {len(shape)} dims, but "
+                          f"an image input takes 3 after the batch axis (CxHxW, or HxWxC for channels-last)")
     check_example_shape(spec, shape, f"--input-shape {spec.name}={_fmt_size(shape)}")
     return replace(spec, shape=(spec.shape[0] if spec.shape else "N", *shape))
 
@@ -145,14 +145,14 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
     if shape is not None:
         spec = _fix_shape(spec, shape)
     layout, channels, (h, w) = image_input_layout(spec)
-    crop, resize = parse_size(crop, "--crop"), parse_size(resize, "--resize")
+    crop, resize = parse_size(crop, "images.crop"), parse_size(resize, "images.resize")
     p = PRESETS[name]
     custom = any(v is not None for v in (mean, std, resize, crop, interpolation, fit, pad_value))
     changes = {"layout": layout, "channels": channels, "dtype": spec.dtype.name}
     if crop is not None:
         ch, cw = (crop, crop) if isinstance(crop, int) else crop
         if (h and ch != h) or (w and cw != w):
-            raise OnnxaffError(f"--crop {_fmt_size(crop)} but model input {spec.describe()} takes "
+            raise ConfigError("images.crop", f"{{option}} {_fmt_size(crop)} but model input {spec.describe()} takes "
                                f"{h or 'H'}x{w or 'W'} images")
         h, w = ch, cw
     elif not (h and w) and isinstance(resize, tuple) and fit in (None, "crop"):
@@ -166,18 +166,19 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
     changes["crop"] = (h, w)
     if fit is not None:
         if fit not in FITS:
-            raise OnnxaffError(f"unknown --fit {fit!r}; choose one of {', '.join(FITS)}")
+            raise ConfigError("images.fit", f"unknown {{option}} {fit!r}; choose one of {', '.join(FITS)}")
         if fit != "crop" and resize is not None:
-            raise OnnxaffError(f"--fit {fit} scales each image to fit {h}x{w} itself: drop --resize")
+            raise ConfigError("images.fit", f"{{option}} {fit} scales each image to fit {h}x{w} itself: "
+                                            "drop the resize")
         changes["fit"] = fit
     if pad_value is not None:
         values = tuple(pad_value) if isinstance(pad_value, tuple | list) else (pad_value,)
         if len(values) not in (1, channels) or any(v != int(v) or not 0 <= v <= 255 for v in values):
-            raise OnnxaffError(f"--pad-value {','.join(f'{v:g}' for v in values)} must be 1 or {channels} "
-                               f"pixel value(s), integers in 0-255 (before scaling)")
+            raise ConfigError("images.pad_value", f"{{option}} {','.join(f'{v:g}' for v in values)} must be 1 or "
+                                                  f"{channels} pixel value(s), integers in 0-255 (before scaling)")
         changes["pad_value"] = tuple(int(v) for v in values)
     if isinstance(resize, tuple) and (resize[0] < h or resize[1] < w):
-        raise OnnxaffError(f"--resize {_fmt_size(resize)} is smaller than the {h}x{w} crop")
+        raise ConfigError("images.resize", f"{{option}} {_fmt_size(resize)} is smaller than the {h}x{w} crop")
     if resize is not None:
         changes["resize"] = resize
     if interpolation is not None:

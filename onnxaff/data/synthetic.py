@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxaff.data.source import DataSource, InputSpec
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 
 KINDS = ("gaussian", "uniform", "grid")
 DEFAULT_N = 1024
@@ -56,7 +56,7 @@ class SyntheticSource(DataSource):
         self.kind, self.params = parse_spec(spec)
         self.seed = int(self.params.get("seed", seed))
         if self.seed < 0:
-            raise OnnxaffError(f"--seed {self.seed}: synthetic data need a seed ≥ 0")
+            raise ConfigError("seed", f"{{option}} {self.seed}: synthetic data need a seed ≥ 0")
         n = int(self.params.get("n", limit or DEFAULT_N))
         self.n = min(n, limit) if limit else n
         self.inputs = inputs

@@ -12,7 +12,7 @@ import difflib
 import networkx as nx
 import onnx
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.view import GraphView
@@ -28,7 +28,7 @@ def parse_pairs(text: str | None) -> list[tuple[str, str]]:
             continue
         a, sep, b = item.partition("::") if "::" in item else item.rpartition(":")
         if not sep or not a or not b:
-            raise OnnxaffError(f"--pairs item {item!r} is not IN:OUT (two tensor names)")
+            raise ConfigError("pairs", f"{{option}} item {item!r} is not IN:OUT (two tensor names)")
         pairs.append((a, b))
     return pairs
 
@@ -113,7 +113,7 @@ def parse_block_kinds(text: str | None) -> list[str]:
         elif k in KINDS:
             kinds += [k] if k not in kinds else []
         elif k:
-            raise OnnxaffError(f"--blocks {k!r} is not one of {', '.join(KINDS)}, all")
+            raise ConfigError("blocks", f"{{option}} {k!r} is not one of {', '.join(KINDS)}, all")
     return kinds
 
 
