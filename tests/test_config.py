@@ -93,3 +93,24 @@ def test_a_plugin_edited_before_resume_is_refused(tmp_path):
     with pytest.raises(OnnxaffError, match=f"another version of the plugin {plugin}") as info:
         Analysis(TANH, DATA, **options).restore(ckpt)
     assert "\n" not in str(info.value)
+
+
+def test_run_state_merge_of_shards_is_one_run():
+    """Parts merged by RunState.merge, finished once: the uninterrupted run's numbers, chunk for chunk."""
+    from onnxaff.executors import shard_state
+    from onnxaff.scoring import ChunkScorer
+
+    config = AnalysisConfig(metrics=("affinity", "cka", "nlc"), chunk_size=32, batch_size=16, progress=False)
+    parts = [RunState.from_state(shard_state(TANH, DATA, (i, 3), config)) for i in range(3)]
+    total = parts[0]
+    metrics, track_metrics = total.metrics()
+    with ChunkScorer(0) as scorer:
+        for part in parts[1:]:
+            total.merge(part, metrics, track_metrics, scorer)
+    merged = total.to_signature(metrics, track_metrics)
+    one = onnxaff.analyze(TANH, DATA, config=config)
+    for metric in ("affinity", "cka"):
+        assert [s["metrics"][metric]["values"] for s in merged.sites] == [s["metrics"][metric]["values"]
+                                                                          for s in one.sites]
+    assert merged.network["nlc"] == one.network["nlc"] and merged.data["samples"] == one.data["samples"] == 256
+    assert merged.data["merged_from"]["shards"] == 3

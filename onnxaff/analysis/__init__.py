@@ -18,7 +18,7 @@ from onnxaff.analysis.config import DEFAULT_METRICS, AnalysisConfig, parse_shard
 from onnxaff.analysis.plan import Plan, shard_window
 from onnxaff.analysis.run import Analysis
 from onnxaff.analysis.runstate import RunState
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.signature import Signature
 
 __all__ = ["DEFAULT_METRICS", "STATE_KIND_CHECKPOINT", "STATE_KIND_PART", "Analysis", "AnalysisConfig", "Plan",
@@ -49,7 +49,7 @@ def analyze(
     writes the signature, and removes it once that is written (onnxaff.analysis.checkpoint.write_result).
     """
     if resume and checkpoint is None:
-        raise OnnxaffError("--resume needs a checkpoint path")
+        raise ConfigError("resume", "{option} needs a checkpoint path")
     run = Analysis(model, data, config, **options)
     if resume:
         if not Path(checkpoint).exists():

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.errors import OnnxaffError, WriteError
+from onnxaff.errors import ConfigError, OnnxaffError, WriteError
 from onnxaff.files import temporaries_of, write_bytes_atomic
 from onnxaff.graph.load import sha256_of
 
@@ -160,7 +160,8 @@ def prepare(path: str | Path) -> None:
     if path.exists() and not path.is_dir() and not is_checkpoint(path):
         part = path.is_file() and state_kind(path) == STATE_KIND_PART  # never opened otherwise: a FIFO would block
         what = "a shard part's state" if part else "a file that is not an onnxaff checkpoint"
-        raise OnnxaffError(f"--checkpoint {path} holds {what}; it is left as it is: choose another --checkpoint")
+        raise ConfigError("checkpoint", f"{{option}} {path} holds {what}; it is left as it is: "
+                                        "choose another {option}")
     for tmp in temporaries_of(path):
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -28,7 +28,7 @@ from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
-from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
+from onnxaff.errors import ConfigError, DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph.rewrite import numpy_features
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
@@ -98,7 +98,7 @@ class Analysis:
         `finish` too, the end-of-data scoring runs here, where a signal still saves the state (the one from before
         the finish)."""
         if every < 0:
-            raise OnnxaffError(f"--checkpoint-every must be 0 or positive, got {every}")
+            raise ConfigError("checkpoint_every", f"{{option}} must be 0 or positive, got {every}")
         if checkpoint is not None:
             prepare_checkpoint(checkpoint)  # a file that is not a checkpoint is refused, never replaced
         self._stop_signal = None  # an API caller may run again after catching Interrupted
