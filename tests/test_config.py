@@ -37,6 +37,7 @@ def test_normalised_once():
     assert c.blocks == ("mlp",) and c.shard == (1, 3) and c.nlc_directions == "all"
     assert c.input_shapes == {"x": (3, 4)} and AnalysisConfig(nlc_directions="4").nlc_directions == 4
     assert AnalysisConfig.of(c) is c and AnalysisConfig.of(c, chunk_size=64).chunk_size == 64
+    assert type(AnalysisConfig(chunk_size=np.int64(64)).chunk_size) is int  # recorded in JSON
     options = c.signature_options(batch_size=32)
     assert options["batch_size"] == 32 and options["pairs"] == [["a", "b"]] and options["nlc_directions"] == "all"
     assert "nlc_directions" not in AnalysisConfig().signature_options(64)  # default runs record what they did

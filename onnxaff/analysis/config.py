@@ -6,6 +6,7 @@ Errors are `ConfigError`s naming the field (`chunk_size`, `images.resize`); the 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +49,13 @@ def parse_directions(value) -> int | str:
     return k
 
 
-def _whole(name: str, value, least: int, what: str, optional: bool = False):
+def _whole(name: str, value, least: int, what: str, optional: bool = False) -> int | None:
+    """A whole number (numpy's too, made a Python int: options are recorded in JSON)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ConfigError(name, f"{{option}} must be {what}, got {value!r}")
-    return value
+    return int(value)
 
 
 def _choice(name: str, value, choices, what: str) -> str:
@@ -95,12 +97,13 @@ class AnalysisConfig:
         if not metrics or not all(isinstance(m, str) and m for m in metrics):
             raise ConfigError("metrics", f"{{option}} must name at least one metric, got {self.metrics!r}")
         put("metrics", metrics)
-        _whole("chunk_size", self.chunk_size, 2, "a whole number of at least 2")
-        _whole("batch_size", self.batch_size, 1, "a positive whole number")
-        _whole("limit", self.limit, 1, "a positive whole number", optional=True)
-        _whole("seed", self.seed, -(2**63), "a whole number")
-        _whole("chunk_workers", self.chunk_workers, 0, "0 or a positive whole number", optional=True)
-        _whole("threads", self.threads, 1, "a positive whole number", optional=True)
+        for name, least, what in (("chunk_size", 2, "a whole number of at least 2"),
+                                  ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number")):
+            put(name, _whole(name, getattr(self, name), least, what))
+        for name, least, what in (("limit", 1, "a positive whole number"),
+                                  ("chunk_workers", 0, "0 or a positive whole number"),
+                                  ("threads", 1, "a positive whole number")):
+            put(name, _whole(name, getattr(self, name), least, what, optional=True))
         _choice("reduce", self.reduce, REDUCTIONS, "reduction")
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")
