@@ -34,7 +34,7 @@ from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
-from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
+from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.rewrite import REDUCTIONS, numpy_features
 from onnxaff.graph.sites import Site, settle_shape
@@ -84,9 +84,8 @@ def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[
     return start, stop
 
 
-def _stage_entries(model: onnx.ModelProto, stages: list[list], layout: str, first_index: int) -> list[dict]:
+def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index: int) -> list[dict]:
     """Residual stages with a probe site per track tensor (h⁰ … h^L), numbered after the real sites."""
-    view = GraphView(model.graph, opset=default_opset(model))
     entries, index = [], first_index
     for k, stage in enumerate(stages):
         tensors = stage_tracks(stage)
@@ -155,10 +154,10 @@ def _resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, l
     if not pending:
         return
     probes = [dataclasses.replace(s, status="ok") for s in pending]
-    raw, outs = augment_model(loaded.model, probes, raw=True)
+    raw, outs = augment_model(loaded.model, probes, raw=True, view=loaded.view)
     names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
     arrays = Runner(loaded, raw, device="cpu").run(names, feed)
-    view = GraphView(loaded.model.graph, opset=loaded.opset)
+    view = loaded.view
     for k, s in enumerate(pending):
         xa, ya = arrays[2 * k], arrays[2 * k + 1]
         s.status, s.reason = "ok", ""
@@ -248,10 +247,10 @@ class Analysis:
             raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
         needs_jvp = any(m.needs == "jvp" for m in self.metrics)
         self.host_reduce = reduce if reduce_in == "numpy" else None
-        self.stages = _stage_entries(loaded.model, stages, layout, first_index=len(sites))
+        self.stages = _stage_entries(loaded.view, stages, layout, first_index=len(sites))
         track_sites = [t for stage in self.stages if stage["status"] == "ok" for t in stage["probes"]]
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, reduce, raw=reduce_in == "numpy",
-                                           jvp=needs_jvp)
+                                           jvp=needs_jvp, view=loaded.view)
         self.runner = Runner(loaded, augmented, device=device, threads=threads)
         self.states = [SiteState(s, outputs[s.index], ChunkBuffer(chunk_size)) for s in ok_sites]
         for st in self.states:
@@ -298,7 +297,8 @@ class Analysis:
         }
         if nlc_directions != NLC_DIRECTIONS:  # recorded only when asked for: default runs' options stay as they were
             self.options["nlc_directions"] = nlc_directions
-        self.model_info = {**_model_info(loaded, activations), "stats": model_stats(loaded.model, activations)}
+        self.model_info = {**_model_info(loaded, activations),
+                           "stats": model_stats(loaded.model, activations, loaded.view)}
         if extra:
             self.model_info["extra_sites"] = {g: sum(s.group == g for s in extra) for g in ("pair", "block")}
         self._stop_signal: int | None = None
