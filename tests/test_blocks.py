@@ -432,3 +432,13 @@ def test_blocks_from_the_loaded_models_one_view():
     assert got == [(b.to_dict(), b.node_indices) for b in discover_blocks(loaded.model, infer_shapes=False)]
     loaded.model = onnx.shape_inference.infer_shapes(loaded.model)
     assert loaded.view is not view and loaded.view.graph is loaded.model.graph
+
+
+def test_block_params_on_one_line():
+    """`onnxaff sites --blocks` prints each block's params as text: tensor names, not numbers."""
+    from onnxaff.graph.sites import format_params
+
+    blocks = discover_blocks(load_model(SHIPPED["torch_rescnn_relu"].path).model, infer_shapes=False)
+    line = format_params(blocks[1].params)
+    assert f"branches=[{blocks[1].params['branches'][0]}]" in line and "contains=[]" in line
+    assert f"after={blocks[0].id}" in line and format_params({"slope": [0.25] * 64}) == "slope=[64 values]"

@@ -306,11 +306,14 @@ def _settle_site(view: GraphView, site: Site, layout: str) -> None:
 
 
 def format_params(params: dict) -> str:
-    """A site's parameters on one line: alpha=0.1, slope=[64 values]."""
+    """A site's parameters on one line: alpha=0.1, slope=[64 values]; a block's tensor and id lists
+    (branches, contains) by name when short: branches=[h1], contains=[5 names]."""
     parts = []
     for k, v in params.items():
-        if isinstance(v, list):
+        if isinstance(v, list) and v and not any(isinstance(x, str) for x in v):
             parts.append(f"{k}=[{np.asarray(v, dtype=float).size} values]")
+        elif isinstance(v, list):
+            parts.append(f"{k}=[{', '.join(map(str, v))}]" if len(v) <= 3 else f"{k}=[{len(v)} names]")
         elif isinstance(v, float):
             parts.append(f"{k}={v:.6g}")
         else:
