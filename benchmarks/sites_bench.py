@@ -2,7 +2,8 @@
 
 python benchmarks/sites_bench.py            # this checkout
 PYTHONPATH=/path/to/old/checkout python benchmarks/sites_bench.py   # another version, same models
-Prints one line per model: nodes, sites, best of 5 discover_sites wall times (shape inference included).
+Prints one line per model: nodes, sites, best of 5 discover_sites wall times (shape inference included),
+and best of 5 `list_sites` with `--blocks all` (sites, blocks and stages, over one fresh LoadedModel each time).
 """
 
 from __future__ import annotations
@@ -68,20 +69,31 @@ def elementwise_chain(n: int = 500) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def best_of(n: int, fn) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(n):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), result
+
+
 def main() -> None:
     from onnxaff.graph import discover_sites, load_model
+    from onnxaff.graph.load import LoadedModel
+    from onnxaff.sitelist import list_sites
 
     models = {"transformer_like (24 blocks)": transformer_like(), "elementwise chain": elementwise_chain()}
     for name in ("light_resnet50", "light_densenet121", "light_inception_v2"):
         models[name] = load_model(LIGHT / f"{name}.onnx").model
     print(f"onnxaff from {sys.modules['onnxaff'].__file__}")
+    every_kind = ("residual", "attention", "mlp")
     for name, model in models.items():
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            sites = discover_sites(model)
-            times.append(time.perf_counter() - t)
-        print(f"{name:30s} {len(model.graph.node):5d} nodes {len(sites):4d} sites  {min(times):.3f} s")
+        seconds, sites = best_of(5, lambda m=model: discover_sites(m))
+        inferred = onnx.shape_inference.infer_shapes(model)
+        with_blocks, found = best_of(5, lambda m=inferred: list_sites(LoadedModel(m, None), blocks=every_kind))
+        print(f"{name:30s} {len(model.graph.node):5d} nodes {len(sites):4d} sites  {seconds:.3f} s   "
+              f"{len(found.extra):3d} blocks {len(found.stages):2d} stages  {with_blocks:.3f} s")
 
 
 if __name__ == "__main__":

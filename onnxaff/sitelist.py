@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from onnxaff.errors import OnnxaffError
-from onnxaff.graph import discover_sites
-from onnxaff.graph.blocks import discover_blocks, residual_stages
+from onnxaff.graph.blocks import find_blocks, residual_stages
 from onnxaff.graph.load import LoadedModel
 from onnxaff.graph.pairs import block_sites, pair_sites
-from onnxaff.graph.sites import Site
+from onnxaff.graph.sites import Site, find_sites
 
 UNKNOWN_RANK = "unknown rank"
 
@@ -43,12 +42,13 @@ def _dedupe(sites: list[Site]) -> list[Site]:
 
 def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=()) -> SiteList:
     """Activations, then pairs and blocks, numbered in that order (shapes as static inference gives them)."""
-    activations = discover_sites(loaded.model, layout=layout, infer_shapes=False)
-    extra = pair_sites(loaded.model, [tuple(p) for p in pairs], layout) if pairs else []
+    view = loaded.view
+    activations = find_sites(view, layout)
+    extra = pair_sites(view, [tuple(p) for p in pairs], layout) if pairs else []
     stages: list[list] = []
     if blocks:
-        found = discover_blocks(loaded.model, kinds=list(blocks), infer_shapes=False, sites=activations)
-        extra += block_sites(loaded.model, found, layout)
+        found = find_blocks(view, kinds=list(blocks), sites=activations)
+        extra += block_sites(view, found, layout)
         stages = residual_stages(found)
     extra = _dedupe(extra)
     sites = activations + extra

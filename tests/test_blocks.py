@@ -415,3 +415,30 @@ def test_shipped_model_blocks(name, rng):
         inp = SHIPPED[name].entry["input"]
         x = rng.random((2, *inp["shape"][1:])).astype(np.float32)
         assert_runtime_shapes(model, blocks, {inp["name"]: x})
+
+
+def test_blocks_from_the_loaded_models_one_view():
+    """find_blocks over LoadedModel.view gives what discover_blocks gives over the proto; the view is built
+    once and again only when the model proto is replaced."""
+    from onnxaff.graph.blocks import find_blocks
+    from onnxaff.graph.sites import find_sites
+
+    loaded = load_model(SHIPPED["torch_vit"].path)
+    view = loaded.view
+    assert loaded.view is view
+    sites = find_sites(view)
+    assert [s.to_dict() for s in sites] == [s.to_dict() for s in discover_sites(loaded.model, infer_shapes=False)]
+    got = [(b.to_dict(), b.node_indices) for b in find_blocks(view, sites=sites)]
+    assert got == [(b.to_dict(), b.node_indices) for b in discover_blocks(loaded.model, infer_shapes=False)]
+    loaded.model = onnx.shape_inference.infer_shapes(loaded.model)
+    assert loaded.view is not view and loaded.view.graph is loaded.model.graph
+
+
+def test_block_params_on_one_line():
+    """`onnxaff sites --blocks` prints each block's params as text: tensor names, not numbers."""
+    from onnxaff.graph.sites import format_params
+
+    blocks = discover_blocks(load_model(SHIPPED["torch_rescnn_relu"].path).model, infer_shapes=False)
+    line = format_params(blocks[1].params)
+    assert f"branches=[{blocks[1].params['branches'][0]}]" in line and "contains=[]" in line
+    assert f"after={blocks[0].id}" in line and format_params({"slope": [0.25] * 64}) == "slope=[64 values]"

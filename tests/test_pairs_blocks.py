@@ -172,3 +172,22 @@ def test_stages_merge_across_shards_and_cli(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "residual stage" in r.stdout and "lss mean±std" in r.stdout
     assert json.loads(out.read_text())["stages"][0]["metrics"]["lss"]["chunks"] == 10
+
+
+def test_one_graph_view_per_run(monkeypatch):
+    """Sites, pairs, blocks, stages, model statistics and the augmented model all read the loaded model's one
+    index of its graph: a run builds it once."""
+    from onnxaff.graph.view import GraphView
+
+    built = []
+    init = GraphView.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphView, "__init__", counting_init)
+    sig = analyze(residual_stage([[0.5, 0.25]] * 2), "synthetic:gaussian:n=64", blocks=["residual", "attention", "mlp"],
+                  pairs=[("x", "h1")], metrics=["affinity", "nlc"], chunk_size=32, progress=False)
+    assert len(sig.stages) == 1 and [s["group"] for s in sig.sites].count("pair") == 1
+    assert len(built) == 1

@@ -19,7 +19,7 @@ from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
-from onnxaff.graph.load import LoadedModel, default_opset, from_proto, sha256_of
+from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
@@ -109,15 +109,16 @@ class Plan:
         ok_sites = [s for s in sites if s.ok]
         if not ok_sites:
             raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
-        stages = _stage_entries(loaded.model, listed.stages, config.layout, first_index=len(sites))
+        stages = _stage_entries(loaded.view, listed.stages, config.layout, first_index=len(sites))
         track_sites = [t for stage in stages if stage["status"] == "ok" for t in stage["probes"]]
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
                                            raw=config.reduce_in == "numpy",
-                                           jvp=any(m.needs == "jvp" for m in metrics))
+                                           jvp=any(m.needs == "jvp" for m in metrics), view=loaded.view)
         names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
         unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
         start, stop = shard_window(len(source), config.shard, unit)
-        model_info = {**_model_info(loaded, listed.activations), "stats": model_stats(loaded.model, listed.activations)}
+        model_info = {**_model_info(loaded, listed.activations), "stats": model_stats(loaded.model, listed.activations,
+                                                                                       loaded.view)}
         if listed.extra:
             model_info["extra_sites"] = {g: sum(s.group == g for s in listed.extra) for g in ("pair", "block")}
         return cls(config=config, data=data, loaded=loaded, sites=sites, ok_sites=ok_sites, stages=stages,
@@ -155,9 +156,8 @@ def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:
     return tuple(names), tuple(slices), tuple(stage_slices), tuple(stage_probes)
 
 
-def _stage_entries(model: onnx.ModelProto, stages: list[list], layout: str, first_index: int) -> list[dict]:
+def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index: int) -> list[dict]:
     """Residual stages with a probe site per track tensor (h⁰ … h^L), numbered after the real sites."""
-    view = GraphView(model.graph, opset=default_opset(model))
     entries, index = [], first_index
     for k, stage in enumerate(stages):
         tensors = stage_tracks(stage)
@@ -180,10 +180,10 @@ def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, la
     if not pending:
         return
     probes = [dataclasses.replace(s, status="ok") for s in pending]
-    raw, outs = augment_model(loaded.model, probes, raw=True)
+    raw, outs = augment_model(loaded.model, probes, raw=True, view=loaded.view)
     names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
     arrays = Runner(loaded, raw, device="cpu").run(names, feed)
-    view = GraphView(loaded.model.graph, opset=loaded.opset)
+    view = loaded.view
     for k, s in enumerate(pending):
         xa, ya = arrays[2 * k], arrays[2 * k + 1]
         s.status, s.reason = "ok", ""

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
-from onnxaff.graph.view import iter_tensors
+from onnxaff.graph.view import GraphView, iter_tensors
 from onnxaff.text import printable
 
 # Above this size shape inference runs on a file rather than on the in-memory proto.
@@ -35,10 +35,22 @@ class LoadedModel:
     path: Path | None
     external_locations: list[str] = field(default_factory=list)
     inferred: bool = False
+    _view: GraphView | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def opset(self) -> int:
         return default_opset(self.model)
+
+    @property
+    def view(self) -> GraphView:
+        """The one index of this graph that sites, blocks, pairs, stages, statistics and rewriting share.
+
+        Built on first use; rebuilt only when `model` is replaced (shape inference hands back a new proto).
+        The model must not be edited in place once the view exists.
+        """
+        if self._view is None or self._view.graph is not self.model.graph:
+            self._view = GraphView(self.model.graph, opset=self.opset)
+        return self._view
 
     @property
     def has_external_data(self) -> bool:

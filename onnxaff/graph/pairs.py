@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import difflib
 
-import networkx as nx
-import onnx
-
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.graph.load import default_opset
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.view import GraphView
 
@@ -46,15 +42,7 @@ def _check_tensor(view: GraphView, name: str, known: set[str]) -> None:
 
 def between(view: GraphView, x: str, y: str) -> list[int]:
     """Indices of the nodes on some path from tensor x to tensor y, in forward order."""
-    if y not in view.producer:
-        return []
-    g = view.digraph
-    ancestors = nx.ancestors(g, view.producer[y]) | {view.producer[y]}
-    starts = view.consumers.get(x, [])
-    reach: set[int] = set()
-    for s in starts:
-        reach |= nx.descendants(g, s) | {s}
-    return sorted(ancestors & reach, key=lambda i: view.order[i])
+    return sorted(view.between(x, y), key=view.order.__getitem__)
 
 
 def tensor_pair_site(view: GraphView, x: str, y: str, *, kind: str, site_id: str, group: str, layout: str,
@@ -87,9 +75,8 @@ def tensor_pair_site(view: GraphView, x: str, y: str, *, kind: str, site_id: str
     return site
 
 
-def pair_sites(model: onnx.ModelProto, pairs: list[tuple[str, str]], layout: str = "auto") -> list[Site]:
+def pair_sites(view: GraphView, pairs: list[tuple[str, str]], layout: str = "auto") -> list[Site]:
     """One "pair" site per IN:OUT, in the order given (the caller numbers and orders all sites)."""
-    view = GraphView(model.graph, opset=default_opset(model))
     known = _known(view)
     sites = []
     for x, y in pairs:
@@ -117,9 +104,8 @@ def parse_block_kinds(text: str | None) -> list[str]:
     return kinds
 
 
-def block_sites(model: onnx.ModelProto, blocks: list, layout: str = "auto") -> list[Site]:
+def block_sites(view: GraphView, blocks: list, layout: str = "auto") -> list[Site]:
     """One "block" site per residual / attention / mlp block (graph.blocks.discover_blocks), in order."""
-    view = GraphView(model.graph, opset=default_opset(model))
     sites = []
     for b in blocks:
         site = tensor_pair_site(view, b.input, b.output, kind=f"{b.kind}_block", site_id=b.id, group="block",

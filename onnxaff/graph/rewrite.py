@@ -52,10 +52,11 @@ class _Namer:
 class GraphBuilder:
     """Appends reduction subgraphs to a model, sharing work between sites that read one tensor."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, view: GraphView | None = None):
         self.model = model
         self.opset = default_opset(model)
-        self.view = GraphView(model.graph)
+        # The original model's index serves the copy: nodes are only appended to it.
+        self.view = view if view is not None else GraphView(model.graph)
         self.namer = _Namer(model)
         self.cache: dict[tuple, str] = {}
         self.new_nodes: list[onnx.NodeProto] = []
@@ -180,11 +181,13 @@ def feature_dim(site: Site, mode: str) -> int | None:
 
 
 def augment_model(
-    model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False, jvp: bool = False
+    model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False, jvp: bool = False,
+    view: GraphView | None = None,
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
     """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.
 
     jvp=True also adds the finite-difference statistics of the non-linearity coefficient (graph.jvp).
+    view: `model`'s index when the caller has one (`LoadedModel.view`), so the copy is not indexed again.
     """
     from onnxaff.graph.jvp import add_jvp
 
@@ -192,7 +195,7 @@ def augment_model(
         raise ValueError(f"unknown reduction {reduce!r}; choose one of {', '.join(REDUCTIONS)}")
     augmented = onnx.ModelProto()
     augmented.CopyFrom(model)
-    builder = GraphBuilder(augmented)
+    builder = GraphBuilder(augmented, view)
     outputs: dict[int, SiteOutputs] = {}
     exported: dict[str, str] = {}  # internal tensor -> graph output that exposes it
     new_outputs = builder.new_outputs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -11,6 +11,7 @@ import onnx
 from onnxaff.graph import patterns
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.patterns.region import clip_bounds
+from onnxaff.graph.span import Span, unique_ids
 from onnxaff.graph.view import GraphView
 
 # Single-node activations: op type -> kind. Min, Max and Clip are classified by their constants.
@@ -28,20 +29,9 @@ _SUBGRAPH_OPS = {"If", "Loop", "Scan"}
 
 
 @dataclass
-class Site:
+class Site(Span):
     """One non-linearity: the tensor that enters it and the tensor that leaves it."""
 
-    index: int
-    id: str
-    kind: str
-    input: str
-    output: str
-    op_types: list[str]
-    nodes: list[str]
-    status: str = "ok"
-    reason: str = ""
-    input_shape: list | None = None
-    output_shape: list | None = None
     rank: int | None = None
     feature_axis: int | None = None
     layout: str | None = None
@@ -61,15 +51,6 @@ class Site:
             return self
         return replace(self, rank=self.output_rank, feature_axis=self.output_feature_axis, layout=self.output_layout,
                        input_shape=self.output_shape)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("node_indices")
-        return d
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 # Attributes whose schema default is part of the function: a site states them whether written or not.
@@ -227,29 +208,6 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
         site.feature_axis = site.rank - 1 if chosen == "channels_last" else 1
 
 
-def _unique_ids(sites: list[Site]) -> None:
-    counts: dict[str, int] = {}
-    for s in sites:
-        base = s.id
-        n = counts.get(base, 0)
-        counts[base] = n + 1
-        if n:
-            s.id = f"{base}~{n + 1}"
-    # A renamed id could collide with a real node name that looks the same: resolve once more.
-    seen: set[str] = set()
-    for s in sites:
-        while s.id in seen:
-            s.id += "~"
-        seen.add(s.id)
-
-
-def _base_id(view: GraphView, exit_node: int, output: str) -> str:
-    name = view.nodes[exit_node].name
-    if name:
-        return name
-    return f"{view.nodes[exit_node].op_type}:{output}"
-
-
 def _subgraph_sites(node: onnx.NodeProto, path: str) -> list[tuple[str, str, str, str]]:
     """(op_type, input, output, where) of activation nodes nested in a control-flow node."""
     found = []
@@ -269,29 +227,48 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
 
     layout: 'auto' (read it off Conv/Transpose neighbours), 'channels_first' or 'channels_last';
     it only matters for rank-4+ tensors. infer_shapes=False when the model already went through
-    `load_model`, which infers shapes by path.
+    `load_model`, which infers shapes by path (and then `find_sites(loaded.view)` reuses its index).
     """
-    if layout not in ("auto", "channels_first", "channels_last"):
-        raise ValueError(f"unknown layout {layout!r}")
     if infer_shapes:
         try:
             model = onnx.shape_inference.infer_shapes(model)
         except Exception:
             pass  # sites without shapes are reported as skipped, with the reason
-    view = GraphView(model.graph, opset=default_opset(model))
-    entries: list[tuple[int, Site]] = []  # (forward position of the exit node, site)
+    return find_sites(GraphView(model.graph, opset=default_opset(model)), layout)
+
+
+def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
+    """`discover_sites` over a graph already indexed (shapes as the view's graph holds them)."""
+    if layout not in ("auto", "channels_first", "channels_last"):
+        raise ValueError(f"unknown layout {layout!r}")
+    entries: list[tuple[float, Site]] = []  # (forward position of the exit node, site)
     claimed: set[int] = set()
     for m in patterns.match(view):
         exit_node = m.candidate.nodes[-1]
         claimed.update(m.candidate.nodes)
         site = Site(
-            index=-1, id=_base_id(view, exit_node, m.candidate.exit), kind=m.kind,
+            index=-1, id=view.base_id(exit_node, m.candidate.exit), kind=m.kind,
             input=m.candidate.entry, output=m.candidate.exit,
             op_types=[view.nodes[i].op_type for i in m.candidate.nodes],
             nodes=[view.node_label(i) for i in m.candidate.nodes], params=m.params,
             node_indices=list(m.candidate.nodes),
         )
         entries.append((view.order[exit_node], site))
+    entries += _node_sites(view, claimed)
+    entries.sort(key=lambda e: e[0])
+    sites = [s for _, s in entries]
+    for k, site in enumerate(sites):
+        site.index = k
+        site.elementwise = site.kind not in NOT_ELEMENTWISE
+        if site.status == "ok":
+            _settle_site(view, site, layout)
+    unique_ids(sites)
+    return sites
+
+
+def _node_sites(view: GraphView, claimed: set[int]) -> list[tuple[float, Site]]:
+    """Single-node activations outside the matched patterns, and the skipped ones inside control flow."""
+    entries: list[tuple[float, Site]] = []
     for i, node in enumerate(view.nodes):
         if i in claimed:
             continue
@@ -309,35 +286,34 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
             continue
         kind, params = hit
         site = Site(
-            index=-1, id=_base_id(view, i, node.output[0]), kind=kind, input=_source_input(view, i),
+            index=-1, id=view.base_id(i, node.output[0]), kind=kind, input=_source_input(view, i),
             output=node.output[0], op_types=[node.op_type], nodes=[view.node_label(i)], params=params,
             node_indices=[i],
         )
         entries.append((view.order[i], site))
-    entries.sort(key=lambda e: e[0])
-    sites = [s for _, s in entries]
-    for k, site in enumerate(sites):
-        site.index = k
-        site.elementwise = site.kind not in NOT_ELEMENTWISE
-        if site.status == "ok":
-            site.input_shape, site.output_shape = view.shape(site.input), view.shape(site.output)
-            # Activations keep their input's shape: one known side serves for both.
-            site.input_shape = site.input_shape or site.output_shape
-            site.output_shape = site.output_shape or site.input_shape
-            if site.input in view.initializers:
-                site.status, site.reason = "skipped", "input is a constant"
-            else:
-                settle_shape(view, site, layout)
-    _unique_ids(sites)
-    return sites
+    return entries
+
+
+def _settle_site(view: GraphView, site: Site, layout: str) -> None:
+    site.input_shape, site.output_shape = view.shape(site.input), view.shape(site.output)
+    # Activations keep their input's shape: one known side serves for both.
+    site.input_shape = site.input_shape or site.output_shape
+    site.output_shape = site.output_shape or site.input_shape
+    if site.input in view.initializers:
+        site.status, site.reason = "skipped", "input is a constant"
+    else:
+        settle_shape(view, site, layout)
 
 
 def format_params(params: dict) -> str:
-    """A site's parameters on one line: alpha=0.1, slope=[64 values]."""
+    """A site's parameters on one line: alpha=0.1, slope=[64 values]; a block's tensor and id lists
+    (branches, contains) by name when short: branches=[h1], contains=[5 names]."""
     parts = []
     for k, v in params.items():
-        if isinstance(v, list):
+        if isinstance(v, list) and v and not any(isinstance(x, str) for x in v):
             parts.append(f"{k}=[{np.asarray(v, dtype=float).size} values]")
+        elif isinstance(v, list):
+            parts.append(f"{k}=[{', '.join(map(str, v))}]" if len(v) <= 3 else f"{k}=[{len(v)} names]")
         elif isinstance(v, float):
             parts.append(f"{k}={v:.6g}")
         else:

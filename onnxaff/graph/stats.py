@@ -26,10 +26,11 @@ def _static(dims):
     return None if dims is None else [d if isinstance(d, int) and d > 0 else 1 for d in dims]
 
 
-def count_parameters(model: onnx.ModelProto) -> int:
+def count_parameters(model: onnx.ModelProto, view: GraphView | None = None) -> int:
     """Elements of floating-point initializers and Constant tensors (shape constants are not weights),
-    and of float ConstantOfShape outputs: onnx's light test models generate their weights that way."""
-    view = GraphView(model.graph)
+    and of float ConstantOfShape outputs: onnx's light test models generate their weights that way.
+    view: the model's index when the caller has one (`LoadedModel.view`)."""
+    view = view if view is not None else GraphView(model.graph)
     total = 0
     for t in model.graph.initializer:
         if t.data_type in _FLOAT:
@@ -82,8 +83,9 @@ def _is_weighted(view: GraphView, node: onnx.NodeProto) -> bool:
     return True
 
 
-def model_stats(model: onnx.ModelProto, sites: list[Site]) -> dict:
-    view = GraphView(model.graph)
+def model_stats(model: onnx.ModelProto, sites: list[Site], view: GraphView | None = None) -> dict:
+    """Parameters, MACs and depths of a model; view: its index when the caller has one (`LoadedModel.view`)."""
+    view = view if view is not None else GraphView(model.graph)
     macs, unknown = 0, []
     for i, node in enumerate(view.nodes):
         m = _node_macs(view, node)
@@ -94,7 +96,7 @@ def model_stats(model: onnx.ModelProto, sites: list[Site]) -> dict:
     exits = {s.node_indices[-1] for s in sites if s.node_indices}
     weighted = {i for i, n in enumerate(view.nodes) if _is_weighted(view, n)}
     return {
-        "parameters": count_parameters(model),
+        "parameters": count_parameters(model, view),
         "macs": int(macs),
         "gflops": round(macs / 1e9, 6),
         "flops_convention": "multiply-accumulates of Conv/ConvTranspose/Gemm/MatMul per example (1 MAC = 1 FLOP, "

@@ -1,7 +1,13 @@
-"""A read-only index over one ONNX graph: producers, consumers, constants, shapes, forward order."""
+"""A read-only index over one ONNX graph: producers, consumers, constants, shapes, forward order, data flow.
+
+Built once per loaded model (`LoadedModel.view`) and shared by site, pair and block discovery, stages,
+statistics and rewriting: every derived index (topological order, folded constants) is computed once.
+"""
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterable
 from functools import cached_property
 
 import networkx as nx
@@ -11,6 +17,11 @@ from onnx import numpy_helper
 
 # Ops that only reshape or retype a value: a constant stays a constant through them.
 _VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"}
+# Ops that read only their input's shape: what they compute is static even from a data tensor.
+SHAPE_ONLY = {"Shape", "Size"}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# onnxruntime's fused residual sum + LayerNorm: the sum is output 3 when exported.
+SKIP_NORMS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
 
 
 class GraphView:
@@ -132,15 +143,132 @@ class GraphView:
         tp = self.value_types.get(name)
         return tp.tensor_type.elem_type if tp is not None else onnx.TensorProto.UNDEFINED
 
-    def single_consumer(self, name: str) -> int | None:
-        users = self.consumers.get(name, [])
+    def value_users(self, name: str) -> list[int]:
+        """Consumers that read values, not only the shape."""
+        return [c for c in self.consumers.get(name, []) if self.nodes[c].op_type not in SHAPE_ONLY]
+
+    def single_consumer(self, name: str, values_only: bool = False) -> int | None:
+        """The one node reading `name` (with values_only, Shape/Size readers aside), unless it is a graph output."""
+        users = self.value_users(name) if values_only else self.consumers.get(name, [])
         if len(users) != 1 or name in self.graph_outputs:
             return None
         return users[0]
 
+    def op(self, i: int) -> str:
+        """Op type, qualified by domain outside the default one (com.microsoft.Attention)."""
+        node = self.nodes[i]
+        return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
     def node_label(self, i: int) -> str:
         node = self.nodes[i]
         return node.name or f"{node.op_type}#{i}"
+
+    def base_id(self, i: int, output: str) -> str:
+        """A site's or block's id before deduplication: the node's name, else op type and output tensor."""
+        return self.nodes[i].name or f"{self.nodes[i].op_type}:{output}"
+
+    # -- data flow ---------------------------------------------------------------------------
+    @cached_property
+    def static(self) -> set[str]:
+        """Tensors that depend on no graph input: weights, constants, what is computed from them or from Shape."""
+        static = set(self.initializers)
+        for i in sorted(range(len(self.nodes)), key=self.order.__getitem__):
+            node = self.nodes[i]
+            if node.op_type in SHAPE_ONLY or all(n in static for n in node.input if n):
+                static.update(n for n in node.output if n)
+        return static
+
+    @cached_property
+    def fused_sums(self) -> dict[str, list[str]]:
+        """Sum (output 3) of a fused SkipLayerNormalization -> its other outputs, which the node computes from it."""
+        sums = {}
+        for node in self.nodes:
+            if node.domain == "com.microsoft" and node.op_type in SKIP_NORMS and len(node.output) > 3:
+                if node.output[3]:
+                    sums[node.output[3]] = [o for o in node.output[:3] if o]
+        return sums
+
+    @cached_property
+    def fused_sum_of(self) -> dict[str, str]:
+        return {o: total for total, outs in self.fused_sums.items() for o in outs}
+
+    def data_inputs(self, i: int) -> list[str]:
+        """The node's inputs that depend on a graph input, each once, in input order."""
+        out: list[str] = []
+        for n in self.nodes[i].input:
+            if n and n not in self.static and n not in out:
+                out.append(n)
+        return out
+
+    def parents(self, name: str) -> list[str]:
+        """The data tensors `name` is computed from."""
+        if name in self.fused_sum_of:
+            return [self.fused_sum_of[name]]
+        p = self.producer.get(name)
+        return [] if p is None else self.data_inputs(p)
+
+    def tensor_order(self, name: str) -> int:
+        """Forward position of a tensor's producer (×2: a fused sum comes before its normalised form)."""
+        p = self.producer.get(name)
+        return -1 if p is None else 2 * self.order[p] + (name in self.fused_sum_of)
+
+    def common_source(self, tensors: list[str], limit: int = 20000) -> str | None:
+        """The latest tensor (in forward order) that every one of `tensors` derives from, or None.
+
+        Walks the data ancestors in decreasing forward order, so when a tensor is popped every
+        path to it from the start tensors is known: the first one reached from all of them is the
+        nearest common ancestor.
+        """
+        full = (1 << len(tensors)) - 1
+        mask: dict[str, int] = {}
+        for k, t in enumerate(tensors):
+            mask[t] = mask.get(t, 0) | (1 << k)
+        heap = [(-self.tensor_order(t), t) for t in mask]
+        heapq.heapify(heap)
+        for _ in range(limit):
+            if not heap:
+                return None
+            _, t = heapq.heappop(heap)
+            m = mask[t]
+            if m == full:
+                return t
+            for u in self.parents(t):
+                if u not in mask:
+                    mask[u] = m
+                    heapq.heappush(heap, (-self.tensor_order(u), u))
+                else:
+                    mask[u] |= m
+        return None
+
+    def between(self, src: str, dst: str, also: Iterable[str] = ()) -> set[int]:
+        """Nodes on some path from tensor `src` (or one of `also`) to tensor `dst`, shape computations included."""
+        end = self.producer.get(dst)
+        if end is None:
+            return set()
+        hi = self.order[end]  # a node after `dst`'s producer cannot lead to it
+        fwd: set[int] = set()
+        stack = [c for t in (src, *also) for c in self.consumers.get(t, []) if self.order[c] <= hi]
+        while stack:
+            n = stack.pop()
+            if n in fwd:
+                continue
+            fwd.add(n)
+            for o in self.nodes[n].output:
+                stack.extend(c for c in self.consumers.get(o, []) if self.order[c] <= hi and c not in fwd)
+        if end not in fwd:
+            return set()
+        inside: set[int] = set()
+        stack = [end]
+        while stack:
+            n = stack.pop()
+            if n in inside or n not in fwd:
+                continue
+            inside.add(n)
+            for name in self.nodes[n].input:
+                p = self.producer.get(name)
+                if p is not None and p not in inside:
+                    stack.append(p)
+        return inside
 
 
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
