@@ -31,6 +31,7 @@ from onnxaff import __version__
 from onnxaff.checkpoint import prepare as prepare_checkpoint
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.data import model_inputs, open_source
+from onnxaff.dispatch import serving
 from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
@@ -40,10 +41,10 @@ from onnxaff.graph.rewrite import REDUCTIONS, numpy_features
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
-from onnxaff.metrics import Metric, registry, resolve
+from onnxaff.metrics import Metric, default_metrics, metric_info, registry, resolve, stage_metrics
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
-from onnxaff.network import NetworkNLC, parse_directions
+from onnxaff.network import NetworkNLC, network_results, parse_directions
 from onnxaff.progress import Progress
 from onnxaff.runtime import Runner, ort
 from onnxaff.scoring import ChunkScorer
@@ -53,10 +54,9 @@ from onnxaff.sitelist import list_sites
 from onnxaff.state import load_state, save_state
 from onnxaff.stats import flag_warnings
 
-DEFAULT_METRICS = ("affinity", "affinity_lw")
+DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
-TRACK_METRICS = ("lss", "ots")
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -104,7 +104,7 @@ def _stage_entries(model: onnx.ModelProto, stages: list[list], layout: str, firs
 
 
 def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Metric]) -> list[dict]:
-    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff.trajectory)."""
+    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff_plugins.trajectory)."""
     out, ok = [], iter(states)
     for stage in stages:
         d = {k: v for k, v in stage.items() if k != "probes"}
@@ -142,7 +142,7 @@ def site_entries(bases: list[dict], states: dict[int, SiteState], metrics: list[
         for name, err in st.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
         out.append(d)
-    warnings += flag_warnings(out)  # one line per flag kind (partial chunks included), not one per site
+    warnings += flag_warnings(out, metrics)  # one line per flag kind (partial chunks included), not one per site
     skipped = [b for b in bases if b["status"] != "ok"]
     if skipped:
         warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))
@@ -223,11 +223,12 @@ class Analysis:
             raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
                                "--pairs IN:OUT scores any two tensors)")
         self.registry = registry(plugins)
-        asked = resolve(list(metrics), available=self.registry)
-        self.metrics = [m for m in asked if m.needs != "tracks"]
-        self.track_metrics = [m for m in asked if m.needs == "tracks"]
-        if stages and not self.track_metrics:  # residual stages get the trajectory metrics unasked
-            self.track_metrics = resolve([n for n in TRACK_METRICS if n in self.registry], available=self.registry)
+        metrics = default_metrics(self.registry) if metrics is None else list(metrics)
+        asked = resolve(metrics, available=self.registry)
+        self.metrics = [m for m in asked if not serving(m).stage]
+        self.track_metrics = [m for m in asked if serving(m).stage]
+        if stages and not self.track_metrics:  # residual stages get the declared stage metrics unasked
+            self.track_metrics = resolve(stage_metrics(self.registry), available=self.registry)
         self.inputs = inputs = model_inputs(loaded.model)
         self.source = open_source(data, inputs, limit=limit, seed=seed, shapes=input_shapes, images=images)
 
@@ -246,7 +247,7 @@ class Analysis:
         ok_sites = [s for s in sites if s.ok]
         if not ok_sites:
             raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
-        needs_jvp = any(m.needs == "jvp" for m in self.metrics)
+        needs_jvp = any(serving(m).end_input == "jvp" for m in self.metrics)
         self.host_reduce = reduce if reduce_in == "numpy" else None
         self.stages = _stage_entries(loaded.model, stages, layout, first_index=len(sites))
         track_sites = [t for stage in self.stages if stage["status"] == "ok" for t in stage["probes"]]
@@ -522,7 +523,7 @@ class Analysis:
         return {
             "model": self.model_info, "data": description, "options": self.options,
             "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__},
-            "metrics": {m.name: {**m.info(), "origin": self.registry[m.name].origin}
+            "metrics": {m.name: metric_info(m, self.registry[type(m).name].origin)
                         for m in self.metrics + self.track_metrics},
             "warnings": list(self.warnings),
         }
@@ -544,7 +545,7 @@ class Analysis:
         seconds = self.seconds_before
         header["runtime"].update(seconds=round(seconds, 3),
                                  samples_per_second=round(self.used / seconds, 2) if seconds > 0 else None)
-        network = {"nlc": self.network.result()} if self.network is not None else {}
+        network = network_results(self.network.to_state(), self.metrics) if self.network is not None else {}
         states = {st.site.index: st for st in self.states}
         sig = assemble(header, [s.to_dict() for s in self.sites], states, self.metrics, network)
         sig.stages = stage_results(self.stages, self.stage_states, self.track_metrics)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxaff.analysis import STATE_KIND_PART, Analysis, assemble, stage_results
+from onnxaff.dispatch import serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.load import sha256_of
 from onnxaff.metrics import registry, resolve
-from onnxaff.network import merge_nlc_states, nlc_result
+from onnxaff.network import merge_nlc_states, network_results
 from onnxaff.schema import load_json, validate
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
@@ -108,7 +109,7 @@ def merge_states(parts: list[dict]) -> Signature:
     first = parts[0]
     header = first["signature"]
     options = header["options"]
-    metrics = [m for m in resolve(options["metrics"], available=registry(options["plugins"])) if m.needs != "tracks"]
+    metrics = [m for m in resolve(options["metrics"], available=registry(options["plugins"])) if not serving(m).stage]
     with ChunkScorer(0) as scorer:
         merged = [SiteState.from_state(d) for d in first["sites"]]
         for p in parts[1:]:
@@ -140,7 +141,7 @@ def merge_states(parts: list[dict]) -> Signature:
                    samples_per_second=round(data["samples"] / seconds, 2) if seconds > 0 else None)
     network = {}
     if first["network"] is not None:
-        network = {"nlc": nlc_result(merge_nlc_states([p["network"] for p in parts]))}
+        network = network_results(merge_nlc_states([p["network"] for p in parts]), metrics)
     sig = assemble({**header, "data": data, "runtime": runtime}, first["sites_base"], states, metrics, network)
     ragged = [f"{p['shard'][0]}/{n}" for p in parts[:-1]
               if any(d["buffer"]["x"] is not None for d in p["sites"])]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.collect import Moments
-from onnxaff.linalg import as_rows
-from onnxaff.metrics import Chunk, Metric
+from onnxaff.metrics import Chunk, Metric, Moments, Needs
+from onnxaff_plugins.linalg import as_rows
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -36,7 +35,8 @@ class CKA(Metric):
     name = "cka"
     description = "linear CKA between X and Y, per chunk (Kornblith et al. 2019)"
     range = (0.0, 1.0)
-    needs = "chunk"
+    needs = Needs.CHUNK
+    rows_per_dim, rows_per_dim_strict = 8, 32
 
     def compute(self, chunk: Chunk) -> float:
         return linear_cka(chunk.x, chunk.y)
@@ -46,7 +46,8 @@ class CKAPooled(Metric):
     name = "cka_pooled"
     description = "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)"
     range = (0.0, 1.0)
-    needs = "moments"
+    needs = Needs.MOMENTS
+    rows_per_dim = CKA.rows_per_dim  # the rule of the chunk metric: the same estimator over all rows
 
     def compute(self, moments: Moments) -> float:
         return pooled_cka(moments)

@@ -215,7 +215,7 @@ def _nav(metrics: list[str]) -> str:
     return f"<p class='note'>Metrics: {links}</p>"
 
 
-def single_page(sig: Signature, metric: str = "affinity") -> str:
+def single_page(sig: Signature, metric: str | None = None) -> str:
     """One model: a section per metric (`metric` first) with its signature (hover a point for its site) and
     histogram, the per-site table of every metric, residual stages, model and data."""
     name = sig.model.get("name", "model")
