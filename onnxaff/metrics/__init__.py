@@ -23,8 +23,6 @@ can also be loaded with `--plugin path.py`. docs/plugins.md has the whole interf
 """
 
 from onnxaff.metrics.base import Metric
-from onnxaff.metrics.output import plugin_output
-from onnxaff.metrics.params import parse_spec, parse_value
 from onnxaff.metrics.loader import (
     ENTRY_POINT_GROUP,
     Registered,
@@ -37,6 +35,8 @@ from onnxaff.metrics.loader import (
     resolve,
     stage_metrics,
 )
+from onnxaff.metrics.output import plugin_output
+from onnxaff.metrics.params import parse_spec, parse_value
 from onnxaff.metrics.types import NEEDS, Chunk, ChunkPair, JvpStats, Moments, Needs, Tracks
 
 __all__ = [
