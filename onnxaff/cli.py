@@ -403,9 +403,10 @@ def merge(parts, out, quiet) -> None:
 def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
     from onnxaff.demo import run_demo
+    from onnxaff.metrics import default_metrics, registry
 
-    names = None if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
-    if names == []:
+    names = default_metrics(registry()) if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
+    if not names:
         raise OnnxaffError("--metrics names no metric")
 
     run = run_demo(out, metrics=names, chunk_size=chunk_size, device=device,

@@ -103,31 +103,34 @@ def trajectory_scores(tracks) -> dict:
     }
 
 
-class LineShape(Metric):
+class _StageScore(Metric):
+    """A stage score from its tracks; a chunk where no example moves has no value (an error, not a number)."""
+
+    needs = Needs.TRACKS
+    stage_default = True  # residual stages get it when a run asks for no stage metric
+
+    @staticmethod
+    def score(tracks) -> float:  # pragma: no cover - each subclass sets its own
+        raise NotImplementedError
+
+    def compute(self, tracks: Tracks) -> float:
+        value = self.score(tracks.arrays)
+        if math.isnan(value):
+            raise ValueError("no example of the chunk moves through the stage (the ratio is undefined)")
+        return value
+
+
+class LineShape(_StageScore):
     name = "lss"
     description = "line-shape score of a residual stage: Σ_l ‖h^{l+1}−h^l‖ / ‖h^L−h^0‖ per example, averaged"
     higher_is_more_linear = False  # 1 = a straight track
     range = (1.0, float("inf"))
-    needs = Needs.TRACKS
-    stage_default = True
-
-    def compute(self, tracks: Tracks) -> float:
-        value = line_shape_score(tracks.arrays)
-        if math.isnan(value):
-            raise ValueError("no example of the chunk moves through the stage (the ratio is undefined)")
-        return value
+    score = staticmethod(line_shape_score)
 
 
-class OTScore(Metric):
+class OTScore(_StageScore):
     name = "ots"
     description = "optimal-transport score of a residual stage: W2²(h^0, h^L) / mean ‖h^L−h^0‖² (onnxaff's)"
     higher_is_more_linear = True  # 1 = the stage moves examples as the optimal transport map would
     range = (0.0, 1.0)
-    needs = Needs.TRACKS
-    stage_default = True
-
-    def compute(self, tracks: Tracks) -> float:
-        value = ot_score(tracks.arrays)
-        if math.isnan(value):
-            raise ValueError("no example of the chunk moves through the stage (the ratio is undefined)")
-        return value
+    score = staticmethod(ot_score)

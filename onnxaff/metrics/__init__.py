@@ -2,24 +2,8 @@
 
 A metric is a class with a few declared attributes and one `compute` method. Built-ins (plugins/) and
 third-party metrics register the same way, through the `onnxaff.metrics` entry-point group; a single file
-can also be loaded with `--plugin path.py`. docs/plugins.md has the whole interface; a complete plugin:
-
-    import numpy as np
-    from onnxaff.metrics import Chunk, Metric, Needs
-
-    class MeanAbsChange(Metric):
-        name = "mean_abs_change"
-        description = "mean |Y − X| over a chunk (elementwise sites)"
-        higher_is_more_linear = False
-        range = (0.0, float("inf"))
-        needs = Needs.CHUNK
-        equal_dims = True
-
-        def __init__(self, power: float = 1.0):  # --metrics mean_abs_change:power=2
-            self.power = power
-
-        def compute(self, chunk: Chunk) -> float:
-            return float(np.mean(np.abs(chunk.y - chunk.x) ** self.power))
+can also be loaded with `--plugin path.py`. docs/plugins.md has the whole interface and a complete plugin.
+Parameters are constructor keywords (`--metrics affinity:eps=1e-5`); `Needs` says which input compute() takes.
 """
 
 from onnxaff.metrics.base import Metric
