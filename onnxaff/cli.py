@@ -120,9 +120,10 @@ FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_defic
 def print_summary(sig) -> None:
     """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
     as mean±std with the chunk count in its own column, metrics past the width in further blocks."""
+    from onnxaff.dispatch import stage_entry
     from onnxaff.terminal import wrapped
 
-    names = [n for n, info in sig.metrics.items() if info.get("needs") != "tracks"]
+    names = [n for n, info in sig.metrics.items() if not stage_entry(info)]
     track_names = [n for n in sig.metrics if n not in names]
     rows, seen_flags = [], set()
     for s in sig.sites:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff.metrics import Chunk, ChunkPair, Metric, Needs, Tracks
+from onnxaff.metrics import NEEDS, Chunk, ChunkPair, Metric, Needs, Tracks
 
 
 @dataclass(frozen=True)
@@ -55,3 +55,9 @@ def serving(metric: Metric) -> Serving:
 def any_serving(metrics: list[Metric], attribute: str) -> bool:
     """Whether any of `metrics` is served with `attribute` set (e.g. keeps_previous)."""
     return any(getattr(serving(m), attribute) for m in metrics)
+
+
+def stage_entry(info: dict) -> bool:
+    """Whether a signature's metric entry (its `needs` text) scores residual stages rather than sites."""
+    needs = info.get("needs") if isinstance(info, dict) else None
+    return needs in NEEDS and SERVING[Needs(needs)].stage

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import onnxaff
-from onnxaff.dispatch import SERVING, serving
+from onnxaff.dispatch import SERVING, serving, stage_entry
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import (
     Chunk,
@@ -112,6 +112,7 @@ def test_dispatch_covers_every_needs_and_builds_the_inputs(rng):
         needs = "moments"  # a plain string still declares it
 
     assert serving(Pooled()) is SERVING[Needs.MOMENTS]
+    assert stage_entry({"needs": "tracks"}) and not stage_entry({"needs": "chunk"}) and not stage_entry({})
 
 
 def test_flags_follow_the_metric_declarations():
