@@ -6,6 +6,7 @@ import numpy as np
 
 from onnxaff.metrics import Chunk, Metric, Moments, Needs
 from onnxaff_plugins.linalg import as_rows
+from onnxaff_plugins.pooled import pooled_variant
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -42,12 +43,5 @@ class CKA(Metric):
         return linear_cka(chunk.x, chunk.y)
 
 
-class CKAPooled(Metric):
-    name = "cka_pooled"
-    description = "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)"
-    range = (0.0, 1.0)
-    needs = Needs.MOMENTS
-    rows_per_dim = CKA.rows_per_dim  # the rule of the chunk metric: the same estimator over all rows
-
-    def compute(self, moments: Moments) -> float:
-        return pooled_cka(moments)
+CKAPooled = pooled_variant(CKA, "cka_pooled", "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)",
+                           pooled_cka, __name__)

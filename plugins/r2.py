@@ -6,6 +6,7 @@ import numpy as np
 
 from onnxaff.metrics import Chunk, ChunkPair, Metric, Moments, Needs
 from onnxaff_plugins.linalg import as_rows
+from onnxaff_plugins.pooled import pooled_variant
 
 # Features come out of float32 inference: a direction of the (standardised) X whose standard deviation is
 # below d·eps(float32) of the largest one's is at the rounding level of the features themselves.
@@ -118,13 +119,5 @@ class R2HeldOut(Metric):
         return r2_held_out(*pair)
 
 
-class R2Pooled(Metric):
-    name = "r2_pooled"
-    description = "R² of the best affine map X → Y from the pooled moments of all rows"
-    range = (0.0, 1.0)
-    needs = Needs.MOMENTS
-    rows_per_dim = R2.rows_per_dim  # the rule of the chunk metric: the same fit over all rows
-    rank_sensitive = True
-
-    def compute(self, moments: Moments) -> float:
-        return r2_pooled(moments)
+R2Pooled = pooled_variant(R2, "r2_pooled", "R² of the best affine map X → Y from the pooled moments of all rows",
+                          r2_pooled, __name__)
