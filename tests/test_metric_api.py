@@ -148,3 +148,34 @@ def test_the_core_names_no_built_in_metric():
                     node.value == "r2" and rel.startswith(fit_r2)):
                 found.append(f"{rel}:{node.lineno}: {node.value!r}")
     assert not found, found
+
+
+JVP_PLUGIN = '''
+import math
+from onnxaff.metrics import JvpStats, Metric, Needs
+
+class SquaredNLC(Metric):
+    name = "nlc_squared"
+    higher_is_more_linear = False
+    range = (0.0, float("inf"))
+    needs = Needs.JVP
+
+    def compute(self, stats: JvpStats) -> float:
+        if stats.denominator <= 0:
+            raise ValueError("constant output")
+        return stats.numerator / stats.denominator
+'''
+
+
+def test_the_network_figure_goes_through_each_jvp_metric(rng, tmp_path):
+    from tests.conftest import parse
+    from tests.test_baselines import NLC_MODEL
+
+    model = parse(NLC_MODEL % ", ".join(f"{v:.6f}" for v in rng.standard_normal(36)))
+    np.save(tmp_path / "x.npy", rng.standard_normal((256, 6)).astype(np.float32))
+    (tmp_path / "sq.py").write_text(JVP_PLUGIN)
+    sig = onnxaff.analyze(model, str(tmp_path / "x.npy"), metrics=["nlc", "nlc_squared"],
+                          plugins=[str(tmp_path / "sq.py")], progress=False)
+    assert set(sig.network) == {"nlc", "nlc_squared"}
+    for out, value in sig.network["nlc"]["values"].items():
+        assert sig.network["nlc_squared"]["values"][out] == pytest.approx(value**2, rel=1e-12)
