@@ -120,9 +120,10 @@ FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_defic
 def print_summary(sig) -> None:
     """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
     as mean±std with the chunk count in its own column, metrics past the width in further blocks."""
+    from onnxaff.dispatch import stage_entry
     from onnxaff.terminal import wrapped
 
-    names = [n for n, info in sig.metrics.items() if info.get("needs") != "tracks"]
+    names = [n for n, info in sig.metrics.items() if not stage_entry(info)]
     track_names = [n for n in sig.metrics if n not in names]
     rows, seen_flags = [], set()
     for s in sig.sites:
@@ -164,8 +165,9 @@ def print_summary(sig) -> None:
 
 def _analysis_options(f):
     options = [
-        click.option("--metrics", default="affinity,affinity_lw", show_default=True,
-                     help="Comma-separated metric names (see `onnxaff plugins`)."),
+        click.option("--metrics", default=None,
+                     help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
+                          "[default: the metrics declared default: affinity,affinity_lw]."),
         click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk."),
         click.option("--batch-size", type=int, default=64, show_default=True),
         click.option("--limit", type=int, default=None, help="Use at most N examples."),
@@ -230,7 +232,7 @@ def analysis_options(metrics, chunk_size, batch_size, limit, reduce, device, red
     from onnxaff.data.preprocess import parse_size
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
-    if not any(m.strip() for m in metrics.split(",")):
+    if metrics is not None and not any(m.strip() for m in metrics.split(",")):
         raise OnnxaffError(f"--metrics {metrics!r} names no metric")
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
               "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
@@ -241,7 +243,8 @@ def analysis_options(metrics, chunk_size, batch_size, limit, reduce, device, red
         if value is not None:
             images[key] = value
     options = dict(
-        metrics=[m.strip() for m in metrics.split(",") if m.strip()], chunk_size=chunk_size,
+        metrics=None if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()],
+        chunk_size=chunk_size,
         batch_size=batch_size, limit=limit, reduce=reduce, device=device, layout=layout, seed=seed,
         input_shapes=parse_input_shapes(input_shape), images=images, plugins=list(plugin), progress=not quiet,
         reduce_in=reduce_in, chunk_workers=chunk_workers, pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
@@ -391,8 +394,8 @@ def merge(parts, out, quiet) -> None:
 
 @cli.command()
 @click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
-@click.option("--metrics", default="affinity,affinity_lw", show_default=True,
-              help="Comma-separated metric names; the first one heads the tables.")
+@click.option("--metrics", default=None,
+              help="Comma-separated metrics; the first one heads the tables [default: affinity,affinity_lw].")
 @click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
@@ -401,8 +404,9 @@ def merge(parts, out, quiet) -> None:
 def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
     from onnxaff.demo import run_demo
+    from onnxaff.metrics import default_metrics, registry
 
-    names = [m.strip() for m in metrics.split(",") if m.strip()]
+    names = default_metrics(registry()) if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
     if not names:
         raise OnnxaffError("--metrics names no metric")
 
@@ -430,7 +434,8 @@ def plugins(plugin, fmt) -> None:
 
     found = registry(list(plugin))
     if fmt == "json":
-        click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin} for n, r in sorted(found.items())}, indent=1))
+        click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin, "parameters": r.cls.parameters()}
+                               for n, r in sorted(found.items())}, indent=1, default=repr))
         return
     rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
              r.origin, r.cls.description] for n, r in sorted(found.items())]
@@ -519,7 +524,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged)
 @click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
 @click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
-@click.option("--metric", default="affinity", show_default=True)
+@click.option("--metric", default=None, help="[default: the first default metric, affinity]")
 @click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
 @_exclude_flagged
 def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) -> None:
@@ -527,6 +532,9 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) ->
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
     accuracy and group CSVs (which may also key it by model name or sha256)."""
+    from onnxaff.metrics import primary_metric
+
+    metric = metric or primary_metric()
     from onnxaff.compare import correlate as run_correlate
     from onnxaff.compare import correlation_table, read_table
     from onnxaff.files import refuse_overwrite, write_text_atomic
@@ -555,9 +563,12 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) ->
 @cli.command()
 @click.argument("signature", type=click.Path(dir_okay=False))
 @click.option("--out", default=None, help="HTML path [default: SIGNATURE with .html].")
-@click.option("--metric", default="affinity", show_default=True)
+@click.option("--metric", default=None, help="[default: the first default metric, affinity]")
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
+    from onnxaff.metrics import primary_metric
+
+    metric = metric or primary_metric()
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.report.html import single_page
     from onnxaff.signature import read_signature

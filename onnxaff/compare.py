@@ -13,6 +13,7 @@ from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
 from onnxaff.text import csv_text, md_cell, md_table
 
@@ -107,10 +108,11 @@ def label_signature(sig: Signature, label: str | None) -> Signature:
     return sig
 
 
-def compare(sigs: list[Signature], metric: str = "affinity", normalized: bool = False,
+def compare(sigs: list[Signature], metric: str | None = None, normalized: bool = False,
             method: str = "average") -> Comparison:
     if len(sigs) < 2:
         raise OnnxaffError("compare needs at least two signatures")
+    metric = metric or primary_metric()
     names = run_labels(sigs)
     series = []
     for name, s in zip(names, sigs, strict=True):
@@ -211,8 +213,9 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     return r * r, r, float(slope), float(intercept)
 
 
-def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str = "affinity",
+def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
               groups: dict[str, str] | None = None) -> dict:
+    metric = metric or primary_metric()
     rows = []
     for s, name in zip(sigs, run_labels(sigs), strict=True):
         key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)

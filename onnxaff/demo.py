@@ -51,8 +51,9 @@ def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int
                                      "test_accuracy": m.accuracy},
                          correlate=not _is_copy(m))  # second exports of the same weights would count one net twice
               for m in _zoo(only)]
-    result = run_study(models, None, out, options=dict(metrics=list(metrics), chunk_size=chunk_size, device=device,
-                                                        progress=progress),
+    metrics = None if metrics is None else list(metrics)  # None: the default metrics (onnxaff.metrics)
+    result = run_study(models, None, out, options=dict(metrics=metrics, chunk_size=chunk_size, device=device,
+                                                    progress=progress),
                        force=force, echo=echo, render=lambda sigs, comps, corr, rows, metric, _failed: demo_page(
                            sigs, comps, corr, rows, metric))
     if result.failed:

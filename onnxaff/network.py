@@ -1,4 +1,4 @@
-"""Network-level non-linearity coefficient: model input → each output, by finite differences.
+"""Network-level Jacobian sums, model input → each output, by finite differences, for the metrics taking JvpStats.
 
 NLC² = Σ_b Σ_i mean_{j≠i} ‖J(x_i)(x_j − x̄_b)‖² / Σ_b Σ_i ‖y_i − ȳ_b‖² over the batches b, every other example
 of the batch as a direction, exact for an affine network. Central differences of the original model along
@@ -21,9 +21,12 @@ import math
 import numpy as np
 
 from onnxaff.analysis.config import parse_directions
+from onnxaff.dispatch import serving
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
+from onnxaff.metrics import JvpStats
 from onnxaff.runtime import Runner
+from onnxaff.scoring import evaluate
 
 EXAMPLES = 1024
 DIRECTIONS = 1  # rolls per example when the input is too wide for the eigen-directions (see the module doc)
@@ -56,7 +59,7 @@ class NetworkNLC:
         if n < 2:
             self.short_batches += 1
             return
-        with np.errstate(all="ignore"):  # NaN/Inf outputs: the result says so (nlc_result), no NumPy warnings
+        with np.errstate(all="ignore"):  # NaN/Inf outputs: the result says so (jvp_result), no NumPy warnings
             self._add(n, batch, outputs)
 
     def _add(self, n: int, batch: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
@@ -106,9 +109,6 @@ class NetworkNLC:
         self.jv2, self.scatter = dict(d["jv2"]), dict(d["scatter"])
         self.examples, self.short_batches = d["examples"], d["short_batches"]
 
-    def result(self) -> dict:
-        return nlc_result(self.to_state())
-
 
 def merge_nlc_states(states: list[dict]) -> dict:
     """Consecutive parts' sums, taken in order until `limit` examples, as one run would have stopped."""
@@ -124,7 +124,13 @@ def merge_nlc_states(states: list[dict]) -> dict:
     return total
 
 
-def nlc_result(d: dict) -> dict:
+def network_results(d: dict, metrics: list) -> dict:
+    """The signature's `network`: each metric that takes JvpStats, scored on the network's sums per output."""
+    return {m.name: jvp_result(d, m) for m in metrics if serving(m).end_input == "jvp"}
+
+
+def jvp_result(d: dict, metric) -> dict:
+    """One metric's network entry: its value per float output (None where the sums give none)."""
     if d["reason"] is not None:
         return {"status": "not_applicable", "reason": d["reason"]}
     if d["examples"] < 2:
@@ -132,8 +138,8 @@ def nlc_result(d: dict) -> dict:
     values, nonfinite = {}, []
     for name in d["outputs"]:
         num, den = d["jv2"][name], d["scatter"][name]
-        finite = math.isfinite(num) and math.isfinite(den)  # an infinite scatter would make the NLC a false 0
-        values[name] = math.sqrt(num / den) if den > 0 and finite else None
+        finite = math.isfinite(num) and math.isfinite(den)  # an infinite scatter would make the value a false 0
+        values[name] = evaluate(metric, JvpStats("directional", num, den, d["examples"]))[0] if finite else None
         if not finite:
             nonfinite.append(name)
     out = {"status": "ok", "values": values, "examples": d["examples"], "step": d["step"], "form": "directional"}

@@ -75,9 +75,14 @@ class Signature:
     onnxaff_version: str = ""
     created: str = ""
 
-    def scores(self, metric: str = "affinity") -> list[float | None]:
+    def scores(self, metric: str | None = None) -> list[float | None]:
         """The signature: one value per ok activation site, in order (pairs and blocks are not part of it); None
-        where the site's entry has no mean (a file may leave it out)."""
+        where the site's entry has no mean (a file may leave it out). metric: the primary metric by default
+        (onnxaff.metrics.primary_metric)."""
+        if metric is None:
+            from onnxaff.metrics import primary_metric
+
+            metric = primary_metric()
         return [s["metrics"][metric].get("mean") for s in self.sites
                 if s["status"] == "ok" and metric in s["metrics"] and s.get("group", "activation") == "activation"]
 

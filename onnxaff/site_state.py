@@ -20,11 +20,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator, Moments
+from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator
+from onnxaff.dispatch import any_serving, serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
-from onnxaff.metrics import Chunk, JvpStats, Metric, Tracks, plugin_output
+from onnxaff.metrics import Chunk, ChunkPair, JvpStats, Metric, Moments, plugin_output
 from onnxaff.scoring import ChunkScorer
 from onnxaff.stats import HALVES, chunk_diagnostics, entry_ci, metric_flags
 
@@ -113,7 +114,7 @@ class SiteState:
             self.nonfinite_rows += int(bad.sum())
         if self.nonfinite_rows:
             return  # a flagged site gets no number at all
-        if any(m.needs == "moments" for m in metrics):  # d² float64 work per batch: only when a metric pools
+        if any(serving(m).end_input == "moments" for m in metrics):  # d² float64 work per batch: only if asked
             if self.moments is None:
                 self.moments = BlockMoments(*self.dims)
             self.moments.update(x, y, block)
@@ -124,11 +125,11 @@ class SiteState:
         self.chunks += 1
         self.chunk_rows = x.shape[0]
         chunk = Chunk(readonly(x), readonly(y))
-        if not self.tracks and any(m.needs in ("chunk", "chunk_pair") for m in metrics):
+        if not self.tracks and any_serving(metrics, "site_chunks"):
             self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1)
             self.solo = chunk if self.chunks == 1 else None
         self._submit(chunk, self.previous, metrics, scorer)
-        if any(m.needs == "chunk_pair" for m in metrics):
+        if any_serving(metrics, "keeps_previous"):
             self.previous = chunk  # kept only when asked for: a chunk per site is real memory
             if self.first is None:
                 self.first = chunk
@@ -138,12 +139,9 @@ class SiteState:
         for m in metrics:
             if self._not_applicable(m):
                 continue
-            if m.needs == "chunk":
-                jobs.append((m, chunk))
-            elif m.needs == "chunk_pair" and previous is not None:
-                jobs.append((m, (previous, chunk)))
-            elif m.needs == "tracks" and self.tracks:
-                jobs.append((m, Tracks(tuple(np.split(chunk.x, self.tracks, axis=1)))))
+            build = serving(m).chunk_input
+            if build is not None and (sample := build(chunk, previous, self.tracks)) is not None:
+                jobs.append((m, sample))
         if jobs:
             self.pending.append(Pending(scorer.submit(jobs), scorer, chunk, previous))
 
@@ -170,7 +168,7 @@ class SiteState:
     def _not_applicable(self, m: Metric) -> str | None:
         if m.equal_dims and self.dims and self.dims[0] != self.dims[1]:
             return f"needs equal feature dimensions (X: {self.dims[0]}, Y: {self.dims[1]})"
-        if m.needs == "jvp" and self.jvp is None:
+        if serving(m).end_input == "jvp" and self.jvp is None:
             return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
         return None
 
@@ -195,14 +193,9 @@ class SiteState:
             self.partial = True
         self.collect()
         self._half_samples(metrics, scorer)
-        jobs = []
-        if not self.nonfinite_rows and self.moments is not None and self.moments.n >= 2:
-            pooled = readonly_moments(self.moments.total())
-            jobs += [(m, pooled) for m in metrics if m.needs == "moments" and not self._not_applicable(m)]
-        traces = self.jvp.traces() if self.jvp is not None and not self.nonfinite_rows else None
-        if traces is not None:
-            stats = JvpStats(self.jvp.form, *traces)
-            jobs += [(m, stats) for m in metrics if m.needs == "jvp"]
+        inputs = self._end_inputs()
+        jobs = [(m, inputs[serving(m).end_input]) for m in metrics
+                if inputs.get(serving(m).end_input) is not None and not self._not_applicable(m)]
         if jobs:
             future = scorer.submit(jobs)
             if scorer.wait(future) and not future.cancelled() and future.exception() is None:
@@ -211,6 +204,15 @@ class SiteState:
         if self.unscored or scorer.stop_signal is not None:
             raise KeyboardInterrupt
         self.finished = True
+
+    def _end_inputs(self) -> dict[str, Moments | JvpStats | None]:
+        """What the run pooled for this site, read-only: the input of every metric scored at the end."""
+        if self.nonfinite_rows:
+            return {}
+        moments = self.moments.total() if self.moments is not None and self.moments.n >= 2 else None
+        traces = self.jvp.traces() if self.jvp is not None else None
+        return {"moments": None if moments is None else readonly_moments(moments),
+                "jvp": None if traces is None else JvpStats(self.jvp.form, *traces)}
 
     def _half_samples(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
         """A run with one chunk: score HALVES random halves of it, for that chunk's ci95 (onnxaff.stats).
@@ -221,8 +223,8 @@ class SiteState:
         rng = np.random.default_rng(0)
         picks = [np.sort(rng.choice(self.solo.n, self.solo.n // 2, replace=False)) for _ in range(HALVES)]
         halves = [Chunk(readonly(self.solo.x[i]), readonly(self.solo.y[i])) for i in picks]
-        jobs = [(m, h) for m in metrics if m.needs == "chunk" and not self._not_applicable(m) and m.name in self.values
-                for h in halves]
+        jobs = [(m, h) for m in metrics if serving(m).half_samples and not self._not_applicable(m)
+                and m.name in self.values for h in halves]
         if not jobs:
             self.solo = None
             return
@@ -236,10 +238,10 @@ class SiteState:
 
     def flags_and_ci(self, m: Metric, values: list[float], partial: bool) -> dict:
         """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry."""
-        pooled = m.needs in ("moments", "jvp")
+        pooled = serving(m).pooled
         rows = self.rows if pooled else (self.chunk_rows or self.rows)
         d = max(self.dims) if self.dims else 0
-        flags = metric_flags(m.name, m.needs, rows, d, partial, self.seen, getattr(m, "rows_per_dim", None))
+        flags = metric_flags(m, rows, d, partial, self.seen)
         ci = None if pooled else entry_ci(values, self.halves.get(m.name))
         return {"flags": flags, "ci95": ci}
 
@@ -252,17 +254,16 @@ class SiteState:
             out.update(status="not_applicable", reason=reason)
         elif m.name in self.errors:
             out.update(status="error", error=self.errors[m.name])
-        elif not values and m.needs == "chunk_pair" and self.chunks < 2:
-            out.update(status="no_data", reason="needs at least two chunks")
-        elif not values and m.needs == "jvp" and self.jvp is not None and self.jvp.short_batches:
-            out.update(status="no_data", reason="needs batches of at least 2 examples")
         elif not values:
             out["status"] = "no_data"
+            why = serving(m).no_data
+            if why is not None and (reason := why(self)) is not None:
+                out["reason"] = reason
         if values and out["status"] == "ok":
             out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
-            if partial and m.needs in ("chunk", "chunk_pair"):
+            if partial and serving(m).site_chunks:
                 out["partial"] = True
-            if m.needs in ("moments", "jvp"):
+            if serving(m).pooled:
                 out.update(chunks=0, std=None, pooled_rows=self.rows)
             if self.dims and (note := self._caveat(m)):
                 out["caveat"] = note
@@ -334,8 +335,8 @@ class SiteState:
                                "shard again")
         boundary = {}
         if self.previous is not None and other.first is not None and not (self.nonfinite_rows or other.nonfinite_rows):
-            pair = (self.previous, other.first)
-            jobs = [(m, pair) for m in metrics if m.needs == "chunk_pair" and not self._not_applicable(m)]
+            pair = ChunkPair(self.previous, other.first)
+            jobs = [(m, pair) for m in metrics if serving(m).keeps_previous and not self._not_applicable(m)]
             if jobs:  # on a scoring thread, as every metric: Ctrl-C is not held up by a stuck one
                 future = scorer.submit(jobs)
                 if not scorer.wait(future) or future.cancelled() or future.exception() is not None:

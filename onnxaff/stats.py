@@ -12,6 +12,8 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import t as student_t
 
+from onnxaff.dispatch import serving
+
 HALVES = 8  # half-samples for a one-chunk interval
 
 
@@ -54,22 +56,14 @@ EPS_RATIO = 1e-3  # ε over the mean variance above which the absolute ε moves 
 FLOAT32_NOISE = float(np.finfo(np.float32).eps)
 RANK_TEST_MAX_D = 512  # the rank test costs O(nd² + d³) once per site: 25 s at d = 2048, n = 4096 on 2 cores
 
-# Rows per chunk per feature dimension for the finite-sample bias to stay under 0.05 on every site of the study
-# (benchmarks/finite_sample_study.py, docs/statistics.md). Metrics not listed get the generic rule n > d.
-ROWS_PER_DIM = {"affinity": 4, "affinity_rel": 4, "affinity_lw": 32, "cka": 8, "r2": 8}
-# The same for 0.01 (documented, not flagged): monotone activations only for the affinity scores; with GELU
-# their bias stays near −0.04 at 128·d rows (the optimal coupling is then not the rows' own pairing).
-ROWS_PER_DIM_STRICT = {"affinity": 16, "affinity_rel": 16, "affinity_lw": 32, "cka": 32, "r2": 64}
-# Which chunk properties matter to which metric: the absolute ε only to the ones that use it.
-EPS_METRICS = ("affinity", "affinity_lw")
-RANK_METRICS = ("r2", "r2_heldout", "r2_pooled")
-ROW_METRICS = {"cka_pooled": "cka", "r2_pooled": "r2"}  # pooled metrics: the rule of their chunk metric
+# The rows per chunk each metric needs, and which chunk properties matter to it, are the metric's own
+# declarations (rows_per_dim, regularised, rank_sensitive: onnxaff.metrics.Metric), from
+# benchmarks/finite_sample_study.py and docs/statistics.md.
 
 
-def rows_needed(metric: str, d: int, per_dim: int | None = None) -> int:
-    """Rows per chunk a site of dimension d needs for `metric` (per_dim overrides the table): n > d at least."""
-    ratio = per_dim if per_dim is not None else ROWS_PER_DIM.get(ROW_METRICS.get(metric, metric))
-    return d + 1 if ratio is None else max(d + 1, int(math.ceil(ratio * d)))
+def rows_needed(per_dim: float | None, d: int) -> int:
+    """Rows per chunk a site of dimension d needs under a metric's rows_per_dim (None: n > d only)."""
+    return d + 1 if per_dim is None else max(d + 1, int(math.ceil(per_dim * d)))
 
 
 def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True) -> set[str]:
@@ -101,17 +95,17 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: boo
     return found
 
 
-def metric_flags(name: str, needs: str, rows: int, d: int, partial: bool, seen: set[str],
-                 per_dim: int | None = None) -> list[str]:
+def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str]) -> list[str]:
     """The flags of one metric entry, in a fixed order; empty when nothing is wrong."""
+    how = serving(metric)
     flags = []
-    if needs in ("chunk", "chunk_pair", "moments") and rows < rows_needed(name, d, per_dim):
+    if how.row_rule and rows < rows_needed(getattr(metric, "rows_per_dim", None), d):
         flags.append("few_rows")
-    if partial and needs in ("chunk", "chunk_pair"):
+    if partial and how.site_chunks:
         flags.append("partial")
-    if "eps_dominated" in seen and name in EPS_METRICS:
+    if "eps_dominated" in seen and getattr(metric, "regularised", False):
         flags.append("eps_dominated")
-    if "rank_deficient" in seen and name in RANK_METRICS:
+    if "rank_deficient" in seen and getattr(metric, "rank_sensitive", False):
         flags.append("rank_deficient")
     if "constant_output" in seen:
         flags.append("constant_output")
@@ -141,8 +135,10 @@ _FLAG_TEXT = {
 }
 
 
-def flag_warnings(sites: list[dict]) -> list[str]:
-    """One line per flag kind over all sites and metrics, with counts and what to do (replaces per-site lines)."""
+def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
+    """One line per flag kind over all sites and metrics, with counts and what to do (replaces per-site lines);
+    `metrics` (the run's Metric instances) give the rows a few_rows site would need."""
+    per_dim = {m.name: getattr(m, "rows_per_dim", None) for m in metrics}
     lines = []
     for kind, (what, todo) in _FLAG_TEXT.items():
         counts, worst = {}, None
@@ -154,7 +150,7 @@ def flag_warnings(sites: list[dict]) -> list[str]:
                 flagged = kind in e.get("flags", [])
                 counts[name] = (hit + flagged, total + 1)
                 if flagged and kind == "few_rows" and s.get("dim"):
-                    need = rows_needed(name, max(s["dim"], s.get("dim_y") or 0))
+                    need = rows_needed(per_dim.get(name), max(s["dim"], s.get("dim_y") or 0))
                     worst = max(worst or (0, 0), (need, s["dim"]))
         parts = [f"{name} {hit} of {total}" for name, (hit, total) in counts.items() if hit]
         if parts:

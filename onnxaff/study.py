@@ -22,6 +22,7 @@ from pathlib import Path
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
 from onnxaff.errors import Interrupted, OnnxaffError, first_line
 from onnxaff.files import write_text_atomic
+from onnxaff.metrics import default_metrics, registry
 from onnxaff.signature import Signature, read_signature, write_json_atomic
 
 LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
@@ -225,7 +226,7 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
                            "drop --checkpoint-every")
     if data is None and any(m.data is None for m in models):
         raise OnnxaffError("the study needs data: give --data")
-    metrics = list(options.get("metrics") or ("affinity", "affinity_lw"))
+    metrics = list(options.get("metrics") or default_metrics(registry(options.get("plugins") or ())))
     options = {**options, "metrics": metrics}
     digests = {m.label: _file_digest(m.path) for m in models}
     accuracies = _accuracies(models, digests, accuracy)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from onnxaff.linalg import (
+from onnxaff.metrics import Chunk, Metric, Needs
+from onnxaff_plugins.linalg import (
     EPS,
     as_rows,
     ledoit_wolf_shrinkage,
@@ -24,7 +25,6 @@ from onnxaff.linalg import (
     psd_sqrt,
     squared_distances,
 )
-from onnxaff.metrics import Chunk, Metric
 
 METHODS = ("auto", "direct", "span")
 SHRINKAGES = ("none", "ledoit_wolf")
@@ -198,36 +198,49 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
 
 
 class Affinity(Metric):
+    """The affinity score; its parameters select the variants (affinity_lw and affinity_rel are presets)."""
+
     name = "affinity"
     description = "affinity score: 1 − W2(affine OT of X, Y)/sqrt(2 tr Σ_Y), per chunk (Bouniot et al. 2025)"
     higher_is_more_linear = True
     range = (0.0, 1.0)
-    needs = "chunk"
+    needs = Needs.CHUNK
     equal_dims = True
+    default = 0
+    rows_per_dim, rows_per_dim_strict = 4, 16  # docs/statistics.md; Ledoit–Wolf needs 32 for both
+    regularised = True
+
+    def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = False, method: str = "auto"):
+        if not eps >= 0:
+            raise ValueError(f"eps must be 0 or more, not {eps!r}")
+        if shrinkage not in SHRINKAGES:
+            raise ValueError(f"shrinkage must be one of {', '.join(SHRINKAGES)}, not {shrinkage!r}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+        self.eps, self.shrinkage, self.relative_eps, self.method = eps, shrinkage, relative_eps, method
+        if shrinkage == "ledoit_wolf":
+            self.rows_per_dim = self.rows_per_dim_strict = 32
+        self.regularised = not relative_eps  # a relative ε scales with the data: tiny activations do not drown
 
     def compute(self, chunk: Chunk) -> float:
-        return affinity_score(chunk.x, chunk.y)
+        return affinity_score(chunk.x, chunk.y, eps=self.eps, shrinkage=self.shrinkage, method=self.method,
+                              relative_eps=self.relative_eps)
 
 
-class AffinityLedoitWolf(Metric):
+class AffinityLedoitWolf(Affinity):
     name = "affinity_lw"
     description = "affinity score with Ledoit–Wolf shrunk covariances (the reference's 'corrected'; d ≥ n)"
-    higher_is_more_linear = True
-    range = (0.0, 1.0)
-    needs = "chunk"
-    equal_dims = True
+    default = 1
 
-    def compute(self, chunk: Chunk) -> float:
-        return affinity_score(chunk.x, chunk.y, shrinkage="ledoit_wolf")
+    def __init__(self, eps: float = EPS, shrinkage: str = "ledoit_wolf", relative_eps: bool = False,
+                 method: str = "auto"):
+        super().__init__(eps, shrinkage, relative_eps, method)
 
 
-class AffinityRelative(Metric):
+class AffinityRelative(Affinity):
     name = "affinity_rel"
     description = "affinity score with ε relative to each covariance's mean variance: independent of the scale"
-    higher_is_more_linear = True
-    range = (0.0, 1.0)
-    needs = "chunk"
-    equal_dims = True
+    default = None
 
-    def compute(self, chunk: Chunk) -> float:
-        return affinity_score(chunk.x, chunk.y, relative_eps=True)
+    def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = True, method: str = "auto"):
+        super().__init__(eps, shrinkage, relative_eps, method)

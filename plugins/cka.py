@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.collect import Moments
-from onnxaff.linalg import as_rows
-from onnxaff.metrics import Chunk, Metric
+from onnxaff.metrics import Chunk, Metric, Moments, Needs
+from onnxaff_plugins.linalg import as_rows
+from onnxaff_plugins.pooled import pooled_variant
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -36,17 +36,12 @@ class CKA(Metric):
     name = "cka"
     description = "linear CKA between X and Y, per chunk (Kornblith et al. 2019)"
     range = (0.0, 1.0)
-    needs = "chunk"
+    needs = Needs.CHUNK
+    rows_per_dim, rows_per_dim_strict = 8, 32
 
     def compute(self, chunk: Chunk) -> float:
         return linear_cka(chunk.x, chunk.y)
 
 
-class CKAPooled(Metric):
-    name = "cka_pooled"
-    description = "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)"
-    range = (0.0, 1.0)
-    needs = "moments"
-
-    def compute(self, moments: Moments) -> float:
-        return pooled_cka(moments)
+CKAPooled = pooled_variant(CKA, "cka_pooled", "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)",
+                           pooled_cka, __name__)

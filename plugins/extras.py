@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.metrics import Chunk, Metric
+from onnxaff.metrics import Chunk, Metric, Needs
 
 ENTROPY_BINS = 100
 
@@ -27,7 +27,7 @@ class SparsityChange(Metric):
     description = "sparsity(Y) − sparsity(X): share of zero entries gained through the site"
     higher_is_more_linear = None
     range = (-1.0, 1.0)
-    needs = "chunk"
+    needs = Needs.CHUNK
 
     def compute(self, chunk: Chunk) -> float:
         return sparsity(chunk.y) - sparsity(chunk.x)
@@ -38,7 +38,7 @@ class EntropyChange(Metric):
     description = f"histogram entropy of Y minus that of X ({ENTROPY_BINS} bins over each chunk's range, nats)"
     higher_is_more_linear = None
     range = (-float(np.log(ENTROPY_BINS)), float(np.log(ENTROPY_BINS)))
-    needs = "chunk"
+    needs = Needs.CHUNK
 
     def compute(self, chunk: Chunk) -> float:
         return histogram_entropy(chunk.y) - histogram_entropy(chunk.x)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from onnxaff.metrics import JvpStats, Metric
+from onnxaff.metrics import JvpStats, Metric, Needs
 
 
 class NLC(Metric):
@@ -16,7 +16,7 @@ class NLC(Metric):
     description = "non-linearity coefficient sqrt(E Tr(J Σ_X Jᵀ)/Tr Σ_Y) on the full tensors (Philipp & Carbonell)"
     higher_is_more_linear = False
     range = (0.0, float("inf"))
-    needs = "jvp"
+    needs = Needs.JVP
 
     def compute(self, stats: JvpStats) -> float:
         if stats.denominator <= 0:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.collect import Moments
-from onnxaff.linalg import as_rows
-from onnxaff.metrics import Chunk, Metric
+from onnxaff.metrics import Chunk, ChunkPair, Metric, Moments, Needs
+from onnxaff_plugins.linalg import as_rows
+from onnxaff_plugins.pooled import pooled_variant
 
 # Features come out of float32 inference: a direction of the (standardised) X whose standard deviation is
 # below d·eps(float32) of the largest one's is at the rounding level of the features themselves.
@@ -95,7 +95,9 @@ class R2(Metric):
     name = "r2"
     description = "in-sample R² of the least-squares affine map X → Y per chunk (the reference's)"
     range = (0.0, 1.0)
-    needs = "chunk"
+    needs = Needs.CHUNK
+    rows_per_dim, rows_per_dim_strict = 8, 64
+    rank_sensitive = True
 
     def compute(self, chunk: Chunk) -> float:
         return r2_in_sample(chunk.x, chunk.y)
@@ -110,17 +112,12 @@ class R2HeldOut(Metric):
     name = "r2_heldout"
     description = "R² of the affine map fitted on one chunk, scored on the next"
     range = (float("-inf"), 1.0)
-    needs = "chunk_pair"
+    needs = Needs.CHUNK_PAIR
+    rank_sensitive = True
 
-    def compute(self, pair: tuple[Chunk, Chunk]) -> float:
+    def compute(self, pair: ChunkPair) -> float:
         return r2_held_out(*pair)
 
 
-class R2Pooled(Metric):
-    name = "r2_pooled"
-    description = "R² of the best affine map X → Y from the pooled moments of all rows"
-    range = (0.0, 1.0)
-    needs = "moments"
-
-    def compute(self, moments: Moments) -> float:
-        return r2_pooled(moments)
+R2Pooled = pooled_variant(R2, "r2_pooled", "R² of the best affine map X → Y from the pooled moments of all rows",
+                          r2_pooled, __name__)

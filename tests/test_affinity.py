@@ -7,8 +7,8 @@ import pytest
 import scipy.linalg
 from scipy.optimize import linprog
 
-from onnxaff.linalg import covariance, ledoit_wolf, ledoit_wolf_shrinkage
 from onnxaff_plugins.affinity import affine_ot_map, affinity_score, exact_w2_squared
+from onnxaff_plugins.linalg import covariance, ledoit_wolf, ledoit_wolf_shrinkage
 
 
 def spd(rng, d, lo=0.5, hi=2.0):

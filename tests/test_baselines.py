@@ -6,10 +6,9 @@ import pytest
 from scipy.special import softmax
 
 import onnxaff
-from onnxaff.collect import Moments
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.stats import model_stats
-from onnxaff.metrics import Chunk
+from onnxaff.metrics import Chunk, Moments
 from onnxaff_plugins.cka import linear_cka, pooled_cka
 from onnxaff_plugins.extras import histogram_entropy, sparsity
 from onnxaff_plugins.r2 import r2_held_out, r2_in_sample, r2_pooled

@@ -38,9 +38,10 @@ def test_normalised_once():
     assert c.input_shapes == {"x": (3, 4)} and AnalysisConfig(nlc_directions="4").nlc_directions == 4
     assert AnalysisConfig.of(c) is c and AnalysisConfig.of(c, chunk_size=64).chunk_size == 64
     assert type(AnalysisConfig(chunk_size=np.int64(64)).chunk_size) is int  # recorded in JSON
-    options = c.signature_options(batch_size=32)
-    assert options["batch_size"] == 32 and options["pairs"] == [["a", "b"]] and options["nlc_directions"] == "all"
-    assert "nlc_directions" not in AnalysisConfig().signature_options(64)  # default runs record what they did
+    options = c.signature_options(batch_size=32, metrics=list(c.metrics))
+    assert options["metrics"] == ["affinity"] and options["batch_size"] == 32 and options["pairs"] == [["a", "b"]] and options["nlc_directions"] == "all"
+    assert AnalysisConfig().metrics is None  # the declared defaults, resolved with the registry
+    assert "nlc_directions" not in AnalysisConfig().signature_options(64, ["m"])  # default runs record what they did
 
 
 def test_analyze_takes_a_config(tmp_path):
@@ -48,7 +49,7 @@ def test_analyze_takes_a_config(tmp_path):
     by_config = onnxaff.analyze(TANH, DATA, config=config)
     by_keywords = onnxaff.analyze(TANH, DATA, metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
     assert by_config.scores("affinity") == by_keywords.scores("affinity")
-    assert by_config.options == by_keywords.options == config.signature_options(32)
+    assert by_config.options == by_keywords.options == config.signature_options(32, ["affinity"])
     replaced = onnxaff.analyze(TANH, DATA, config=config, chunk_size=128)  # keywords replace the config's fields
     assert replaced.options["chunk_size"] == 128
 

@@ -94,7 +94,7 @@ def test_same_entry_point_listed_twice_is_one_metric(monkeypatch):
         eps = list(real(group=group))
         return eps + eps  # what an editable install next to a regular one can look like
 
-    monkeypatch.setattr("onnxaff.metrics.metadata.entry_points", doubled)
+    monkeypatch.setattr("onnxaff.metrics.loader.metadata.entry_points", doubled)
     assert "affinity" in registry()
 
 

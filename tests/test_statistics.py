@@ -10,6 +10,8 @@ from onnxaff.metrics import resolve
 from onnxaff.scoring import ChunkScorer
 from onnxaff.site_state import SiteState
 from onnxaff.stats import half_sample_ci, mean_ci, rows_needed
+from onnxaff_plugins.affinity import Affinity
+from onnxaff_plugins.cka import CKA
 
 METRICS = ["affinity", "affinity_lw", "affinity_rel", "cka", "r2"]
 
@@ -41,17 +43,17 @@ def test_d_at_least_n_is_always_few_rows(rng):
     x = gaussian(rng, 64, 40)
     for name, e in entries(x, np.tanh(x), 32).items():
         assert "few_rows" in e["flags"], name
-    assert rows_needed("anything", 40) == 41
-    assert rows_needed("cka", 40) > 41  # a studied metric asks for more than n > d
+    assert rows_needed(None, 40) == 41
+    assert rows_needed(CKA.rows_per_dim, 40) > 41  # a studied metric asks for more than n > d
 
 
 def test_few_rows_follows_each_metrics_rule(rng):
     d = 8
-    n = rows_needed("affinity", d)
+    n = rows_needed(Affinity.rows_per_dim, d)
     x = gaussian(rng, 2 * n, d)
     e = entries(x, np.tanh(x), n)
     assert "few_rows" not in e["affinity"]["flags"]
-    assert ("few_rows" in e["cka"]["flags"]) == (n < rows_needed("cka", d))
+    assert ("few_rows" in e["cka"]["flags"]) == (n < rows_needed(CKA.rows_per_dim, d))
 
 
 def test_small_scale_relu_is_eps_dominated_for_the_absolute_eps_only(rng):

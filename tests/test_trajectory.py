@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from onnxaff.trajectory import line_shape_per_sample, line_shape_score, ot_score, trajectory_scores
+from onnxaff_plugins.trajectory import line_shape_per_sample, line_shape_score, ot_score, trajectory_scores
 
 
 def steps(h0, *deltas):

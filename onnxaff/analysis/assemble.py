@@ -14,7 +14,7 @@ from onnxaff.stats import flag_warnings
 
 
 def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Metric]) -> list[dict]:
-    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff.trajectory)."""
+    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff_plugins.trajectory)."""
     out, ok = [], iter(states)
     for stage in stages:
         d = {k: v for k, v in stage.items() if k != "probes"}
@@ -52,7 +52,7 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
         for name, err in st.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
         out.append(d)
-    warnings += flag_warnings(out)  # one line per flag kind (partial chunks included), not one per site
+    warnings += flag_warnings(out, metrics)  # one line per flag kind (partial chunks included), not one per site
     skipped = [b for b in bases if b["status"] != "ok"]
     if skipped:
         warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))

@@ -14,7 +14,7 @@ from pathlib import Path
 from onnxaff.errors import ConfigError
 from onnxaff.graph.rewrite import REDUCTIONS
 
-DEFAULT_METRICS = ("affinity", "affinity_lw")
+DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 NLC_DIRECTIONS = 1  # = onnxaff.network.DIRECTIONS: the default, recorded in the options only when changed
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STD_RULE = "population std (ddof=0) over chunk scores"
@@ -69,7 +69,7 @@ class AnalysisConfig:
     """The options of one analysis. Lists become tuples, `shard` "i/n" becomes (i, n), `nlc_directions` an int
     or "all"; `images` stays a dict of the image-folder options (see onnxaff.data.open_source)."""
 
-    metrics: tuple[str, ...] = DEFAULT_METRICS
+    metrics: tuple[str, ...] | None = DEFAULT_METRICS
     chunk_size: int = 512
     batch_size: int = 64
     limit: int | None = None
@@ -93,10 +93,11 @@ class AnalysisConfig:
         def put(name, value):
             object.__setattr__(self, name, value)
 
-        metrics = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics)
-        if not metrics or not all(isinstance(m, str) and m for m in metrics):
-            raise ConfigError("metrics", f"{{option}} must name at least one metric, got {self.metrics!r}")
-        put("metrics", metrics)
+        if self.metrics is not None:  # None: the declared defaults, resolved with the registry (Plan)
+            metrics = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics)
+            if not metrics or not all(isinstance(m, str) and m for m in metrics):
+                raise ConfigError("metrics", f"{{option}} must name at least one metric, got {self.metrics!r}")
+            put("metrics", metrics)
         for name, least, what in (("chunk_size", 2, "a whole number of at least 2"),
                                   ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number")):
             put(name, _whole(name, getattr(self, name), least, what))
@@ -125,10 +126,11 @@ class AnalysisConfig:
     def replace(self, **options) -> AnalysisConfig:
         return dataclasses.replace(self, **options)
 
-    def signature_options(self, batch_size: int) -> dict:
-        """The `options` a signature records (and a checkpoint key compares); `batch_size` is the one used."""
+    def signature_options(self, batch_size: int, metrics: list[str]) -> dict:
+        """The `options` a signature records (and a checkpoint key compares); `batch_size` is the one used,
+        `metrics` the names asked for (the declared defaults where the config gives none)."""
         options = {
-            "metrics": list(self.metrics), "chunk_size": self.chunk_size, "batch_size": batch_size,
+            "metrics": list(metrics), "chunk_size": self.chunk_size, "batch_size": batch_size,
             "limit": self.limit, "reduce": self.reduce, "reduce_in": self.reduce_in, "device": self.device,
             "layout": self.layout, "seed": self.seed,
             "input_shapes": {k: list(v) for k, v in self.input_shapes.items()},

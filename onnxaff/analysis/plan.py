@@ -16,6 +16,7 @@ import onnx
 from onnxaff.analysis.assemble import no_usable
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.data import model_inputs, open_source
+from onnxaff.dispatch import serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
@@ -24,11 +25,9 @@ from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
-from onnxaff.metrics import Metric, Registered, registry, resolve
+from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.runtime import Runner
 from onnxaff.sitelist import list_sites
-
-TRACK_METRICS = ("lss", "ots")  # residual stages get these trajectory metrics when none is asked for
 
 
 def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[int, int]:
@@ -75,7 +74,7 @@ class Plan:
 
     @property
     def needs_jvp(self) -> bool:
-        return any(m.needs == "jvp" for m in self.metrics)
+        return any(serving(m).end_input == "jvp" for m in self.metrics)
 
     @property
     def host_reduce(self) -> str | None:
@@ -91,7 +90,8 @@ class Plan:
             raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
                                "--pairs IN:OUT scores any two tensors)")
         available = registry(config.plugins)
-        metrics, track_metrics = _resolve_metrics(config.metrics, available, bool(listed.stages))
+        asked = default_metrics(available) if config.metrics is None else list(config.metrics)
+        metrics, track_metrics = _resolve_metrics(asked, available, bool(listed.stages))
         inputs = model_inputs(loaded.model)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images)
@@ -113,7 +113,8 @@ class Plan:
         track_sites = [t for stage in stages if stage["status"] == "ok" for t in stage["probes"]]
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
                                            raw=config.reduce_in == "numpy",
-                                           jvp=any(m.needs == "jvp" for m in metrics), view=loaded.view)
+                                           jvp=any(serving(m).end_input == "jvp" for m in metrics),
+                                           view=loaded.view)
         names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
         unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
         start, stop = shard_window(len(source), config.shard, unit)
@@ -125,16 +126,16 @@ class Plan:
                    registry=available, metrics=metrics, track_metrics=track_metrics, inputs=inputs, source=source,
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
-                   unit=unit, start=start, stop=stop, options=config.signature_options(batch_size),
+                   unit=unit, start=start, stop=stop, options=config.signature_options(batch_size, asked),
                    model_info=model_info)
 
 
 def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric]]:
     asked = resolve(list(names), available=available)
-    metrics = [m for m in asked if m.needs != "tracks"]
-    track_metrics = [m for m in asked if m.needs == "tracks"]
+    metrics = [m for m in asked if not serving(m).stage]
+    track_metrics = [m for m in asked if serving(m).stage]
     if has_stages and not track_metrics:  # residual stages get the trajectory metrics unasked
-        track_metrics = resolve([n for n in TRACK_METRICS if n in available], available=available)
+        track_metrics = resolve(stage_metrics(available), available=available)
     return metrics, track_metrics
 
 

@@ -30,6 +30,7 @@ from onnxaff.analysis.runstate import RunState
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.errors import ConfigError, DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph.rewrite import numpy_features
+from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
 from onnxaff.progress import Progress
@@ -283,7 +284,7 @@ class Analysis:
         return {
             "model": plan.model_info, "data": description, "options": plan.options,
             "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__},
-            "metrics": {m.name: {**m.info(), "origin": plan.registry[m.name].origin}
+            "metrics": {m.name: metric_info(m, plan.registry[type(m).name].origin)
                         for m in plan.metrics + plan.track_metrics},
             "warnings": list(plan.warnings),
         }

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
 from onnxaff.analysis.checkpoint import key_mismatch
+from onnxaff.dispatch import serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
-from onnxaff.network import merge_nlc_states, nlc_result
+from onnxaff.network import merge_nlc_states, network_results
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
@@ -75,7 +76,7 @@ class RunState:
         """The site metrics and the trajectory metrics this state was collected with (plugins loaded again)."""
         options = self.header["options"]
         available = registry(options["plugins"])
-        metrics = [m for m in resolve(options["metrics"], available=available) if m.needs != "tracks"]
+        metrics = [m for m in resolve(options["metrics"], available=available) if not serving(m).stage]
         names = {m.name for m in metrics}
         return metrics, resolve([n for n in self.header["metrics"] if n not in names], available=available)
 
@@ -112,7 +113,7 @@ class RunState:
         if self.windows:
             runtime["seconds_is"] = "sum over the shards"
         runtime["samples_per_second"] = round(self.used / self.seconds, 2) if self.seconds > 0 else None
-        network = {"nlc": nlc_result(self.network)} if self.network is not None else {}
+        network = network_results(self.network, metrics) if self.network is not None else {}
         sig = assemble({**self.header, "data": data, "runtime": runtime}, self.sites_base,
                        dict(zip(self.indices, self.sites, strict=True)), metrics, network)
         if self.ragged:  # unreadable files or a fixed batch size left a part short of a chunk boundary

@@ -6,6 +6,7 @@ import html
 import math
 
 from onnxaff.compare import DTW_DESCRIPTION, Comparison
+from onnxaff.dispatch import stage_entry
 from onnxaff.report import plots, svg
 from onnxaff.signature import Signature, signature_stats
 from onnxaff.text import printable
@@ -215,11 +216,11 @@ def _nav(metrics: list[str]) -> str:
     return f"<p class='note'>Metrics: {links}</p>"
 
 
-def single_page(sig: Signature, metric: str = "affinity") -> str:
+def single_page(sig: Signature, metric: str | None = None) -> str:
     """One model: a section per metric (`metric` first) with its signature (hover a point for its site) and
     histogram, the per-site table of every metric, residual stages, model and data."""
     name = sig.model.get("name", "model")
-    metrics = [m for m, info in sig.metrics.items() if info.get("needs") != "tracks"]
+    metrics = [m for m, info in sig.metrics.items() if not stage_entry(info)]
     scored = [m for m in metrics if any(v is not None for v in sig.scores(m))]
     order = [metric, *[m for m in scored if m != metric]] if metric in scored else scored
     parts = [_nav(order) if len(order) > 1 else ""]

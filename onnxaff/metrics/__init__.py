@@ -1,0 +1,30 @@
+"""The metric plugin API: everything a metric needs, and nothing else of the core.
+
+A metric is a class with a few declared attributes and one `compute` method. Built-ins (plugins/) and
+third-party metrics register the same way, through the `onnxaff.metrics` entry-point group; a single file
+can also be loaded with `--plugin path.py`. docs/plugins.md has the whole interface and a complete plugin.
+Parameters are constructor keywords (`--metrics affinity:eps=1e-5`); `Needs` says which input compute() takes.
+"""
+
+from onnxaff.metrics.base import Metric
+from onnxaff.metrics.loader import (
+    ENTRY_POINT_GROUP,
+    Registered,
+    default_metrics,
+    file_fingerprint,
+    load_plugin_file,
+    metric_info,
+    primary_metric,
+    registry,
+    resolve,
+    stage_metrics,
+)
+from onnxaff.metrics.output import plugin_output
+from onnxaff.metrics.params import parse_spec, parse_value
+from onnxaff.metrics.types import NEEDS, Chunk, ChunkPair, JvpStats, Moments, Needs, Tracks
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "NEEDS", "Chunk", "ChunkPair", "JvpStats", "Metric", "Moments", "Needs", "Registered",
+    "Tracks", "default_metrics", "file_fingerprint", "load_plugin_file", "metric_info", "parse_spec", "parse_value",
+    "plugin_output", "primary_metric", "registry", "resolve", "stage_metrics",
+]

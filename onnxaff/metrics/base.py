@@ -1,0 +1,69 @@
+"""The Metric base class: the declarations the core reads, and scikit-learn style parameters."""
+
+from __future__ import annotations
+
+import inspect
+from typing import ClassVar
+
+from onnxaff.metrics.types import Needs
+
+_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+DIRECTION = {True: "higher = more linear", False: "lower = more linear", None: "descriptive"}
+
+
+class Metric:
+    """Subclass, set the class attributes, implement compute().
+
+    Parameters are the constructor's keywords with defaults (`def __init__(self, eps=1e-6)`), stored under the
+    same attribute names, as scikit-learn estimators do: `--metrics name:key=value` sets them. The core reads
+    every declaration below from the instance, so a parameter may refine one (a shrinkage estimator needs more
+    rows): set it on `self` in `__init__`.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    higher_is_more_linear: ClassVar[bool | None] = True  # None: descriptive, not a linearity score
+    range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    needs: ClassVar[Needs | str] = Needs.CHUNK  # which input compute() takes (a Needs or its value)
+    equal_dims: ClassVar[bool] = False  # True: only defined when X and Y have the same dimension
+    # Which runs get it unasked: `default` orders the default --metrics list (0 first, also the metric compare,
+    # correlate and report show unless told); `stage_default` residual stages get when no stage metric is asked.
+    default: ClassVar[int | None] = None
+    stage_default: ClassVar[bool] = False
+    # The finite-sample rules (docs/statistics.md): rows per chunk per feature dimension for a bias under 0.05
+    # (flagged `few_rows` below it; None: just n > d) and under 0.01 (documented, not flagged).
+    rows_per_dim: ClassVar[float | None] = None
+    rows_per_dim_strict: ClassVar[float | None] = None
+    regularised: ClassVar[bool] = False  # adds an absolute ε to covariances: flagged `eps_dominated` where it bites
+    rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
+
+    def compute(self, sample) -> float:  # pragma: no cover - the interface
+        raise NotImplementedError
+
+    def caveat(self, rows: int, dx: int, dy: int) -> str | None:
+        """A note on how to read this metric's value for a site of this size (or None)."""
+        return None
+
+    @classmethod
+    def parameters(cls) -> dict[str, object]:
+        """The constructor's keywords and their defaults: what `name:key=value` may set."""
+        try:
+            signature = inspect.signature(cls.__init__)
+        except (TypeError, ValueError):
+            return {}
+        return {p.name: (None if p.default is inspect.Parameter.empty else p.default)
+                for p in list(signature.parameters.values())[1:] if p.kind in _KEYWORD}
+
+    def params(self) -> dict[str, object]:
+        """This instance's parameter values (a signature records them)."""
+        return {k: getattr(self, k, default) for k, default in self.parameters().items()}
+
+    @classmethod
+    def info(cls) -> dict:
+        return {
+            "description": cls.description,
+            "direction": DIRECTION[cls.higher_is_more_linear],
+            "range": list(cls.range),
+            "needs": Needs(cls.needs).value,
+            "equal_dims": cls.equal_dims,
+        }

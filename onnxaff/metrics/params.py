@@ -1,0 +1,83 @@
+"""Metric specs: `name` or `name:key=value:key=value`, checked against the constructor's keywords.
+
+Values read as a bool (true/false), a whole number, a number, else text; each is then checked against the
+kind of the parameter's default, so `eps=abc` or `shrinkage=3` is one line naming the metric and what it takes.
+"""
+
+from __future__ import annotations
+
+from onnxaff.errors import OnnxaffError
+from onnxaff.metrics.output import plugin_output
+
+SYNTAX = "name:key=value:key=value"
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """(registered name, {key: value text}) of one --metrics item."""
+    name, *parts = [p.strip() for p in str(spec).split(":")]
+    given: dict[str, str] = {}
+    for part in parts:
+        key, eq, value = (t.strip() for t in part.partition("="))
+        if not eq or not key or not value:
+            raise OnnxaffError(f"metric {spec!r}: {part!r} is not key=value (syntax: {SYNTAX})")
+        if key in given:
+            raise OnnxaffError(f"metric {spec!r} sets {key!r} twice")
+        given[key] = value
+    return name, given
+
+
+def parse_value(text: str):
+    """true/false, a whole number, a number, else the text itself."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def accepted(cls) -> str:
+    params = cls.parameters()
+    return ", ".join(f"{k}={v!r}" for k, v in params.items()) if params else "none"
+
+
+def _coerce(spec: str, cls, key: str, text: str):
+    """The value of `key` as the kind its default is (a bool, a number, text); anything else goes as read."""
+    default, value = cls.parameters()[key], parse_value(text)
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok and isinstance(default, float) else value
+    elif isinstance(default, str):
+        ok, value = True, text
+    else:
+        ok = True
+    if not ok:
+        kind = "true or false" if isinstance(default, bool) else "a number"
+        raise OnnxaffError(f"metric {spec!r}: {key} must be {kind}, got {text!r}; {cls.name} accepts {accepted(cls)}")
+    return value
+
+
+def build(spec: str, available: dict):
+    """One metric instance; a spec with parameters names its instance (the signature entry is the spec)."""
+    name, given = parse_spec(spec)
+    if name not in available:
+        raise OnnxaffError(f"unknown metric {name!r}; available: {', '.join(sorted(available))}")
+    reg = available[name]
+    unknown = [k for k in given if k not in reg.cls.parameters()]
+    if unknown:
+        raise OnnxaffError(f"metric {name!r} has no parameter {unknown[0]!r}; it accepts {accepted(reg.cls)}")
+    kwargs = {k: _coerce(spec, reg.cls, k, v) for k, v in given.items()}
+    try:
+        with plugin_output():
+            metric = reg.cls(**kwargs)
+    except (Exception, SystemExit) as exc:
+        if kwargs and isinstance(exc, (ValueError, TypeError)):
+            raise OnnxaffError(f"metric {spec!r}: {exc}; {name} accepts {accepted(reg.cls)}") from None
+        raise OnnxaffError(f"metric {name!r} ({reg.origin}) failed to start: {type(exc).__name__}: {exc}") from None
+    if given:
+        metric.name = ":".join([name, *(f"{k}={v}" for k, v in given.items())])
+    return metric

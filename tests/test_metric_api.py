@@ -1,0 +1,181 @@
+"""The public metric API: parameters (`name:key=value`), the Needs dispatch, declarations, fingerprints, and a
+core that names no built-in metric."""
+
+import ast
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import onnxaff
+from onnxaff.dispatch import SERVING, serving, stage_entry
+from onnxaff.errors import OnnxaffError
+from onnxaff.metrics import (
+    Chunk,
+    ChunkPair,
+    Metric,
+    Needs,
+    default_metrics,
+    parse_spec,
+    parse_value,
+    primary_metric,
+    registry,
+    resolve,
+    stage_metrics,
+)
+from onnxaff.stats import metric_flags
+from onnxaff_plugins.affinity import affinity_score
+from tests.conftest import FIXTURES
+
+CORE = Path(onnxaff.__file__).parent
+
+
+def _chunk(rng, n=64, d=6):
+    x = rng.standard_normal((n, d))
+    return Chunk(x, np.tanh(x @ rng.standard_normal((d, d))))
+
+
+def test_spec_syntax_and_values():
+    assert parse_spec("affinity") == ("affinity", {})
+    assert parse_spec(" affinity : eps = 1e-5 :shrinkage=ledoit_wolf") == (
+        "affinity", {"eps": "1e-5", "shrinkage": "ledoit_wolf"})
+    assert [parse_value(v) for v in ("true", "False", "3", "1e-6", "ledoit_wolf")] == [True, False, 3, 1e-6,
+                                                                                        "ledoit_wolf"]
+    for bad in ("affinity:eps", "affinity:=1", "affinity:eps=", "affinity:eps=1:eps=2"):
+        with pytest.raises(OnnxaffError, match="affinity"):
+            parse_spec(bad)
+
+
+def test_a_parameter_reaches_compute_and_names_the_entry(rng):
+    (m,) = resolve(["affinity:eps=0.01"])
+    assert m.name == "affinity:eps=0.01" and m.eps == 0.01 and isinstance(m.eps, float)
+    assert m.params() == {"eps": 0.01, "shrinkage": "none", "relative_eps": False, "method": "auto"}
+    c = _chunk(rng)
+    assert m.compute(c) == affinity_score(c.x, c.y, eps=0.01) != affinity_score(c.x, c.y)
+
+
+@pytest.mark.parametrize("spec, preset", [("affinity:shrinkage=ledoit_wolf", "affinity_lw"),
+                                          ("affinity:relative_eps=true", "affinity_rel")])
+def test_parameters_equal_the_registered_preset(rng, spec, preset):
+    (a, b) = resolve([spec, preset])
+    c = _chunk(rng)
+    assert a.compute(c) == b.compute(c)  # bit for bit
+    assert (a.rows_per_dim, a.regularised) == (b.rows_per_dim, b.regularised)
+    assert b.name == preset and "ledoit_wolf" not in b.name
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("affinity:foo=1", r"metric 'affinity' has no parameter 'foo'; it accepts eps=1e-06, shrinkage='none'"),
+    ("affinity:eps=abc", r"metric 'affinity:eps=abc': eps must be a number, got 'abc'; affinity accepts eps="),
+    ("affinity:relative_eps=2", r"relative_eps must be true or false"),
+    ("affinity:shrinkage=oas", r"shrinkage must be one of none, ledoit_wolf, not 'oas'; affinity accepts"),
+    ("cka:eps=1", r"metric 'cka' has no parameter 'eps'; it accepts none"),
+])
+def test_a_bad_parameter_is_one_line_naming_the_metric(spec, match):
+    with pytest.raises(OnnxaffError, match=match) as exc:
+        resolve([spec])
+    assert "\n" not in str(exc.value)
+
+
+def test_the_signature_records_parameters(tmp_path):
+    sig = onnxaff.analyze(str(FIXTURES / "res_cnn_op17.onnx"), "synthetic:gaussian", limit=64, chunk_size=32,
+                          metrics=["affinity:eps=1e-5", "affinity_lw"], progress=False)
+    assert sig.metrics["affinity:eps=1e-5"]["params"]["eps"] == 1e-5
+    assert sig.metrics["affinity_lw"]["params"]["shrinkage"] == "ledoit_wolf"
+    assert sig.options["metrics"] == ["affinity:eps=1e-5", "affinity_lw"]
+    ok = [s for s in sig.sites if s["status"] == "ok"]
+    assert ok and all(s["metrics"]["affinity:eps=1e-5"]["status"] == "ok" for s in ok)
+
+
+def test_defaults_come_from_declarations():
+    available = registry()
+    assert default_metrics(available) == ["affinity", "affinity_lw"]
+    assert sorted(stage_metrics(available)) == ["lss", "ots"]
+    assert primary_metric(available) == "affinity"
+
+
+def test_dispatch_covers_every_needs_and_builds_the_inputs(rng):
+    assert set(SERVING) == set(Needs)
+    c, p = _chunk(rng), _chunk(rng)
+    assert SERVING[Needs.CHUNK].chunk_input(c, p, None) is c
+    pair = SERVING[Needs.CHUNK_PAIR].chunk_input(c, p, None)
+    assert isinstance(pair, ChunkPair) and pair.earlier is p and pair.later is c
+    assert SERVING[Needs.CHUNK_PAIR].chunk_input(c, None, None) is None  # the first chunk has no pair yet
+    tracks = SERVING[Needs.TRACKS].chunk_input(Chunk(np.hstack([c.x, c.y]), c.x[:, :0]), None, 2)
+    assert len(tracks.arrays) == 2 and np.array_equal(tracks.arrays[1], c.y)
+    assert {n for n, s in SERVING.items() if s.pooled} == {Needs.MOMENTS, Needs.JVP}
+    assert [n for n, s in SERVING.items() if s.stage] == [Needs.TRACKS]
+
+    class Pooled(Metric):
+        name = "pooled_thing"
+        needs = "moments"  # a plain string still declares it
+
+    assert serving(Pooled()) is SERVING[Needs.MOMENTS]
+    assert stage_entry({"needs": "tracks"}) and not stage_entry({"needs": "chunk"}) and not stage_entry({})
+
+
+def test_flags_follow_the_metric_declarations():
+    seen = {"eps_dominated", "rank_deficient"}
+    by_name = {m.name: m for m in resolve(["affinity", "affinity_rel", "r2_heldout", "cka_pooled"])}
+    assert metric_flags(by_name["affinity"], 10, 4, False, seen) == ["few_rows", "eps_dominated"]
+    assert metric_flags(by_name["affinity_rel"], 100, 4, False, seen) == []
+    assert metric_flags(by_name["r2_heldout"], 10, 4, True, seen) == ["partial", "rank_deficient"]
+    assert metric_flags(by_name["cka_pooled"], 31, 4, True, seen) == ["few_rows"]  # cka's 8 rows per dimension
+
+
+def test_fingerprint_is_the_source_files_sha256(tmp_path):
+    found = registry()
+    module = Path(__import__("onnxaff_plugins.affinity", fromlist=["x"]).__file__)
+    assert found["affinity"].fingerprint == hashlib.sha256(module.read_bytes()).hexdigest()
+    path = tmp_path / "mine.py"
+    path.write_text("from onnxaff.metrics import Metric\n\nclass Mine(Metric):\n    name = 'mine'\n")
+    assert registry([str(path)])["mine"].fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+    path.write_text(path.read_text() + "# edited\n")
+    assert registry([str(path)])["mine"].fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_core_names_no_built_in_metric():
+    """No string literal of onnxaff/ is a registered built-in metric's name: defaults, stage metrics and the
+    primary metric are the metrics' own declarations. Correlation tables have an 'r2' column: a statistic."""
+    names = {n for n, r in registry().items() if r.cls.__module__.startswith("onnxaff_plugins")}
+    fit_r2 = ("compare.py", "cli", "report/")  # where 'r2' is the R² of correlate's fits, not the metric
+    found = []
+    for path in sorted(CORE.rglob("*.py")):
+        rel = path.relative_to(CORE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names and not (
+                    node.value == "r2" and rel.startswith(fit_r2)):
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not found, found
+
+
+JVP_PLUGIN = '''
+import math
+from onnxaff.metrics import JvpStats, Metric, Needs
+
+class SquaredNLC(Metric):
+    name = "nlc_squared"
+    higher_is_more_linear = False
+    range = (0.0, float("inf"))
+    needs = Needs.JVP
+
+    def compute(self, stats: JvpStats) -> float:
+        if stats.denominator <= 0:
+            raise ValueError("constant output")
+        return stats.numerator / stats.denominator
+'''
+
+
+def test_the_network_figure_goes_through_each_jvp_metric(rng, tmp_path):
+    from tests.conftest import parse
+    from tests.test_baselines import NLC_MODEL
+
+    model = parse(NLC_MODEL % ", ".join(f"{v:.6f}" for v in rng.standard_normal(36)))
+    np.save(tmp_path / "x.npy", rng.standard_normal((256, 6)).astype(np.float32))
+    (tmp_path / "sq.py").write_text(JVP_PLUGIN)
+    sig = onnxaff.analyze(model, str(tmp_path / "x.npy"), metrics=["nlc", "nlc_squared"],
+                          plugins=[str(tmp_path / "sq.py")], progress=False)
+    assert set(sig.network) == {"nlc", "nlc_squared"}
+    for out, value in sig.network["nlc"]["values"].items():
+        assert sig.network["nlc_squared"]["values"][out] == pytest.approx(value**2, rel=1e-12)
