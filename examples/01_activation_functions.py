@@ -15,7 +15,6 @@ Run: python examples/01_activation_functions.py  (writes examples/output/01_acti
 
 from __future__ import annotations
 
-import csv
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,9 @@ from onnx import TensorProto, helper
 from scipy import special
 
 from onnxaff.analysis import analyze
+from onnxaff.report.csv import records_csv
+from onnxaff.report.markdown import plain_table
+from onnxaff.terminal import table as terminal_table
 
 OUT = Path(__file__).resolve().parent / "output"
 STEM = "01_activation_functions"
@@ -149,11 +151,6 @@ def summary(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
-def markdown(header: list[str], table: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in table]) + "\n"
-
-
 def plot(rows: list[dict], path: Path) -> None:
     """A heatmap of the affinity over (μ, σ) per activation (× marks ε-dominated cells), and the σ = 1 profiles."""
     import matplotlib
@@ -202,12 +199,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def write_outputs(rows: list[dict], out: Path = OUT) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path, png_path = (out / f"{STEM}.{ext}" for ext in ("csv", "md", "png"))
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in r.items()})
-    md_path.write_text(markdown(*summary(rows)))
+    csv_path.write_text(records_csv(rows), newline="")
+    md_path.write_text(plain_table(*summary(rows)))
     plot(rows, png_path)
     return [csv_path, md_path, png_path]
 
@@ -215,10 +208,8 @@ def write_outputs(rows: list[dict], out: Path = OUT) -> list[Path]:
 def main() -> None:
     start = time.perf_counter()
     rows = run()
-    header, table = summary(rows)
-    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(header)]
-    for line in [header, ["-" * w for w in widths], *table]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
+    header, body = summary(rows)
+    print(terminal_table(body, header))
     for path in write_outputs(rows):
         print("wrote", path)
     print(f"{len(rows)} cells in {time.perf_counter() - start:.1f} s")

@@ -15,7 +15,6 @@ Run: python examples/02_polynomials.py  (writes examples/output/02_polynomials.*
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
 
@@ -24,6 +23,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.analysis import analyze
+from onnxaff.report.csv import records_csv
+from onnxaff.report.markdown import plain_table
+from onnxaff.terminal import table as terminal_table
 
 OUT = Path(__file__).resolve().parent / "output"
 STEM = "02_polynomials"
@@ -115,14 +117,9 @@ def plot(rows: list[dict], path: Path) -> None:
 def write_outputs(rows: list[dict], out: Path = OUT) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     csv_path, md_path, png_path = (out / f"{STEM}.{ext}" for ext in ("csv", "md", "png"))
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in r.items()})
+    csv_path.write_text(records_csv(rows), newline="")
     header, body = table(rows)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    md_path.write_text("\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n")
+    md_path.write_text(plain_table(header, body))
     plot(rows, png_path)
     return [csv_path, md_path, png_path]
 
@@ -131,9 +128,7 @@ def main() -> None:
     start = time.perf_counter()
     rows = run()
     header, body = table(rows)
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-    for line in [header, ["-" * w for w in widths], *body]:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+    print(terminal_table(body, header))
     for path in write_outputs(rows):
         print("wrote", path)
     print(f"{len(rows)} sites in {time.perf_counter() - start:.1f} s")

@@ -22,7 +22,6 @@ Run: python examples/03_random_mlps.py  (writes examples/output/03_random_mlps.*
 
 from __future__ import annotations
 
-import csv
 import itertools
 import time
 from pathlib import Path
@@ -32,6 +31,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.analysis import analyze
+from onnxaff.report.csv import records_csv
+from onnxaff.report.markdown import plain_table
+from onnxaff.terminal import table as terminal_table
 
 OUT = Path(__file__).resolve().parent / "output"
 STEM = "03_random_mlps"
@@ -209,14 +211,9 @@ def write_outputs(result: dict, out: Path = OUT) -> list[Path]:
     agg = aggregate(result["rows"])
     csv_path, md_path = out / f"{STEM}.csv", out / f"{STEM}.md"
     png_path, images_path = out / f"{STEM}.png", out / f"{STEM}_outputs.png"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(agg[0]))
-        writer.writeheader()
-        for a in agg:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in a.items()})
+    csv_path.write_text(records_csv(agg), newline="")
     header, body = table(agg)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    md_path.write_text("\n".join(lines + ["| " + " | ".join(r) + " |" for r in body]) + "\n")
+    md_path.write_text(plain_table(header, body))
     plot(result, agg, png_path, images_path)
     return [csv_path, md_path, png_path, images_path]
 
@@ -225,9 +222,7 @@ def main() -> None:
     start = time.perf_counter()
     result = run()
     header, body = table(aggregate(result["rows"]))
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-    for line in [header, ["-" * w for w in widths], *body]:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)))
+    print(terminal_table(body, header))
     for path in write_outputs(result):
         print("wrote", path)
     print(f"{len(result['rows'])} sites in {time.perf_counter() - start:.1f} s")

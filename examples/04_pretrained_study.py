@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from onnxaff.report.markdown import plain_table
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "output" / "04_pretrained"
 WORK = HERE / "output" / "04_pretrained_work"  # photos and .onnx files: rebuilt, not committed
@@ -138,19 +140,19 @@ def main() -> None:
         sig = json.loads((OUT / "signatures" / f"{name}.json").read_text())
         s_lw, s = sig["summary"]["affinity_lw"], sig["summary"]["affinity"]
         size = re.search(r"(\d+)\]$", sig["model"]["inputs"][0]).group(1)  # "input: float32[batch, 3, S, S]"
-        rows.append(f"| {name} | {NETS[name]:.1f} | {size} | "
-                    f"{sig['summary']['affinity_lw']['sites']} | {s_lw['mean']:.4f} | {s_lw['min']:.4f} | "
-                    f"{s_lw['max']:.4f} | {s['mean']:.4f} | {sig['data']['samples']} |")
+        rows.append([name, f"{NETS[name]:.1f}", size, str(sig["summary"]["affinity_lw"]["sites"]),
+                     *(f"{v:.4f}" for v in (s_lw["mean"], s_lw["min"], s_lw["max"], s["mean"])),
+                     str(sig["data"]["samples"])])
     compare = json.loads((OUT / "compare.json").read_text())
     dtw = compare["metrics"]["affinity_lw"]["dtw"]
     names = compare["models"]
-    table = ["| model | ImageNet top-1 % (published) | input | sites | affinity_lw mean | min | max | "
-             "affinity mean | images |", "|---|---|---|---|---|---|---|---|---|", *rows, "",
-             "DTW (affinity_lw): " + ", ".join(f"{names[i]}–{names[j]} {dtw[i][j]:.4f}"
-                                              for i in range(len(names)) for j in range(i + 1, len(names))),
-             "", f"{n} images, chunks of {CHUNK}"]
-    (OUT / "table.md").write_text("\n".join(table) + "\n")
-    print("\n".join(table))
+    header = ["model", "ImageNet top-1 % (published)", "input", "sites", "affinity_lw mean", "min", "max",
+              "affinity mean", "images"]
+    pairs = ", ".join(f"{names[i]}–{names[j]} {dtw[i][j]:.4f}" for i in range(len(names))
+                      for j in range(i + 1, len(names)))
+    table = f"{plain_table(header, rows)}\nDTW (affinity_lw): {pairs}\n\n{n} images, chunks of {CHUNK}\n"
+    (OUT / "table.md").write_text(table)
+    print(table, end="")
     print(f"run time {time.perf_counter() - start:.0f} s")
 
 

@@ -15,7 +15,6 @@ from scipy.spatial.distance import squareform
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
-from onnxaff.text import csv_text, md_cell, md_table
 
 DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
                    "along the optimal warping path, no window, no z-normalisation")
@@ -127,20 +126,11 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
 
 
 def comparison_table(comps: list[Comparison], fmt: str, sigs: list[Signature] | None = None) -> str:
-    """The DTW matrices as CSV (one row per metric and model) or Markdown (a table per metric, followed by its
-    signature statistics table when `sigs` are given); names as text."""
-    if fmt == "csv":
-        return csv_text([["metric", "model", *comps[0].names],
-                         *[[c.metric, n, *c.distances[i]] for c in comps for i, n in enumerate(c.names)]])
-    from onnxaff.report.markdown import statistics_table
+    """The DTW matrices as CSV or Markdown (onnxaff.report renders them; kept here for library callers)."""
+    from onnxaff.report.csv import comparison_csv
+    from onnxaff.report.markdown import comparison_markdown
 
-    lines = []
-    for c in comps:
-        lines += [f"### {md_cell(c.metric)}", "",
-                  *md_table(["model", *c.names], [[n, *c.distances[i]] for i, n in enumerate(c.names)]), ""]
-        if sigs is not None:
-            lines += statistics_table(sigs, c)
-    return "\n".join(lines) + "\n"
+    return comparison_csv(comps) if fmt == "csv" else comparison_markdown(comps, sigs)
 
 
 def shared_metrics(sigs: list[Signature]) -> list[str]:
@@ -176,25 +166,12 @@ def read_table(path: str | Path, what: str) -> dict[str, str]:
     return table
 
 
-CORRELATION_COLUMNS = ["r2", "pearson_r", "slope", "intercept", "models", "flagged_models"]
-
-
 def correlation_table(result: dict, fmt: str) -> str:
-    """correlate's table as CSV or Markdown: one row per group and statistic; numbers stay numbers."""
-    rows = [[group, feat, *[v[k] for k in CORRELATION_COLUMNS]]
-            for group, table in result["table"].items() for feat, v in table.items()]
-    header = ["group", "statistic", *CORRELATION_COLUMNS]
-    if fmt == "csv":
-        return csv_text([header, *rows])
-    title = f"### correlation with accuracy: {md_cell(result['metric'])}"
-    models = [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]
-    return "\n".join([title, "", *md_table(header, rows), "", "#### models (flags: docs/statistics.md)", "",
-                      *md_table(["model", "accuracy", "group", "flagged sites"], models)]) + "\n"
+    """correlate's table as CSV or Markdown (onnxaff.report renders it; kept here for library callers)."""
+    from onnxaff.report.csv import correlation_csv
+    from onnxaff.report.markdown import correlation_markdown
 
-
-def flagged_sites(row: dict) -> str:
-    """'k of n': a model's scores behind its signature statistics, and how many of them carry flags."""
-    return f"{row.get('flagged', 0)} of {row.get('scored', 0)}"
+    return correlation_csv(result) if fmt == "csv" else correlation_markdown(result)
 
 
 def _flag_counts(sig: Signature, metric: str) -> tuple[int, int]:

@@ -39,7 +39,8 @@ def test_normalised_once():
     assert AnalysisConfig.of(c) is c and AnalysisConfig.of(c, chunk_size=64).chunk_size == 64
     assert type(AnalysisConfig(chunk_size=np.int64(64)).chunk_size) is int  # recorded in JSON
     options = c.signature_options(batch_size=32, metrics=list(c.metrics))
-    assert options["metrics"] == ["affinity"] and options["batch_size"] == 32 and options["pairs"] == [["a", "b"]] and options["nlc_directions"] == "all"
+    assert options["metrics"] == ["affinity"] and options["batch_size"] == 32
+    assert options["pairs"] == [["a", "b"]] and options["nlc_directions"] == "all"
     assert AnalysisConfig().metrics is None  # the declared defaults, resolved with the registry
     assert "nlc_directions" not in AnalysisConfig().signature_options(64, ["m"])  # default runs record what they did
 

@@ -144,11 +144,29 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
         raise OnnxaffError(f"image presets produce floats but model input {spec.describe()} wants {spec.dtype}")
     if shape is not None:
         spec = _fix_shape(spec, shape)
-    layout, channels, (h, w) = image_input_layout(spec)
+    layout, channels, hw = image_input_layout(spec)
     crop, resize = parse_size(crop, "images.crop"), parse_size(resize, "images.resize")
-    p = PRESETS[name]
     custom = any(v is not None for v in (mean, std, resize, crop, interpolation, fit, pad_value))
-    changes = {"layout": layout, "channels": channels, "dtype": spec.dtype.name}
+    h, w = _crop_size(spec, layout, hw, crop, resize, fit)
+    changes = {"layout": layout, "channels": channels, "dtype": spec.dtype.name, "crop": (h, w)}
+    changes |= _fit_changes(fit, resize, h, w, pad_value, channels)
+    if isinstance(resize, tuple) and (resize[0] < h or resize[1] < w):
+        raise ConfigError("images.resize", f"{{option}} {_fmt_size(resize)} is smaller than the {h}x{w} crop")
+    if interpolation is not None and interpolation not in INTERPOLATIONS:
+        raise OnnxaffError(f"unknown interpolation {interpolation!r}; choose one of {', '.join(INTERPOLATIONS)}")
+    for key, value in (("resize", resize), ("interpolation", interpolation), ("mean", mean), ("std", std)):
+        if value is not None:
+            changes[key] = tuple(value) if key in ("mean", "std") else value
+    p = replace(PRESETS[name], **changes, name=f"{name}+custom" if custom else name)
+    if p.resize == 0:
+        p = replace(p, resize=min(p.crop_hw()))
+    _check_channels(p, spec, channels)
+    return p
+
+
+def _crop_size(spec: InputSpec, layout: str, hw: tuple, crop, resize, fit) -> tuple[int, int]:
+    """The image size the model takes: its own, else --crop's, else an exact --resize HxW (crop fit only)."""
+    h, w = hw
     if crop is not None:
         ch, cw = (crop, crop) if isinstance(crop, int) else crop
         if (h and ch != h) or (w and cw != w):
@@ -163,7 +181,12 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
                         for d, n in zip(spec.shape[1:], names, strict=True))
         raise OnnxaffError(f"model input {spec.describe()} has a symbolic image height/width: give the size with "
                            f"--input-shape {spec.name}={dims} or --crop HxW")
-    changes["crop"] = (h, w)
+    return h, w
+
+
+def _fit_changes(fit, resize, h: int, w: int, pad_value, channels: int) -> dict:
+    """--fit and its border --pad-value, checked against the other sizes."""
+    changes = {}
     if fit is not None:
         if fit not in FITS:
             raise ConfigError("images.fit", f"unknown {{option}} {fit!r}; choose one of {', '.join(FITS)}")
@@ -177,27 +200,15 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
             raise ConfigError("images.pad_value", f"{{option}} {','.join(f'{v:g}' for v in values)} must be 1 or "
                                                   f"{channels} pixel value(s), integers in 0-255 (before scaling)")
         changes["pad_value"] = tuple(int(v) for v in values)
-    if isinstance(resize, tuple) and (resize[0] < h or resize[1] < w):
-        raise ConfigError("images.resize", f"{{option}} {_fmt_size(resize)} is smaller than the {h}x{w} crop")
-    if resize is not None:
-        changes["resize"] = resize
-    if interpolation is not None:
-        if interpolation not in INTERPOLATIONS:
-            raise OnnxaffError(f"unknown interpolation {interpolation!r}; choose one of {', '.join(INTERPOLATIONS)}")
-        changes["interpolation"] = interpolation
-    if mean is not None:
-        changes["mean"] = tuple(mean)
-    if std is not None:
-        changes["std"] = tuple(std)
-    p = replace(p, **changes, name=f"{name}+custom" if custom else name)
-    if p.resize == 0:
-        p = replace(p, resize=min(p.crop_hw()))
+    return changes
+
+
+def _check_channels(p: Preprocess, spec: InputSpec, channels: int) -> None:
     for what in ("mean", "std"):
         v = getattr(p, what)
         if v is not None and len(v) not in (1, channels):
             raise OnnxaffError(f"preset {p.name} has a {len(v)}-channel {what} but model input {spec.describe()} "
                                f"takes {channels}-channel images; give --{what} with {channels} value(s)")
-    return p
 
 
 def _resample(name: str):

@@ -190,7 +190,7 @@ def _correlation_body(result: dict, level: int = 2) -> str:
             hollow = [own and r.get("flagged", 0) > 0 for r in members]
             parts.append(_img(plots.scatter(x, [r["accuracy"] for r in members], [r["model"] for r in members],
                                             feat, fit, hollow), feat))
-    from onnxaff.compare import flagged_sites
+    from onnxaff.report.markdown import flagged_sites
 
     parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
                  "statistics that carry flags (few rows, partial chunk, ...; docs/statistics.md); their models are "

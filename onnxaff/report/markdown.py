@@ -1,7 +1,8 @@
-"""Markdown pieces of `compare --format md` beside the DTW matrices: each metric's signature statistics."""
+"""Markdown renderings of comparisons and correlations (GFM tables; every name through md_cell)."""
 
 from __future__ import annotations
 
+from onnxaff.report.csv import correlation_rows
 from onnxaff.signature import signature_stats
 from onnxaff.text import md_cell, md_table
 
@@ -29,3 +30,34 @@ def statistics_table(sigs, comp) -> list[str]:
             cells.append(f"{100 * nl['share']:.0f}% ({nl['rule']})" if nl else "–")
         rows.append(cells)
     return [f"**{md_cell(comp.metric)}: signature statistics**", "", *md_table(header, rows), ""]
+
+
+def comparison_markdown(comps, sigs=None) -> str:
+    """A DTW table per metric, each followed by its signature statistics table when `sigs` are given."""
+    lines = []
+    for c in comps:
+        lines += [f"### {md_cell(c.metric)}", "",
+                  *md_table(["model", *c.names], [[n, *c.distances[i]] for i, n in enumerate(c.names)]), ""]
+        if sigs is not None:
+            lines += statistics_table(sigs, c)
+    return "\n".join(lines) + "\n"
+
+
+def flagged_sites(row: dict) -> str:
+    """'k of n': a model's scores behind its signature statistics, and how many of them carry flags."""
+    return f"{row.get('flagged', 0)} of {row.get('scored', 0)}"
+
+
+def correlation_markdown(result: dict) -> str:
+    """The correlation table, then the models with their accuracy, group and flagged scores."""
+    header, rows = correlation_rows(result)
+    title = f"### correlation with accuracy: {md_cell(result['metric'])}"
+    models = [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]
+    return "\n".join([title, "", *md_table(header, rows), "", "#### models (flags: docs/statistics.md)", "",
+                      *md_table(["model", "accuracy", "group", "flagged sites"], models)]) + "\n"
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GFM table of cells the caller formatted itself (trusted text, written as given: `0.548*` stays)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 
 from onnxaff.text import printable
 
@@ -72,15 +73,26 @@ def point_title(model: str, p: dict, metric: str) -> str:
             f"{printable(metric)} = {p['y']:.4f}{spread}{partial}{ci}{flags}")
 
 
-def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int = 760, height: int = 340) -> str:
-    """series: (model label, points) with points {x (normalised depth), y, std, chunks, partial, index, site,
-    kind, ops, dim, ci95, flags}. Hollow markers: flagged scores (docs/statistics.md) and partial chunks. With one
-    series, each point's 95 % interval over chunks as an error bar."""
-    left, right, top, bottom = 58, 16, 28, 44
-    marked = any(p.get("partial") or p.get("flags") for _, pts in series for p in pts)
-    labels = [printable(name) for name, _ in series] + (["flagged / partial"] if marked else [])
-    legend_w = 16 + 7 * max((len(t) for t in labels), default=4)
-    plot_w, plot_h = width - left - right, height - top - bottom
+@dataclass(frozen=True)
+class _Frame:
+    """The plot area in pixels and the score range it shows: where a (depth, score) point lands."""
+
+    left: int
+    top: int
+    plot_w: int
+    plot_h: int
+    lo: float
+    hi: float
+
+    def sx(self, v: float) -> float:
+        return self.left + v * self.plot_w
+
+    def sy(self, v: float) -> float:
+        return self.top + (self.hi - v) / (self.hi - self.lo) * self.plot_h
+
+
+def _score_range(series: list[tuple[str, list[dict]]]) -> tuple[float, float]:
+    """Every finite score (and, with one series, its error bars), padded by 6 %."""
     ys = [p["y"] for _, pts in series for p in pts if p["y"] is not None and math.isfinite(p["y"])]
     if len(series) == 1:  # its error bars are drawn: the axis takes them in
         ys += [c for p in series[0][1] if p["y"] is not None and p.get("ci95") for c in p["ci95"]
@@ -89,56 +101,73 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
     if hi - lo < 1e-9:
         lo, hi = lo - 0.05, hi + 0.05
     pad = 0.06 * (hi - lo)
-    lo, hi = lo - pad, hi + pad
+    return lo - pad, hi + pad
 
-    def sx(v):
-        return left + v * plot_w
 
-    def sy(v):
-        return top + (hi - v) / (hi - lo) * plot_h
+def _axes(f: _Frame, metric: str, height: int) -> list[str]:
+    """Title, frame, grid lines with their ticks, and the two axis labels."""
+    out = [f'<text x="{f.left + f.plot_w / 2:.0f}" y="16" text-anchor="middle" font-size="13">'
+           f'non-linearity signatures ({_esc(metric)}) — hover a point for its site</text>',
+           f'<rect x="{f.left}" y="{f.top}" width="{f.plot_w}" height="{f.plot_h}" fill="white" stroke="#999"/>']
+    for t in nice_ticks(f.lo, f.hi):
+        y = f.sy(t)
+        out.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
+                   f'<text x="{f.left - 5}" y="{y + 4:.1f}" text-anchor="end">{_tick_label(t)}</text>')
+    for k in range(6):
+        x = f.sx(k / 5)
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{f.top}" y2="{f.top + f.plot_h}" stroke="#f0f0f0"/>'
+                   f'<text x="{x:.1f}" y="{f.top + f.plot_h + 15}" text-anchor="middle">{k / 5:.1f}</text>')
+    out.append(f'<text x="{f.left + f.plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle">'
+               f'normalised depth (site index / last)</text>')
+    out.append(f'<text transform="translate(14,{f.top + f.plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
+               f'{_esc(metric)}</text>')
+    return out
 
+
+def _series(f: _Frame, k: int, name: str, pts: list[dict], metric: str, bars: bool) -> list[str]:
+    """Series `k`: its line, its points (hollow when flagged or partial, with error bars when `bars`)."""
+    colour, marker = style(k)
+    good = [p for p in pts if p["y"] is not None and math.isfinite(p["y"])]
+    out = []
+    if len(good) > 1:
+        path = " ".join(f"{f.sx(p['x']):.1f},{f.sy(p['y']):.1f}" for p in good)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.4" '
+                   f'stroke-dasharray="{"" if k < 10 else "5,3"}" opacity="0.85"/>')
+    for p in good:
+        ci = p.get("ci95")
+        if bars and ci and all(math.isfinite(c) for c in ci):
+            out.append(f'<line x1="{f.sx(p["x"]):.1f}" x2="{f.sx(p["x"]):.1f}" y1="{f.sy(max(ci[0], f.lo)):.1f}" '
+                       f'y2="{f.sy(min(ci[1], f.hi)):.1f}" stroke="{colour}" stroke-width="1" opacity="0.7"/>')
+        title = html.escape(point_title(name, p, metric))
+        hollow = bool(p.get("partial") or p.get("flags"))
+        out.append(f'<g class="pt"><title>{title}</title>'
+                   f'{_marker(marker, f.sx(p["x"]), f.sy(p["y"]), colour, hollow)}</g>')
+    return out
+
+
+def _legend_row(x: int, y: float, marker: str, colour: str, hollow: bool, text: str) -> str:
+    return (f'<g class="legend">{_marker(marker, x + 8, y, colour, hollow)}'
+            f'<text x="{x + 18}" y="{y + 4}">{text}</text></g>')
+
+
+def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int = 760, height: int = 340) -> str:
+    """series: (model label, points) with points {x (normalised depth), y, std, chunks, partial, index, site,
+    kind, ops, dim, ci95, flags}. Hollow markers: flagged scores (docs/statistics.md) and partial chunks. With one
+    series, each point's 95 % interval over chunks as an error bar."""
+    left, right, top, bottom = 58, 16, 28, 44
+    marked = any(p.get("partial") or p.get("flags") for _, pts in series for p in pts)
+    labels = [printable(name) for name, _ in series] + (["flagged / partial"] if marked else [])
+    legend_w = 16 + 7 * max((len(t) for t in labels), default=4)
+    frame = _Frame(left, top, width - left - right, height - top - bottom, *_score_range(series))
     total_w, total_h = width + legend_w, max(height, 30 + 18 * (len(series) + marked))  # + the hollow marker's row
     # inline in HTML5: no namespace attribute needed (and no URL in a page that fetches nothing)
     out = [f'<svg class="sig" width="{total_w}" height="{total_h}" viewBox="0 0 {total_w} {total_h}" '
-           f'font-family="sans-serif" font-size="11" role="img">',
-           f'<text x="{left + plot_w / 2:.0f}" y="16" text-anchor="middle" font-size="13">'
-           f'non-linearity signatures ({_esc(metric)}) — hover a point for its site</text>',
-           f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="white" stroke="#999"/>']
-    for t in nice_ticks(lo, hi):
-        y = sy(t)
-        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
-                   f'<text x="{left - 5}" y="{y + 4:.1f}" text-anchor="end">{_tick_label(t)}</text>')
-    for k in range(6):
-        x = sx(k / 5)
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="#f0f0f0"/>'
-                   f'<text x="{x:.1f}" y="{top + plot_h + 15}" text-anchor="middle">{k / 5:.1f}</text>')
-    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle">'
-               f'normalised depth (site index / last)</text>')
-    out.append(f'<text transform="translate(14,{top + plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
-               f'{_esc(metric)}</text>')
+           f'font-family="sans-serif" font-size="11" role="img">', *_axes(frame, metric, height)]
     for k, (name, pts) in enumerate(series):
-        colour, marker = style(k)
-        good = [p for p in pts if p["y"] is not None and math.isfinite(p["y"])]
-        if len(good) > 1:
-            path = " ".join(f"{sx(p['x']):.1f},{sy(p['y']):.1f}" for p in good)
-            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.4" '
-                       f'stroke-dasharray="{"" if k < 10 else "5,3"}" opacity="0.85"/>')
-        for p in good:
-            ci = p.get("ci95")
-            if len(series) == 1 and ci and all(math.isfinite(c) for c in ci):
-                out.append(f'<line x1="{sx(p["x"]):.1f}" x2="{sx(p["x"]):.1f}" y1="{sy(max(ci[0], lo)):.1f}" '
-                           f'y2="{sy(min(ci[1], hi)):.1f}" stroke="{colour}" stroke-width="1" opacity="0.7"/>')
-            title = html.escape(point_title(name, p, metric))
-            hollow = bool(p.get("partial") or p.get("flags"))
-            out.append(f'<g class="pt"><title>{title}</title>'
-                       f'{_marker(marker, sx(p["x"]), sy(p["y"]), colour, hollow)}</g>')
-        ly = top + 6 + 18 * k
-        out.append(f'<g class="legend">{_marker(marker, width + 8, ly, colour, False)}'
-                   f'<text x="{width + 18}" y="{ly + 4}">{_esc(name)}</text></g>')
+        out += _series(frame, k, name, pts, metric, bars=len(series) == 1)
+        out.append(_legend_row(width, top + 6 + 18 * k, style(k)[1], style(k)[0], False, _esc(name)))
     if marked:
-        ly = top + 6 + 18 * len(series)
-        out.append(f'<g class="legend">{_marker("circle", width + 8, ly, "#777", True)}'
-                   f'<text x="{width + 18}" y="{ly + 4}">flagged / partial</text></g>')
+        out.append(_legend_row(width, top + 6 + 18 * len(series), "circle", "#777", True, "flagged / partial"))
     out.append("</svg>")
     return "".join(out)
 

@@ -1,0 +1,130 @@
+"""`onnxaff analyze`: one model on one data source, locally (checkpointed, or one shard) or on Ray."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from onnxaff.cli.app import cli, echo_err
+from onnxaff.cli.config import RunOptions, run_options
+from onnxaff.cli.options import analysis_options, scale_options
+from onnxaff.errors import OnnxaffError
+from onnxaff.text import printable
+
+
+def print_summary(sig) -> None:
+    """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
+    as mean±std with the chunk count in its own column, metrics past the width in further blocks."""
+    from onnxaff.report.text import summary_lines
+
+    click.echo("\n".join(summary_lines(sig)))
+    for w in sig.warnings:
+        echo_err(f"warning: {w}")
+
+
+def default_out(model: str, shard: str | None) -> str:
+    stem = os.path.splitext(os.path.basename(model))[0]
+    return f"{stem}.shard-{shard.replace('/', '-of-')}.json" if shard else f"{stem}.signature.json"
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--data", required=True, help="An image folder (flat or one subfolder per class), a .npy/.npz "
+              "file, or synthetic:gaussian, synthetic:uniform, synthetic:grid (options after a colon: n=..,seed=..).")
+@click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
+@analysis_options
+@scale_options
+@click.option("--nlc-directions", "nlc_directions", default=None, metavar="N|all",
+              help="Network NLC on wide inputs: rolls per example [1], or all (exact estimator, ~14x slower; "
+                   "docs/statistics.md).")
+def analyze(model, data, out, **flags) -> None:
+    """Score every site of MODEL on DATA and write the signature JSON."""
+    opts = run_options(**flags)
+    run_analysis(model, data, out or default_out(model, opts.shard), opts)
+
+
+def run_analysis(model: str, data: str, out: str, opts: RunOptions):
+    """Check every output before the run (a long analysis must not end on a file it may not write), run, report."""
+    from onnxaff.files import check_writable, refuse_overwrite
+    from onnxaff.shards import state_path_for
+
+    outputs = [("--out", out)]
+    checkpoint = None
+    if opts.executor != "ray":
+        checkpoint = opts.checkpoint or f"{out}.ckpt.npz"
+        outputs += [("--checkpoint", checkpoint)]
+        outputs += [("the shard's state file", state_path_for(out))] if opts.shard else []
+    refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs))
+    check_writable(out)
+    if opts.executor == "ray":
+        path, sig = _run_ray(model, data, out, outputs, opts)
+    else:
+        path, sig = _run_local(model, data, out, outputs, checkpoint, opts)
+    if not opts.quiet:
+        print_summary(sig)
+        click.echo(printable(f"signature written to {path}"))
+    return sig
+
+
+def _run_ray(model, data, out, outputs, opts: RunOptions):
+    from onnxaff.executors import run_ray
+    from onnxaff.files import refuse_overwrite
+    from onnxaff.graph.load import load_model
+
+    if opts.shard is not None or opts.resume or opts.checkpoint is not None or opts.checkpoint_every:
+        raise OnnxaffError("--executor ray runs every shard itself and keeps no checkpoint: drop "
+                           "--shard/--resume/--checkpoint/--checkpoint-every")
+    refuse_overwrite(outputs, _weight_files(load_model(model, infer_shapes=False)))
+    sig = run_ray(model, data, opts.shards, opts.analysis.replace(progress=False),
+                  address=opts.ray_address, progress=not opts.quiet)
+    return sig.write(out), sig
+
+
+def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
+    from onnxaff.analysis import Analysis
+    from onnxaff.analysis.checkpoint import prepare as prepare_checkpoint
+    from onnxaff.analysis.checkpoint import write_result
+    from onnxaff.files import check_writable, refuse_overwrite
+    from onnxaff.shards import write_part
+
+    check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
+    prepare_checkpoint(checkpoint)  # a file there that is not a checkpoint is refused, never replaced
+    run = Analysis(model, data, opts.analysis)
+    refuse_overwrite(outputs, _weight_files(run.loaded))
+    if opts.resume:
+        if not Path(checkpoint).exists():
+            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
+        run.restore(checkpoint)
+    elif Path(checkpoint).exists():
+        echo_err(f"warning: {checkpoint} holds an interrupted run; starting over replaces it (--resume continues it)")
+    # A part is saved unfinished (merging finishes once); a whole run finishes inside run(), where Ctrl-C
+    # during its last scores still saves the state.
+    run.run(checkpoint, opts.checkpoint_every, finish=opts.shard is None)
+    if opts.shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
+        return write_result(run, checkpoint, lambda: write_part(run, out))
+    return write_result(run, checkpoint, lambda: _signature_to(run, out))
+
+
+def _signature_to(run, out):
+    sig = run.signature()
+    return sig.write(out), sig
+
+
+def _weight_files(loaded) -> list[tuple[str, Path]]:
+    return [("an external weight file of the model", loaded.path.parent / loc) for loc in loaded.external_locations]
+
+
+def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
+    """The files an analysis reads, which none of its outputs may replace (external weights: once loaded)."""
+    from onnxaff.data.images import EXTENSIONS
+
+    inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
+    inputs += [("the plugin", p) for p in plugins]
+    if os.path.isdir(data):  # an output named like an image inside the data folder would replace that image
+        root = os.path.realpath(data)
+        inputs += [("an image of the data folder", p) for _, p in outputs
+                   if os.path.isfile(p) and Path(p).suffix.lower() in EXTENSIONS
+                   and os.path.commonpath([root, os.path.realpath(p)]) == root]
+    return inputs

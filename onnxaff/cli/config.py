@@ -1,0 +1,103 @@
+"""The one mapping from command-line options to the analysis' keyword arguments, and back from a
+configuration field to its flag (so a library error naming `chunk_size` reads `--chunk-size` here)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.errors import ConfigError
+
+# Configuration field (an Analysis keyword argument, or `images.KEY` of its image options) -> its flag.
+FLAGS = {
+    "metrics": "--metrics", "chunk_size": "--chunk-size", "batch_size": "--batch-size", "limit": "--limit",
+    "reduce": "--reduce", "device": "--device", "reduce_in": "--reduce-in", "chunk_workers": "--chunk-workers",
+    "layout": "--layout", "seed": "--seed", "input_shapes": "--input-shape", "plugins": "--plugin",
+    "progress": "--quiet", "pairs": "--pairs", "blocks": "--blocks", "nlc_directions": "--nlc-directions",
+    "shard": "--shard", "images.preprocess": "--preprocess", "images.mean": "--mean", "images.std": "--std",
+    "images.resize": "--resize", "images.crop": "--crop", "images.fit": "--fit", "images.pad_value": "--pad-value",
+    "images.interpolation": "--interpolation", "images.shuffle": "--shuffle", "images.workers": "--workers",
+    "images.draft": "--fast-decode", "executor": "--executor", "shards": "--shards", "ray_address": "--ray-address",
+    "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "resume": "--resume",
+}
+
+
+def flag_of(field_name: str) -> str:
+    """The flag that sets a configuration field (the field itself where no flag does)."""
+    return FLAGS.get(field_name, field_name)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything `analyze` was asked: the analysis' configuration, and how to run and save it."""
+
+    analysis: AnalysisConfig = field(default_factory=lambda: AnalysisConfig())
+    quiet: bool = False
+    shard: str | None = None
+    executor: str = "local"
+    shards: int = 4
+    ray_address: str | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+
+
+def check_checkpoint_every(every: int) -> int:
+    if every < 0:
+        raise ConfigError("checkpoint_every", f"{{option}} must be 0 or positive, got {every}")
+    return every
+
+
+def _floats(text: str | None, field_name: str):
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(field_name, f"{{option}} {text!r} is not a comma-separated list of numbers") from None
+
+
+def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_value, shuffle, workers,
+                  fast_decode) -> dict:
+    """The Analysis `images` dict: the preset and decoding options, and every size or value given."""
+    from onnxaff.data.preprocess import parse_size
+
+    images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
+              "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
+    for key, value in (("mean", _floats(mean, "images.mean")), ("std", _floats(std, "images.std")),
+                       ("resize", parse_size(resize, "--resize")), ("crop", parse_size(crop, "--crop")),
+                       ("interpolation", interpolation), ("fit", fit),
+                       ("pad_value", _floats(pad_value, "images.pad_value"))):
+        if value is not None:
+            images[key] = value
+    return images
+
+
+def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
+                    input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, **image_flags) -> dict:
+    """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
+    from onnxaff.data import parse_input_shapes
+    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
+
+    names = None if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
+    if names == []:  # None: the declared defaults (onnxaff.metrics.default_metrics)
+        raise ConfigError("metrics", f"{{option}} {metrics!r} names no metric")
+    options = dict(
+        metrics=names, chunk_size=chunk_size, batch_size=batch_size, limit=limit, reduce=reduce, device=device,
+        layout=layout, seed=seed, input_shapes=parse_input_shapes(input_shape), images=image_options(**image_flags),
+        plugins=list(plugin), progress=not quiet, reduce_in=reduce_in, chunk_workers=chunk_workers,
+        pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
+    )
+    if nlc_directions is not None:
+        options["nlc_directions"] = nlc_directions
+    return options
+
+
+def run_options(shard=None, executor="local", shards=4, ray_address=None, checkpoint=None, checkpoint_every=0,
+                resume=False, **flags) -> RunOptions:
+    """`analyze`'s options, each checked once, before the model is read."""
+    analysis = AnalysisConfig(**analysis_kwargs(**flags), shard=shard)  # validated here, before the model is read
+    return RunOptions(analysis=analysis, quiet=flags["quiet"], shard=shard, executor=executor,
+                      shards=shards, ray_address=ray_address, checkpoint=checkpoint,
+                      checkpoint_every=check_checkpoint_every(checkpoint_every), resume=resume)

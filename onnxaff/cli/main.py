@@ -1,0 +1,60 @@
+"""The entry point and its single error handler: a user error is one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from onnxaff.cli.app import cli
+from onnxaff.cli.config import flag_of
+from onnxaff.errors import ConfigError, Interrupted, OnnxaffError
+from onnxaff.text import printable
+
+
+def _exit_interrupted() -> None:
+    """Exit 130; hard (after flushing) when a metric is stuck in a thread, which Python cannot kill or join."""
+    from onnxaff.scoring import busy_threads
+
+    if busy_threads():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(130)
+
+
+def error_line(exc: OnnxaffError) -> str:
+    """The one line a user error prints; an option error names the flag, not the configuration field."""
+    text = exc.render(flag_of(exc.field)) if isinstance(exc, ConfigError) else str(exc)
+    return f"onnxaff: error: {printable(text)}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="onnxaff", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("onnxaff: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except Interrupted as exc:
+        click.echo(f"onnxaff: interrupted: {printable(exc)}", err=True)
+        _exit_interrupted()
+    except OnnxaffError as exc:
+        click.echo(error_line(exc), err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("onnxaff: interrupted", err=True)
+        _exit_interrupted()
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if os.environ.get("ONNXAFF_DEBUG"):
+            traceback.print_exc()
+        click.echo(f"onnxaff: internal error: {type(exc).__name__}: {printable(exc)} (set ONNXAFF_DEBUG=1 for the "
+                   "traceback)", err=True)
+        sys.exit(1)

@@ -1,0 +1,80 @@
+"""The option groups several commands share: the analysis options, the scale-out options, --exclude-flagged."""
+
+from __future__ import annotations
+
+import click
+
+ANALYSIS_OPTIONS = [
+    click.option("--metrics", default=None,
+                 help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
+                      "[default: the metrics declared default: affinity,affinity_lw]."),
+    click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk."),
+    click.option("--batch-size", type=int, default=64, show_default=True),
+    click.option("--limit", type=int, default=None, help="Use at most N examples."),
+    click.option("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]), default="mean",
+                 show_default=True, help="How a site's tensors become [rows, D] features."),
+    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
+    click.option("--reduce-in", "reduce_in", type=click.Choice(["graph", "numpy"]), default="graph",
+                 show_default=True, help="numpy: fetch full activations and reduce on the host (naive baseline)."),
+    click.option("--chunk-workers", type=int, default=None,
+                 help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
+    click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
+                 show_default=True, help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of synthetic data."),
+    click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
+                 help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
+                      "folders: e.g. x=3x48x320)."),
+    click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
+                 help="A Python file defining extra metrics."),
+    click.option("--preprocess", default="torchvision", show_default=True,
+                 type=click.Choice(["torchvision", "inception", "caffe", "raw"]), help="Image preset."),
+    click.option("--mean", default=None, help="Per-channel mean after scaling, e.g. 0.5,0.5,0.5 (images)."),
+    click.option("--std", default=None, help="Per-channel std, e.g. 0.5,0.5,0.5 (images)."),
+    click.option("--resize", default=None, metavar="N|HxW",
+                 help="Shorter side, or exact HxW, before the centre crop (images)."),
+    click.option("--crop", default=None, metavar="N|HxW",
+                 help="Centre crop / letterbox size (images; default: the model's)."),
+    click.option("--fit", type=click.Choice(["crop", "letterbox", "pad"]), default=None,
+                 help="Images: resize + centre crop [default], or scale to fit inside and pad: letterbox "
+                      "(centred, as detectors), pad (top-left, as text recognisers)."),
+    click.option("--pad-value", "pad_value", default=None, metavar="V[,V,V]",
+                 help="Pixel value (0-255, before scaling) of --fit letterbox/pad borders [default: 0]."),
+    click.option("--interpolation", default=None, help="nearest|bilinear|bicubic|lanczos|box|hamming."),
+    click.option("--shuffle", is_flag=True, help="A seeded subset spread over classes (images)."),
+    click.option("--workers", type=int, default=None, help="Decoding processes [default: min(4, cores)]."),
+    click.option("--fast-decode", is_flag=True, help="JPEG draft-mode decoding (faster, not bit-exact)."),
+    click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]",
+                 help="Also score these tensor pairs as sites (any two tensors of the model)."),
+    click.option("--blocks", default=None, metavar="KINDS",
+                 help="Also score discovered blocks: residual, attention, mlp or all (comma-separated); "
+                      "residual stages get trajectory metrics."),
+    click.option("--quiet", is_flag=True, help="No progress bar or summary."),
+]
+
+SCALE_OPTIONS = [
+    click.option("--shard", default=None, metavar="I/N",
+                 help="Analyse shard I of N (0-based; chunk-aligned slices) and save its state for `onnxaff merge`."),
+    click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                 help="ray: run --shards shards as Ray tasks and merge them (pip install 'onnxaff[ray]')."),
+    click.option("--shards", type=int, default=4, show_default=True, help="Shards for --executor ray."),
+    click.option("--ray-address", default=None, help="An existing Ray cluster (e.g. auto) [default: a local one]."),
+    click.option("--checkpoint", default=None, help="Checkpoint file [default: OUT.ckpt.npz]."),
+    click.option("--checkpoint-every", type=int, default=0, show_default=True,
+                 help="Save the state every N batches (0: only on SIGINT/SIGTERM)."),
+    click.option("--resume", is_flag=True, help="Continue from the checkpoint of an interrupted run."),
+]
+
+
+def _apply(options: list):
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+analysis_options = _apply(ANALYSIS_OPTIONS)
+scale_options = _apply(SCALE_OPTIONS)
+exclude_flagged = click.option("--exclude-flagged", is_flag=True,
+                               help="Leave out scores with flags (few rows, partial chunk, ...) and say how many.")

@@ -1,0 +1,180 @@
+"""`onnxaff compare`, `correlate` and `report`: reports over signatures already written."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from onnxaff.cli.app import cli
+from onnxaff.cli.options import exclude_flagged
+from onnxaff.errors import OnnxaffError
+from onnxaff.terminal import table
+from onnxaff.text import printable
+
+
+def split_labels(args) -> tuple[list[str | None], list[str]]:
+    """`LABEL=PATH` or a bare PATH per argument (a path that exists as given is a path, '=' and all)."""
+    labels, paths = [], []
+    for arg in args:
+        label, eq, path = arg.partition("=")
+        if eq and not os.path.exists(arg):
+            labels.append(label)
+            paths.append(path)
+        else:
+            labels.append(None)
+            paths.append(arg)
+    return labels, paths
+
+
+def read_all(paths, labels=None, exclude_flagged: bool = False):
+    from onnxaff.compare import label_signature
+    from onnxaff.signature import read_signature
+    from onnxaff.stats import drop_flagged
+
+    sigs = [label_signature(read_signature(p), label)
+            for p, label in zip(paths, labels or [None] * len(paths), strict=True)]
+    if exclude_flagged:
+        dropped, total = drop_flagged(sigs)
+        click.echo(f"--exclude-flagged: left out {dropped} flagged of {total} site scores", err=True)
+    return sigs
+
+
+def _metrics_to_compare(sigs, metric: str) -> list[str]:
+    from onnxaff.compare import shared_metrics
+
+    shared = shared_metrics(sigs)
+    names = shared if metric == "all" else [metric]
+    if not names:
+        raise OnnxaffError("the signatures share no metric with scores")
+    if metric != "all" and metric not in shared:
+        raise OnnxaffError(f"--metric {metric!r} is not scored in every signature; they share: "
+                           f"{', '.join(shared) or 'none'}")
+    return names
+
+
+def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, clusters: int):
+    from onnxaff.files import write_text_atomic
+    from onnxaff.signature import write_json_atomic
+
+    if fmt == "json":
+        from onnxaff.report.jsondata import comparison_metrics
+
+        return write_json_atomic(out, {"normalized": normalized, "models": comps[0].names,
+                                       "metrics": comparison_metrics(comps, clusters)})
+    if fmt == "html":
+        from onnxaff.report.html import comparison_page
+
+        return write_text_atomic(out, comparison_page(sigs, comps, clusters))
+    if fmt == "csv":
+        from onnxaff.report.csv import comparison_csv
+
+        return write_text_atomic(out, comparison_csv(comps))
+    from onnxaff.report.markdown import comparison_markdown
+
+    return write_text_atomic(out, comparison_markdown(comps, sigs))
+
+
+@cli.command()
+@click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
+@click.option("--out", default="compare.html", show_default=True, help="Report path.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md", "csv", "json"]), default=None,
+              help="Default: from the --out suffix.")
+@click.option("--metric", default="all", show_default=True, help="A metric, or all that every signature has.")
+@click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
+@click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
+@exclude_flagged
+def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged) -> None:
+    """DTW distances, clustering and statistics of several signatures, per metric.
+
+    Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
+    (without labels, runs of one model are told apart by their data source)."""
+    from onnxaff.compare import compare as run_compare
+    from onnxaff.files import refuse_overwrite
+
+    labels, signatures = split_labels(signatures)
+    refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
+    sigs = read_all(signatures, labels, exclude_flagged)
+    comps = [run_compare(sigs, metric=m, normalized=normalized) for m in _metrics_to_compare(sigs, metric)]
+    fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
+    path = _write_comparison(out, fmt, sigs, comps, normalized, clusters)
+    comp = comps[0]
+    nb = comp.neighbours(1)
+    for n in comp.names:
+        click.echo(printable(f"{n}: nearest by {comp.metric} {nb[n][0][0]}") + f" (DTW {nb[n][0][1]:.4f})")
+    click.echo(printable(f"report written to {path}"))
+
+
+def _write_correlation(out: str, result: dict):
+    from onnxaff.files import write_text_atomic
+    from onnxaff.signature import write_json_atomic
+
+    if out.endswith(".json"):
+        return write_json_atomic(out, result)
+    if out.endswith(".csv"):
+        from onnxaff.report.csv import correlation_csv
+
+        return write_text_atomic(out, correlation_csv(result))
+    if out.endswith(".md"):
+        from onnxaff.report.markdown import correlation_markdown
+
+        return write_text_atomic(out, correlation_markdown(result))
+    from onnxaff.report.html import correlation_page
+
+    return write_text_atomic(out, correlation_page(result))
+
+
+@cli.command()
+@click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
+@click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
+@click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
+@click.option("--metric", default=None, help="[default: the first default metric, affinity]")
+@click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
+@exclude_flagged
+def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) -> None:
+    """R² and Pearson r of accuracy against each signature statistic and model baseline.
+
+    Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
+    accuracy and group CSVs (which may also key it by model name or sha256)."""
+    from onnxaff.compare import correlate as run_correlate
+    from onnxaff.compare import read_table
+    from onnxaff.files import refuse_overwrite
+    from onnxaff.metrics import primary_metric
+
+    metric = metric or primary_metric()
+
+    labels, signatures = split_labels(signatures)
+    refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
+                                        ("--group", group_file)])
+    result = run_correlate(read_all(signatures, labels, exclude_flagged), read_table(accuracy, "accuracy"),
+                           metric=metric, groups=read_table(group_file, "group") if group_file else None)
+    path = _write_correlation(out, result)
+    rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
+    click.echo(table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}"] for f, v in rows], ["statistic", "R²", "r"]))
+    if result["left_out"]:
+        click.echo(printable(f"warning: not in every signature, left out: {', '.join(result['left_out'])}"), err=True)
+    click.echo(printable(f"report written to {path}"))
+
+
+@cli.command()
+@click.argument("signature", type=click.Path(dir_okay=False))
+@click.option("--out", default=None, help="HTML path [default: SIGNATURE with .html].")
+@click.option("--metric", default=None, help="[default: the first default metric, affinity]")
+def report(signature, out, metric) -> None:
+    """One model's report: signature, histogram, per-site table, model and data."""
+    from onnxaff.files import refuse_overwrite, write_text_atomic
+    from onnxaff.metrics import primary_metric
+    from onnxaff.report.html import single_page
+    from onnxaff.signature import read_signature
+
+    metric = metric or primary_metric()
+
+    out = out or os.path.splitext(signature)[0] + ".html"
+    refuse_overwrite([("--out", out)], [("the signature", signature)])
+    sig = read_signature(signature)
+    scored = [m for m in sig.metrics if any(v is not None for v in sig.scores(m))]
+    if metric not in scored:
+        raise OnnxaffError(f"--metric {metric!r}: the signature has no {metric} scores; it has: "
+                           f"{', '.join(scored) or 'none'}")
+    path = write_text_atomic(out, single_page(sig, metric))
+    click.echo(printable(f"report written to {path}"))

@@ -1,0 +1,77 @@
+"""`onnxaff sites` and `onnxaff plugins`: what a run would score, and with which metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from onnxaff.cli.app import cli
+from onnxaff.terminal import table
+from onnxaff.text import printable
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
+              show_default=True, help="Feature axis of rank-4 tensors.")
+@click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
+              help="Dims after the batch axis for an input with symbolic dims (for the probe run, as in analyze).")
+@click.option("--data", default="synthetic:gaussian", show_default=True,
+              help="Data of the one-example probe run that gives unknown ranks their shape (as analyze's first batch).")
+@click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]", help="Also list these tensor pairs (as analyze).")
+@click.option("--blocks", default=None, metavar="KINDS",
+              help="Also list discovered blocks: residual, attention, mlp or all (as analyze).")
+def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks) -> None:
+    """List the non-linearities (sites) of MODEL in forward order, with the status analyze gives them."""
+    from onnxaff.data import parse_input_shapes
+    from onnxaff.graph import load_model
+    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
+    from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.sitelist import list_sites, resolve_by_probe
+
+    loaded = load_model(model)
+    listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks))
+    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape),
+                     explicit=data != "synthetic:gaussian" or bool(input_shape))
+    if fmt == "json":
+        click.echo(json.dumps([s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites], indent=1))
+        return
+    _print_sites(listed, os.path.basename(model))
+
+
+def _print_sites(listed, model_name: str) -> None:
+    from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.graph.sites import format_params
+    from onnxaff.report.text import fmt_shape
+
+    found = listed.sites
+    rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",
+             "+".join(s.op_types), format_params(s.params), s.reason] for s in found]
+    click.echo(table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"]))
+    ok = sum(s.ok for s in found)
+    extra = f", {len(listed.extra)} of them pairs/blocks" if listed.extra else ""
+    click.echo("\n" + printable(f"{len(found)} sites in {model_name} ({ok} ok, {len(found) - ok} skipped{extra})"))
+    if listed.stages:
+        click.echo(f"{len(listed.stages)} residual stage(s) of "
+                   f"{', '.join(str(len(st)) for st in listed.stages)} blocks get trajectory metrics")
+
+
+@cli.command()
+@click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
+              help="Also load metrics from this Python file.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def plugins(plugin, fmt) -> None:
+    """List every registered metric with its metadata and origin."""
+    from onnxaff.metrics import registry
+
+    found = registry(list(plugin))
+    if fmt == "json":
+        click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin, "parameters": r.cls.parameters()}
+                               for n, r in sorted(found.items())}, indent=1, default=repr))
+        return
+    rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
+             r.origin, r.cls.description] for n, r in sorted(found.items())]
+    click.echo(table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))

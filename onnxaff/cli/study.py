@@ -1,0 +1,88 @@
+"""`onnxaff study` (the whole chain over many models, resumable) and `onnxaff demo` (the shipped models)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from onnxaff.cli.app import cli, echo_err
+from onnxaff.cli.config import analysis_kwargs, check_checkpoint_every
+from onnxaff.cli.options import analysis_options
+from onnxaff.errors import ConfigError
+from onnxaff.text import printable
+
+# Exit status when the study finished but some models failed (2 is a user error before anything ran).
+SOME_FAILED = 3
+
+
+@cli.command()
+@click.argument("models", nargs=-1, required=True)
+@click.option("--data", required=True, help="The data every model is analysed on (as for `analyze`).")
+@click.option("--out", required=True, help="Study folder: signatures/, report.html, compare.json.")
+@click.option("--accuracy", default=None, type=click.Path(dir_okay=False), help="CSV: label or sha256, accuracy.")
+@click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: label, group.")
+@click.option("--force", is_flag=True, help="Redo every model, even those whose signature is up to date.")
+@click.option("--clusters", type=int, default=3, show_default=True, help="Clusters to cut the tree into.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: each model's --shards shards run as Ray tasks (pip install 'onnxaff[ray]').")
+@click.option("--shards", type=int, default=4, show_default=True, help="Shards per model for --executor ray.")
+@click.option("--ray-address", default=None, help="An existing Ray cluster (e.g. auto) [default: a local one].")
+@click.option("--checkpoint-every", type=int, default=0, show_default=True,
+              help="Save a model's state every N batches (always on SIGINT/SIGTERM); a rerun continues it.")
+@analysis_options
+def study(models, data, out, accuracy, group_file, force, clusters, executor, shards, ray_address, checkpoint_every,
+          **flags) -> None:
+    """Analyse MODELS (files, LABEL=FILE, folders, or text files listing them) on DATA, then compare them.
+
+    Writes OUT/signatures/<label>.json, OUT/report.html and OUT/compare.json. A rerun skips the models
+    whose signature is up to date and continues an interrupted one. Exit status 3 when some model failed.
+    """
+    from onnxaff.compare import read_table
+    from onnxaff.report.text import models_table
+    from onnxaff.study import resolve_models, run_study
+
+    quiet = flags["quiet"]
+    kwargs = analysis_kwargs(**flags)
+    result = run_study(resolve_models(list(models)), data, out, options=kwargs,
+                       accuracy=read_table(accuracy, "accuracy") if accuracy else None,
+                       groups=read_table(group_file, "group") if group_file else None, force=force,
+                       executor=executor, shards=shards, ray_address=ray_address,
+                       checkpoint_every=check_checkpoint_every(checkpoint_every), clusters=clusters,
+                       echo=None if quiet else echo_err)
+    if not quiet and result.rows:
+        click.echo(models_table(result.rows, kwargs["metrics"][0]))
+    for label, reason in result.failed.items():
+        echo_err(f"failed: {label}: {reason}")
+    failed = f", {len(result.failed)} failed" if result.failed else ""
+    click.echo(printable(f"study outputs in {result.folder.resolve()}: report.html, compare.json and signatures/ "
+                         f"({len(result.signatures)} models{failed})"))
+    if result.failed:
+        sys.exit(SOME_FAILED)
+
+
+@cli.command()
+@click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
+@click.option("--metrics", default=None,
+              help="Comma-separated metrics; the first one heads the tables [default: affinity,affinity_lw].")
+@click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
+@click.option("--quiet", is_flag=True, help="No progress or tables, only the output folder.")
+@click.option("--force", is_flag=True, help="Reanalyse every network, even those already in OUT.")
+def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
+    """Analyse every shipped reference network on its shipped data and write a comparison report."""
+    from onnxaff.demo import run_demo
+    from onnxaff.metrics import default_metrics, registry
+    from onnxaff.report.text import models_table
+
+    names = default_metrics(registry()) if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
+    if not names:
+        raise ConfigError("metrics", "{option} names no metric")
+    run = run_demo(out, metrics=names, chunk_size=chunk_size, device=device,
+                   only=[m.strip() for m in only.split(",") if m.strip()] or None, progress=not quiet,
+                   echo=None if quiet else echo_err, force=force)
+    if not quiet:
+        click.echo(models_table(run.rows, names[0], extra=["framework"]))
+    wrote = "report.html and signatures/" if (run.folder / "report.html").exists() else "signatures/"
+    click.echo(printable(f"demo outputs in {run.folder.resolve()}: {wrote} ({len(run.signatures)} models)"))

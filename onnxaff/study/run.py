@@ -1,0 +1,308 @@
+"""Running a study: each model analysed (or skipped, or failed with its reason), then the comparison outputs."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnxaff.analysis.checkpoint import remove as remove_checkpoint
+from onnxaff.errors import Interrupted, OnnxaffError, first_line
+from onnxaff.files import write_text_atomic
+from onnxaff.metrics import default_metrics, registry
+from onnxaff.signature import Signature, read_signature, write_json_atomic
+from onnxaff.study.identity import data_identity, file_digest, options_identity, stale_reason
+from onnxaff.study.models import StudyModel
+
+CLUSTERS = 3
+
+
+@dataclass
+class StudyResult:
+    """Where the study wrote and how each model fared."""
+
+    folder: Path
+    signatures: dict[str, Signature]
+    rows: list[dict]
+    failed: dict[str, str]
+    skipped: list[str]
+    report: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, every: int, echo) -> Signature:
+    """One model's signature: resumed from its checkpoint when one of this very run is there."""
+    from onnxaff.analysis import Analysis, AnalysisConfig
+
+    config = AnalysisConfig(**options)
+    run = Analysis(model.path, data, config)
+    if checkpoint.exists():
+        try:
+            run.restore(checkpoint)
+            echo(f"    continuing from {checkpoint.name} ({run.cursor - run.start} of {run.stop - run.start} "
+                 f"examples done)")
+        except OnnxaffError as exc:
+            echo(f"    not continuing {checkpoint.name}: {exc}; starting over")
+            run = Analysis(model.path, data, config)
+    run.run(checkpoint, every, finish=True)  # Ctrl-C during the last scores still saves the model's state
+    return run.signature()
+
+
+def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike, *, options: dict,
+              accuracy: dict[str, str] | None = None, groups: dict[str, str] | None = None, force: bool = False,
+              executor: str = "local", shards: int = 4, ray_address: str | None = None, checkpoint_every: int = 0,
+              clusters: int = CLUSTERS, echo: Callable[[str], None] | None = None, render=None) -> StudyResult:
+    """Analyse every model (skipping up-to-date ones), then write report.html and compare.json into `out`.
+
+    `options` are Analysis's keyword options (metrics first: the first metric heads the tables). `accuracy`
+    and `groups` map a label or a model file's sha256 to a value. `render(sigs, comps, corr, rows, metric,
+    failed)` returns the page (default: the study page). Interrupted propagates, the state saved.
+    """
+    _check_data_files(models, data)
+    folder = Path(out)
+    sig_dir = _make_folder(folder / "signatures", folder)
+    _check_run(models, data, executor, checkpoint_every)
+    metrics = list(options.get("metrics") or default_metrics(registry(options.get("plugins") or ())))
+    options = {**options, "metrics": metrics}
+    digests = {m.label: file_digest(m.path) for m in models}
+    accuracies = _accuracies(models, digests, accuracy)
+    run = _Run(models, sig_dir, options, _plan(models, data, sig_dir, digests, options, force), checkpoint_every,
+               force, echo or (lambda line: None))
+    started = time.perf_counter()
+    with _ray_tasks(run, executor, shards, ray_address) as run.pending:
+        for k, model in enumerate(models, 1):
+            _study_model(run, k, model)
+    rows = [_row(m, run.sigs[m.label], accuracies.get(m.label), metrics[0]) for m in models if m.label in run.sigs]
+    result = StudyResult(folder, run.sigs, rows, run.failed, run.skipped)
+    result.report = _write_outputs(result, models, accuracies, groups, metrics[0], clusters, render)
+    run.echo(f"{len(run.sigs)} of {len(models)} models in the study ({len(run.skipped)} up to date, "
+             f"{len(run.failed)} failed) in {_clock(time.perf_counter() - started)}")
+    return result
+
+
+def _check_data_files(models: list[StudyModel], data: str | None) -> None:
+    for spec in {m.data or data for m in models} - {None}:
+        if not spec.startswith("synthetic:") and not os.path.exists(spec):  # every model would fail alike
+            raise OnnxaffError(f"data file not found: {spec}")
+
+
+def _make_folder(sig_dir: Path, folder: Path) -> Path:
+    try:
+        sig_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OnnxaffError(f"cannot create the study folder {folder}: {exc.strerror}") from None
+    return sig_dir
+
+
+def _check_run(models: list[StudyModel], data: str | None, executor: str, checkpoint_every: int) -> None:
+    if executor not in ("local", "ray"):
+        raise OnnxaffError(f"unknown executor {executor!r}; choose local or ray")
+    if executor == "ray" and checkpoint_every:
+        raise OnnxaffError("--executor ray keeps no mid-model checkpoint (a rerun redoes an unfinished model): "
+                           "drop --checkpoint-every")
+    if data is None and any(m.data is None for m in models):
+        raise OnnxaffError("the study needs data: give --data")
+
+
+def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: dict, options: dict,
+          force: bool) -> dict[str, tuple]:
+    """label -> (its data, the identity its signature records, why it must be analysed: None when up to date)."""
+    opt_key = options_identity(options)
+    data_keys: dict[str, str] = {}
+    plan = {}
+    for model in models:
+        model_data = model.data or data
+        if model_data not in data_keys:
+            data_keys[model_data] = data_identity(model_data)
+        key = {"model_sha256": digests[model.label], "data": data_keys[model_data], "options": opt_key}
+        reason = "unreadable" if digests[model.label] is None else (
+            "--force" if force else stale_reason(sig_dir / f"{model.label}.json", key))
+        plan[model.label] = (model_data, key, reason)
+    return plan
+
+
+@dataclass
+class _Run:
+    """A study under way: what to analyse and how, and how each model fared so far."""
+
+    models: list[StudyModel]
+    sig_dir: Path
+    options: dict
+    plan: dict[str, tuple]
+    checkpoint_every: int
+    force: bool
+    echo: Callable[[str], None]
+    pending: dict | None = None  # label -> its Ray future, when the models run on Ray
+    sigs: dict[str, Signature] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    analysed: int = 0
+
+    def eta(self, left: int) -> str:
+        return f", study ETA {_clock(self.seconds / self.analysed * left)}" if self.analysed and left else ""
+
+    def fail(self, head: str, label: str, reason: str) -> None:
+        self.failed[label] = reason
+        self.echo(f"{head}: FAILED: {reason}")
+
+
+class _ModelFailed(Exception):
+    """This model failed (its reason is the message); the study goes on."""
+
+
+@contextmanager
+def _ray_tasks(run: _Run, executor: str, shards: int, ray_address: str | None):
+    """On Ray every model to analyse is submitted at once: its shards are tasks, so models run side by side.
+    Yields label -> future (None when the models run here), and stops what is left on the way out."""
+    if executor != "ray":
+        yield None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from onnxaff.executors import run_ray
+
+    ray_started, pool = _start_ray(ray_address), None
+    try:
+        todo = [m for m in run.models if run.plan[m.label][2] not in (None, "unreadable")]
+        pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="onnxaff-study")
+        quiet_options = {k: v for k, v in run.options.items() if k != "progress"}
+        yield {m.label: pool.submit(run_ray, str(m.path), run.plan[m.label][0], shards, quiet_options,
+                                    address=ray_address, progress=False) for m in todo}
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+
+
+def _study_model(run: _Run, k: int, model: StudyModel) -> None:
+    """Model `k`: skipped when up to date, else analysed (or its Ray result awaited) and its signature written."""
+    head = f"[{k}/{len(run.models)}] {model.label}"
+    target = run.sig_dir / f"{model.label}.json"
+    checkpoint = run.sig_dir / f"{model.label}.ckpt.npz"
+    _, key, reason = run.plan[model.label]
+    if reason == "unreadable":
+        return run.fail(head, model.label, f"cannot read {model.path}" + ("" if model.path.exists()
+                                                                           else " (no such file)"))
+    if reason is None:
+        run.sigs[model.label] = _label(read_signature(target), model)
+        run.skipped.append(model.label)
+        remove_checkpoint(checkpoint)  # left by an older run of other options: never resumable
+        return run.echo(f"{head}: up to date (same model, data and options), skipped")
+    if run.force:
+        remove_checkpoint(checkpoint)
+    waiting = "waiting for its Ray tasks" if run.pending is not None else "analysing"
+    run.echo(f"{head}: {waiting} ({reason}){run.eta(len(run.models) - k + 1)}")
+    t0 = time.perf_counter()
+    try:
+        sig = _signature_of(run, model, checkpoint)
+    except _ModelFailed as exc:
+        return run.fail(head, model.label, str(exc))
+    sig.runtime["study"] = key
+    try:
+        _label(sig, model).write(target)
+    except OnnxaffError as exc:  # a full disk fails this model, as any error of its own would
+        return run.fail(head, model.label, str(exc))
+    remove_checkpoint(checkpoint)  # only an onnxaff checkpoint is ever removed
+    run.sigs[model.label] = sig
+    seconds = time.perf_counter() - t0
+    run.seconds, run.analysed = run.seconds + seconds, run.analysed + 1
+    metric = run.options["metrics"][0]
+    stats = sig.summary().get(metric, {})
+    mean = f", {metric} mean {stats['mean']:.4f}" if stats.get("mean") is not None else ""
+    run.echo(f"{head}: done in {seconds:.1f} s ({len(sig.sites)} sites{mean}){run.eta(len(run.models) - k)}")
+
+
+def _signature_of(run: _Run, model: StudyModel, checkpoint: Path) -> Signature:
+    """The model's new signature; its own errors (onnxruntime's too) become _ModelFailed, Ctrl-C propagates."""
+    try:
+        if run.pending is not None:
+            return run.pending[model.label].result()
+        return _analyse(model, run.plan[model.label][0], run.options, checkpoint, run.checkpoint_every, run.echo)
+    except Interrupted as exc:
+        raise Interrupted(f"{model.label}: {str(exc).split(' (continue with')[0]}; rerun the same command "
+                          "to continue (models done are kept)") from None
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except OnnxaffError as exc:
+        raise _ModelFailed(str(exc)) from None
+    except Exception as exc:  # onnxruntime's own errors (unsupported operator, ...) are this model's
+        raise _ModelFailed(f"{type(exc).__name__}: {first_line(exc)}") from None
+
+
+def _start_ray(address: str | None) -> bool:
+    """One Ray instance for the whole study (each model's shards are its tasks), not one per model; started as
+    `analyze --executor ray` starts it (the installed package on the workers, a bad address in one line)."""
+    from onnxaff.executors import start_ray
+
+    return start_ray(address)
+
+
+def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] | None) -> dict[str, float]:
+    """Each model's accuracy (its own, or the table's by label or file sha256), checked before any analysis."""
+    out = {m.label: m.accuracy for m in models if m.accuracy is not None}
+    if table is None:
+        return out
+    for m in models:
+        key = next((k for k in (m.label, digests.get(m.label)) if k is not None and k in table), None)
+        if key is None:
+            raise OnnxaffError(f"the accuracy file has no row for {m.label} (by label or sha256)")
+        try:
+            out[m.label] = float(table[key])
+        except ValueError:
+            raise OnnxaffError(f"accuracy of {m.label} is not a number: {table[key]!r}") from None
+    return out
+
+
+def _label(sig: Signature, model: StudyModel) -> Signature:
+    sig.model["name"] = model.label  # the study's label, not the file stem, names the model in reports
+    sig.model.update(model.model_info)
+    return sig
+
+
+def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str) -> dict:
+    stats = sig.summary().get(metric, {})
+    return {"model": model.label, **model.columns, "sites": len(sig.sites), "accuracy": accuracy,
+            "mean": stats.get("mean"), "min": stats.get("min"), "share_above_0.95": stats.get("share_above_0.95")}
+
+
+def _write_outputs(result: StudyResult, models: list[StudyModel], accuracies: dict, groups, metric: str,
+                   clusters: int, render) -> Path:
+    from onnxaff.compare import compare, correlate, shared_metrics
+    from onnxaff.report.jsondata import comparison_metrics
+
+    ordered = [result.signatures[m.label] for m in models if m.label in result.signatures]
+    comps, corr = [], None
+    if len(ordered) >= 2:
+        comps = [compare(ordered, metric=m) for m in shared_metrics(ordered)]
+        distinct = [m for m in models if m.label in result.signatures and m.correlate and m.label in accuracies]
+        if len(distinct) >= 3:
+            corr = correlate([result.signatures[m.label] for m in distinct],
+                             {m.label: str(accuracies[m.label]) for m in distinct}, metric=metric, groups=groups)
+    payload = {"models": [m.label for m in models if m.label in result.signatures], "failed": result.failed,
+               "skipped": result.skipped, "normalized": False, "metrics": comparison_metrics(comps, clusters)}
+    if corr is not None:
+        payload["correlation"] = {"metric": corr["metric"], "table": corr["table"]}
+    write_json_atomic(result.folder / "compare.json", payload)
+    if render is None:
+        from onnxaff.report.study import study_page
+
+        page = study_page(ordered, comps, corr, result.rows, metric, result.failed, clusters)
+    else:
+        page = render(ordered, comps, corr, result.rows, metric, result.failed)
+    return write_text_atomic(result.folder / "report.html", page)
