@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +53,27 @@ def run_cli(capfd, *args) -> tuple[int, str, str]:
         code = exc.code
     out, err = capfd.readouterr()
     return code, out, err
+
+
+def cli_process(*args, **kw) -> subprocess.CompletedProcess:
+    """`python -m onnxaff.cli ARGS` in its own interpreter, for what needs one: another environment, a signal
+    that must not reach pytest, a timeout, or a stuck thread the exit has to abandon."""
+    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
+                          **kw)
+
+
+def start_cli(*args, **kw) -> subprocess.Popen:
+    """`python -m onnxaff.cli ARGS` started, not waited for: the test interrupts or kills it."""
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "onnxaff.cli", *map(str, args)], text=True, **kw)
+
+
+def one_line_error(result, fragment: str, code: int = 2) -> str:
+    """The one `onnxaff: error: ...` line of a failed run (nothing on stdout), which must contain fragment."""
+    status, out, err = result
+    lines = err.strip().splitlines()
+    assert status == code, err
+    assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), err
+    assert fragment in lines[0], lines[0]
+    assert out == ""
+    return lines[0]
