@@ -17,36 +17,15 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
+import onnxaff
 from onnxaff.errors import OnnxaffError
-from tests.conftest import parse, run_cli
+from tests.builders import HEADER, chain_text, mlp, save, with_weights
+from tests.conftest import one_line_error, parse, run_cli
 
-HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
-RELU = HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }"
+RELU = chain_text("Relu")
 SYNTH = "synthetic:gaussian:n=64"
-
-
-def one_line_error(result, fragment: str) -> str:
-    code, out, err = result
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), err
-    assert fragment in lines[0], lines[0]
-    assert out == ""
-    return lines[0]
-
-
-def save(model: onnx.ModelProto, path) -> str:
-    onnx.save(model, path)
-    return str(path)
-
-
-def with_weights(text: str, **weights: np.ndarray) -> onnx.ModelProto:
-    model = onnx.parser.parse_model(text)
-    model.graph.initializer.extend(numpy_helper.from_array(w, name) for name, w in weights.items())
-    onnx.checker.check_model(model)
-    return model
 
 
 @pytest.fixture(autouse=True)
@@ -71,16 +50,27 @@ def test_missing_model_file(capfd, tmp_path, command):
     one_line_error(run_cli(capfd, *args), f"model file not found: {tmp_path / 'nope.onnx'}")
 
 
+def test_missing_data_file(capfd, tmp_path, relu_model):
+    one_line_error(analyze(capfd, relu_model, tmp_path / "nothing.npy", tmp_path / "s.json"),
+                   f"data file not found: {tmp_path / 'nothing.npy'}")
+
+
 # 2. A truncated model and random bytes.
 @pytest.mark.parametrize("command", ["sites", "analyze"])
-@pytest.mark.parametrize("damage", ["truncated", "random"])
+@pytest.mark.parametrize("damage", ["truncated", "random", "text"])
 def test_unreadable_model_file(capfd, tmp_path, relu_model, command, damage):
     good = open(relu_model, "rb").read()
-    blob = good[: len(good) // 2] if damage == "truncated" else np.random.default_rng(1).bytes(4096)
+    blob = {"truncated": good[: len(good) // 2], "random": np.random.default_rng(1).bytes(4096),
+            "text": b"this is not a model\n" * 10}[damage]
     path = tmp_path / f"{damage}.onnx"
     path.write_bytes(blob)
     args = [command, path] + (["--data", SYNTH] if command == "analyze" else [])
     one_line_error(run_cli(capfd, *args), f"not a readable ONNX model: {path}")
+
+
+def test_model_that_fails_the_checker(capfd, tmp_path):
+    model = onnx.parser.parse_model(HEADER + " g (float[N, 3] x) => (float[N, 3] y) { y = Relu(undefined) }")
+    one_line_error(run_cli(capfd, "sites", save(model, tmp_path / "invalid.onnx")), "invalid ONNX model")
 
 
 # 3. A valid model with no non-linearity.
@@ -92,6 +82,8 @@ def test_model_without_nonlinearity(capfd, tmp_path):
     assert not (tmp_path / "s.json").exists()
     code, out, err = run_cli(capfd, "sites", path)
     assert code == 0 and "0 sites in linear.onnx (0 ok, 0 skipped)" in out, err
+    with pytest.raises(OnnxaffError, match="no non-linearity"):
+        onnxaff.analyze(model, SYNTH, progress=False)
 
 
 # 4. Data that does not fit the model's input shape or dtype.
@@ -261,6 +253,8 @@ def test_nonfinite_activations_flag_only_their_sites(capfd, tmp_path):
         assert site["metrics"]["affinity"]["status"] == "nonfinite" and site["metrics"]["affinity"]["mean"] is None
     assert sig["summary"]["affinity"]["sites"] == 1
     assert len([w for w in sig["warnings"] if "NaN/Inf" in w]) == 2
+    assert log_relu["metrics"]["affinity"] == {"mean": None, "std": None, "chunks": 0, "status": "nonfinite"}
+    json.loads((tmp_path / "s.json").read_text(), parse_constant=pytest.fail)  # no NaN/Infinity literal in it
 
 
 # 8. Dead units and constant outputs: defined numbers or a stated error, never a silent NaN.
@@ -314,14 +308,7 @@ def test_fixed_batch_of_one(capfd, tmp_path):
 
 # 10. External data whose file is gone.
 def _external_model(folder, rng) -> str:
-    model = with_weights(HEADER + """ g (float[N, 8] x) => (float[N, 8] y) {
-        h = MatMul(x, w1)
-        a = Add(h, b1)
-        r = Relu(a)
-        o = MatMul(r, w2)
-        y = Tanh(o)
-    }""", w1=rng.standard_normal((8, 8)).astype(np.float32), b1=rng.standard_normal(8).astype(np.float32),
-        w2=rng.standard_normal((8, 8)).astype(np.float32))
+    model = mlp(rng, d_in=8, hidden=8, d_out=8)
     folder.mkdir()
     path = folder / "ext.onnx"
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,

@@ -16,8 +16,7 @@ import pytest
 
 import onnxaff
 from onnxaff_models import shipped_models
-from tests.conftest import ort_session
-from tests.test_cli_sites import onnxaff as run_cli
+from tests.conftest import one_line_error, ort_session, run_cli
 
 ZOO = {m.name: m for m in shipped_models()}
 FRAMEWORKS = {m.framework.split()[0] for m in ZOO.values()}
@@ -83,11 +82,11 @@ def test_what_the_demo_report_says_holds(signatures):
     assert stats("torch_cnn_silu")["mean"] < plain["mean"]
 
 
-def test_demo_writes_signatures_and_report(tmp_path):
+def test_demo_writes_signatures_and_report(tmp_path, capfd):
     out = tmp_path / "demo"
-    r = run_cli("demo", "--out", out)
-    assert r.returncode == 0, r.stderr
-    assert str(out.resolve()) in r.stdout and "torch_rescnn_relu" in r.stdout
+    code, stdout, err = run_cli(capfd, "demo", "--out", out)
+    assert code == 0, err
+    assert str(out.resolve()) in stdout and "torch_rescnn_relu" in stdout
     sigs = {p.stem: json.loads(p.read_text()) for p in (out / "signatures").glob("*.json")}
     assert set(sigs) == set(ZOO)
     assert sigs["keras_cnn_relu"]["model"]["test_accuracy"] == ZOO["keras_cnn_relu"].accuracy
@@ -97,11 +96,9 @@ def test_demo_writes_signatures_and_report(tmp_path):
     assert page.count("data:image/png;base64,") >= 10
 
 
-def test_demo_subset_and_unknown_model(tmp_path):
-    r = run_cli("demo", "--out", tmp_path / "a", "--quiet", "--models", "sk_mlp_tanh,sk_mlp_relu")
-    assert r.returncode == 0, r.stderr
+def test_demo_subset_and_unknown_model(tmp_path, capfd):
+    code, _, err = run_cli(capfd, "demo", "--out", tmp_path / "a", "--quiet", "--models", "sk_mlp_tanh,sk_mlp_relu")
+    assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "a" / "signatures").iterdir()) == ["sk_mlp_relu.json", "sk_mlp_tanh.json"]
-    r = run_cli("demo", "--out", tmp_path / "b", "--models", "alexnet")
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
-    assert "unknown shipped model 'alexnet'" in r.stderr
+    one_line_error(run_cli(capfd, "demo", "--out", tmp_path / "b", "--models", "alexnet"),
+                   "unknown shipped model 'alexnet'")
