@@ -8,12 +8,10 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_process, run_cli
 from tests.test_compare import fake_signature
 
 
@@ -134,8 +132,7 @@ def test_the_base_signature_is_read(capfd, tmp_path):
 def test_fifo_instead_of_a_signature(tmp_path):
     """report waited forever on a FIFO given as the signature; now refused before it is opened."""
     os.mkfifo(tmp_path / "sig.json")
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "report", str(tmp_path / "sig.json")],
-                       capture_output=True, text=True, timeout=60)
+    r = cli_process("report", tmp_path / "sig.json", timeout=60)  # its own process: a hang cannot stop pytest
     assert r.returncode == 2 and r.stderr == f"onnxaff: error: signature path is not a regular file: " \
                                              f"{tmp_path / 'sig.json'}\n"
 
@@ -172,7 +169,6 @@ def test_fifo_instead_of_an_accuracy_table(tmp_path):
     args = command("correlate", fake_signature("m", [0.5, 0.7, 0.6], 10).write(tmp_path / "m.json"), tmp_path)
     os.remove(tmp_path / "acc.csv")
     os.mkfifo(tmp_path / "acc.csv")
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
-                       timeout=60)
+    r = cli_process(*args, timeout=60)
     assert r.returncode == 2 and r.stderr == f"onnxaff: error: accuracy path is not a regular file: " \
                                              f"{tmp_path / 'acc.csv'}\n"
