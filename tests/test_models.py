@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-import onnxaff
+from onnxaff.signature import read_signature
 from onnxaff_models import shipped_models
 from tests.conftest import one_line_error, ort_session, run_cli
 
@@ -30,9 +30,17 @@ def test_manifest_covers_every_framework_and_file():
 
 
 @pytest.fixture(scope="module")
-def signatures():
-    return {name: onnxaff.analyze(m.path, str(m.data), metrics=["affinity"], progress=False)
-            for name, m in ZOO.items()}
+def demo(tmp_path_factory):
+    """One demo of every shipped network (what `onnxaff demo` runs), shared: its signatures serve every test
+    below that reads a shipped network's scores, instead of a second analysis of each."""
+    from onnxaff.demo import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("demo") / "demo", progress=False).folder
+
+
+@pytest.fixture(scope="module")
+def signatures(demo):
+    return {name: read_signature(demo / "signatures" / f"{name}.json") for name in ZOO}
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -82,11 +90,8 @@ def test_what_the_demo_report_says_holds(signatures):
     assert stats("torch_cnn_silu")["mean"] < plain["mean"]
 
 
-def test_demo_writes_signatures_and_report(tmp_path, capfd):
-    out = tmp_path / "demo"
-    code, stdout, err = run_cli(capfd, "demo", "--out", out)
-    assert code == 0, err
-    assert str(out.resolve()) in stdout and "torch_rescnn_relu" in stdout
+def test_demo_writes_signatures_and_report(demo):
+    out = demo
     sigs = {p.stem: json.loads(p.read_text()) for p in (out / "signatures").glob("*.json")}
     assert set(sigs) == set(ZOO)
     assert sigs["keras_cnn_relu"]["model"]["test_accuracy"] == ZOO["keras_cnn_relu"].accuracy
@@ -97,8 +102,9 @@ def test_demo_writes_signatures_and_report(tmp_path, capfd):
 
 
 def test_demo_subset_and_unknown_model(tmp_path, capfd):
-    code, _, err = run_cli(capfd, "demo", "--out", tmp_path / "a", "--quiet", "--models", "sk_mlp_tanh,sk_mlp_relu")
+    code, stdout, err = run_cli(capfd, "demo", "--out", tmp_path / "a", "--models", "sk_mlp_tanh,sk_mlp_relu")
     assert code == 0, err
+    assert str((tmp_path / "a").resolve()) in stdout and "sk_mlp_tanh" in stdout and "sk_mlp_relu" in stdout
     assert sorted(p.name for p in (tmp_path / "a" / "signatures").iterdir()) == ["sk_mlp_relu.json", "sk_mlp_tanh.json"]
     one_line_error(run_cli(capfd, "demo", "--out", tmp_path / "b", "--models", "alexnet"),
                    "unknown shipped model 'alexnet'")
