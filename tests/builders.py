@@ -44,7 +44,8 @@ def with_weights(text: str, full_check: bool = False, **weights: np.ndarray) -> 
     return model
 
 
-def mlp(rng: np.random.Generator, d_in: int = 8, hidden: int = 16, d_out: int = 4) -> onnx.ModelProto:
+def mlp(rng: np.random.Generator, d_in: int = 8, hidden: int = 16, d_out: int = 4,
+        full_check: bool = False) -> onnx.ModelProto:
     """MatMul, Add, Relu, MatMul, Tanh with random weights: two sites behind real layers."""
     return with_weights(HEADER + f""" g (float[N, {d_in}] x) => (float[N, {d_out}] y) {{
         h = MatMul(x, w1)
@@ -53,7 +54,8 @@ def mlp(rng: np.random.Generator, d_in: int = 8, hidden: int = 16, d_out: int = 
         o = MatMul(r, w2)
         y = Tanh(o)
     }}""", w1=rng.standard_normal((d_in, hidden)).astype(np.float32),
-        b1=rng.standard_normal(hidden).astype(np.float32), w2=rng.standard_normal((hidden, d_out)).astype(np.float32))
+        b1=rng.standard_normal(hidden).astype(np.float32), w2=rng.standard_normal((hidden, d_out)).astype(np.float32),
+        full_check=full_check)
 
 
 PLUGIN_HEADER = textwrap.dedent('''
