@@ -17,12 +17,13 @@ from tests.conftest import parse
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
 
 
-def chain_text(*ops: str, width: int = 4, dtype: str = "float", opset: int = 17) -> str:
-    """`y = opK(...op1(x))` on [N, width]: one site an op, intermediates named h, h1, h2, ..."""
+def chain_text(*ops: str, width: int = 4, dims: str | None = None, dtype: str = "float", opset: int = 17) -> str:
+    """`y = opK(...op1(x))` on [N, width] (or on [dims]): one site an op, intermediates named h, h1, h2, ..."""
+    dims = dims or f"N, {width}"
     names = ["x", *("h" if i == 0 else f"h{i}" for i in range(len(ops) - 1)), "y"]
     body = "  ".join(f"{out} = {op}({inp})" for op, inp, out in zip(ops, names, names[1:], strict=False))
     return (f'<ir_version: 8, opset_import: ["" : {opset}]> '
-            f"g ({dtype}[N, {width}] x) => ({dtype}[N, {width}] y) {{ {body} }}")
+            f"g ({dtype}[{dims}] x) => ({dtype}[{dims}] y) {{ {body} }}")
 
 
 def chain(*ops: str, **kw) -> onnx.ModelProto:

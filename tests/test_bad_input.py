@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 
 import onnxaff
 from onnxaff.errors import OnnxaffError
-from tests.builders import HEADER, chain_text, mlp, save, with_weights
+from tests.builders import HEADER, chain, chain_text, mlp, save, with_weights
 from tests.conftest import one_line_error, parse, run_cli
 
 RELU = chain_text("Relu")
@@ -158,7 +158,7 @@ def test_negative_seed_for_synthetic_data(capfd, tmp_path, relu_model):
 # 5. An image folder without images.
 @pytest.mark.parametrize("content", [[], ["notes.txt", "sub/labels.csv"]], ids=["empty", "no-image-files"])
 def test_image_folder_without_images(capfd, tmp_path, content):
-    model = save(parse(HEADER + " g (float[N, 3, 8, 8] x) => (float[N, 3, 8, 8] y) { y = Relu(x) }"),
+    model = save(chain("Relu", dims="N, 3, 8, 8"),
                  tmp_path / "cnn.onnx")
     folder = tmp_path / "images"
     folder.mkdir()
@@ -171,7 +171,7 @@ def test_image_folder_without_images(capfd, tmp_path, content):
 
 def test_image_folder_of_only_corrupt_images(capfd, tmp_path):
     """Every file skipped: the error counts them and gives the first one's reason."""
-    model = save(parse(HEADER + " g (float[N, 3, 8, 8] x) => (float[N, 3, 8, 8] y) { y = Relu(x) }"),
+    model = save(chain("Relu", dims="N, 3, 8, 8"),
                  tmp_path / "cnn.onnx")
     folder = tmp_path / "images"
     folder.mkdir()
@@ -295,7 +295,7 @@ def test_dead_units(capfd, tmp_path):
 
 # 9. A model whose batch axis is fixed at 1, asked for batches of 64.
 def test_fixed_batch_of_one(capfd, tmp_path):
-    path = save(parse(HEADER + " g (float[1, 4] x) => (float[1, 4] y) { y = Tanh(x) }"), tmp_path / "fixed.onnx")
+    path = save(chain("Tanh", dims="1, 4"), tmp_path / "fixed.onnx")
     code, out, err = run_cli(capfd, "analyze", path, "--data", SYNTH, "--batch-size", "64", "--chunk-size", "32",
                              "--metrics", "affinity", "--out", tmp_path / "s.json")
     assert code == 0, err
@@ -516,7 +516,7 @@ def test_external_weights_over_2gb(capfd, tmp_path):
     source = SyntheticSource(SYNTH, model_inputs(onnx.load(path, load_external_data=False)))
     x = np.concatenate([b["x"] for b in source.batches(64)])
     np.save(tmp_path / "tail.npy", x[:, -BIG_K:])
-    small = parse(HEADER + f" g (float[N, {BIG_K}] x) => (float[N, {BIG_K}] y) {{ y = Relu(x) }}")
+    small = chain("Relu", width=BIG_K)
     code, _, err = analyze(capfd, save(small, tmp_path / "small.onnx"), tmp_path / "tail.npy", tmp_path / "ref.json")
     assert code == 0, err
     big, ref = (json.loads((tmp_path / n).read_text()) for n in ("big.json", "ref.json"))

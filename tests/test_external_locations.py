@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from tests.builders import chain
 from tests.conftest import cli_process, run_cli
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
@@ -133,7 +134,7 @@ def test_malformed_location(capfd, tmp_path, location, fragment):
 @pytest.mark.parametrize("command", ["sites", "analyze"])
 def test_input_element_type(capfd, tmp_path, elem_type, fragment, command):
     """An input of element type 0 or an unknown number raised KeyError (an internal error) in analyze."""
-    model = onnx.parser.parse_model(HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }")
+    model = chain("Relu")
     model.graph.input[0].type.tensor_type.elem_type = elem_type
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
@@ -163,7 +164,7 @@ def test_input_element_type_in_memory():
     from onnxaff.errors import OnnxaffError
     from onnxaff.graph.load import from_proto
 
-    model = onnx.parser.parse_model(HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }")
+    model = chain("Relu")
     model.graph.input[0].type.tensor_type.elem_type = 0
     with pytest.raises(OnnxaffError, match=r"^invalid ONNX model g: input 'x' has element type 0 \(undefined\)$"):
         from_proto(model)
