@@ -77,3 +77,12 @@ def one_line_error(result, fragment: str, code: int = 2) -> str:
     assert fragment in lines[0], lines[0]
     assert out == ""
     return lines[0]
+
+
+def refuse_calls(monkeypatch, message: str, *targets: str) -> None:
+    """Make each dotted target fail the test if it is reached: proof that a refusal came before the work."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(message)
+
+    for target in targets:
+        monkeypatch.setattr(target, refuse)

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 import onnxaff
 from onnxaff.errors import OnnxaffError
 from tests.builders import HEADER, chain, chain_text, mlp, save, with_weights
-from tests.conftest import one_line_error, parse, run_cli
+from tests.conftest import one_line_error, parse, refuse_calls, run_cli
 
 RELU = chain_text("Relu")
 SYNTH = "synthetic:gaussian:n=64"
@@ -156,12 +156,16 @@ def test_negative_seed_for_synthetic_data(capfd, tmp_path, relu_model):
 
 
 # 5. An image folder without images.
+@pytest.fixture
+def image_case(tmp_path):
+    """An image model and an empty folder for its data."""
+    (tmp_path / "images").mkdir()
+    return save(chain("Relu", dims="N, 3, 8, 8"), tmp_path / "cnn.onnx"), tmp_path / "images"
+
+
 @pytest.mark.parametrize("content", [[], ["notes.txt", "sub/labels.csv"]], ids=["empty", "no-image-files"])
-def test_image_folder_without_images(capfd, tmp_path, content):
-    model = save(chain("Relu", dims="N, 3, 8, 8"),
-                 tmp_path / "cnn.onnx")
-    folder = tmp_path / "images"
-    folder.mkdir()
+def test_image_folder_without_images(capfd, tmp_path, image_case, content):
+    model, folder = image_case
     for name in content:
         (folder / name).parent.mkdir(exist_ok=True)
         (folder / name).write_text("not an image")
@@ -169,12 +173,9 @@ def test_image_folder_without_images(capfd, tmp_path, content):
                    f"no images (.bmp, .jpeg, .jpg, .png, .tif, .tiff, .webp) found under {folder}")
 
 
-def test_image_folder_of_only_corrupt_images(capfd, tmp_path):
+def test_image_folder_of_only_corrupt_images(capfd, tmp_path, image_case):
     """Every file skipped: the error counts them and gives the first one's reason."""
-    model = save(chain("Relu", dims="N, 3, 8, 8"),
-                 tmp_path / "cnn.onnx")
-    folder = tmp_path / "images"
-    folder.mkdir()
+    model, folder = image_case
     for name in ("a.jpg", "b.png", "c.jpg"):
         (folder / name).write_bytes(b"\xff\xd8 truncated")
     message = one_line_error(analyze(capfd, model, folder, tmp_path / "s.json", "--workers", "0"),
@@ -346,12 +347,8 @@ def test_unknown_reduction(capfd, tmp_path, relu_model):
 @pytest.fixture
 def no_analysis(monkeypatch):
     """The output check must come before the work: the analysis itself is not reachable."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the analysis ran before the output path was checked")
-
-    monkeypatch.setattr("onnxaff.analysis.analyze", refuse)
-    monkeypatch.setattr("onnxaff.analysis.Analysis", refuse)
+    refuse_calls(monkeypatch, "the analysis ran before the output path was checked", "onnxaff.analysis.analyze",
+                 "onnxaff.analysis.Analysis")
 
 
 def test_output_folder_missing(capfd, tmp_path, relu_model, no_analysis):

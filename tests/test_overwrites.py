@@ -21,7 +21,7 @@ from onnxaff.files import _temporary_beside, refuse_overwrite, same_file
 from onnxaff.signature import read_signature
 from onnxaff.state import save_state, state_kind
 from tests.builders import HEADER, chain
-from tests.conftest import one_line_error, run_cli
+from tests.conftest import one_line_error, refuse_calls, run_cli
 
 OPTS = ["--metrics", "affinity,cka", "--chunk-size", "16", "--batch-size", "8", "--quiet"]
 
@@ -53,12 +53,8 @@ def refused(capfd, fragment: str, *args) -> str:
 @pytest.fixture
 def no_run(monkeypatch):
     """A refusal must come before the data pass."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the data pass started before the paths were checked")
-
-    monkeypatch.setattr("onnxaff.analysis.Analysis.run", refuse)
-    monkeypatch.setattr("onnxaff.executors.run_ray", refuse)
+    refuse_calls(monkeypatch, "the data pass started before the paths were checked", "onnxaff.analysis.Analysis.run",
+                 "onnxaff.executors.run_ray")
 
 
 # --- one file under several names ---
