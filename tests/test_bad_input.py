@@ -410,21 +410,6 @@ def test_disk_full_keeps_the_previous_file(capfd, tmp_path, relu_model):
     assert sorted(os.listdir(tmp_path)) == ["relu.onnx", "s.json"]
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ("[1, 2]", "not an onnxaff signature (missing schema field)"),
-    ('{"schema": "onnxaff.signature", "schema_version": 1}', "sig.json: model: missing"),
-    ('{"schema": "onnxaff.signature", "schema_version": 1, "model": {}, "data": {}, "options": {}, "runtime": {}, '
-     '"metrics": {}, "sites": [3]}', "sig.json: sites[0]: expected an object"),
-], ids=["list", "fields-missing", "bad-site"])
-@pytest.mark.parametrize("command", ["report", "compare"])
-def test_damaged_signature_file(capfd, tmp_path, content, fragment, command):
-    """Reading one used to raise AttributeError/KeyError (internal errors) in report and compare."""
-    (tmp_path / "sig.json").write_text(content)
-    args = [command, tmp_path / "sig.json"] + ([tmp_path / "sig.json"] if command == "compare" else [])
-    one_line_error(run_cli(capfd, *args, "--out", tmp_path / "r.html"), fragment)
-    assert not (tmp_path / "r.html").exists()
-
-
 # 13. A small model with external data, end to end.
 def test_external_data_model_end_to_end(capfd, tmp_path, rng, monkeypatch):
     """Weights in one file next to the model, the model opened from another working directory; the scores

@@ -71,6 +71,8 @@ CASES = {
     "sites-missing": (edited(_set("sites", DELETE)), "sites: missing"),
     "version": (edited(_set("schema_version", 2)), "schema_version: version 2 is not 1"),
     "not-object": ("[1, 2]", "schema: not an onnxaff signature (missing schema field)"),
+    "fields-missing": ('{"schema": "onnxaff.signature", "schema_version": 1}', "model: missing"),
+    "site-not-object": (edited(_set("sites", [3])), "sites[0]: expected an object"),
     "truncated": (json.dumps(base())[:300], "is not valid JSON: "),
     "deep": ("[" * 100_000 + "]" * 100_000, "is not valid JSON: nested too deeply"),
     "huge-integer": (json.dumps(base()).replace('"index": 0', '"index": ' + "9" * 5000, 1),
