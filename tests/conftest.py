@@ -1,4 +1,8 @@
-"""Shared helpers: models written inline in ONNX text format, run in onnxruntime."""
+"""Shared helpers: models written inline in ONNX text format, run in onnxruntime, and the one way to run the CLI.
+
+`run_cli` runs `onnxaff` in this process (no interpreter start: the default); `cli_process`/`start_cli` start
+`python -m onnxaff.cli` only where a test needs its own process. Model builders live in tests/builders.py.
+"""
 
 from __future__ import annotations
 
