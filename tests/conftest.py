@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +73,26 @@ def start_cli(*args, **kw) -> subprocess.Popen:
     """`python -m onnxaff.cli ARGS` started, not waited for: the test interrupts or kills it."""
     kw.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen([sys.executable, "-m", "onnxaff.cli", *map(str, args)], text=True, **kw)
+
+
+def wait_for_file(proc: subprocess.Popen, path: Path, seconds: float = 60) -> None:
+    """Until the started CLI has written path (it reached the point a test interrupts it at), exited, or timed out."""
+    deadline = time.monotonic() + seconds
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def stderr_once_ended(proc: subprocess.Popen, what: str, timeout: float = 20) -> str:
+    """The stderr of a started CLI once it exits; if it hangs, it is killed (its whole group when it runs in a
+    session of its own) and the test fails naming what it hung after."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        pytest.fail(f"the run hung after {what}")
 
 
 def one_line_error(result, fragment: str, code: int = 2) -> str:

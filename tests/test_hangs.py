@@ -23,7 +23,7 @@ from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
 from tests.builders import chain
-from tests.conftest import parse, run_cli, start_cli
+from tests.conftest import parse, run_cli, start_cli, stderr_once_ended
 from tests.test_scale import assert_same, decoding_run
 
 
@@ -55,11 +55,7 @@ def _start(args, ckpt: Path) -> subprocess.Popen:
 
 
 def _ended(proc: subprocess.Popen, since: float, what: str) -> str:
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"the run hung after {what}")
+    err = stderr_once_ended(proc, what)
     assert time.monotonic() - since < 10, what
     return err
 

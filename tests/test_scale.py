@@ -4,8 +4,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,7 @@ from onnxaff.signature import read_signature
 from onnxaff.state import load_state, save_state
 from onnxaff_models import shipped_models
 from tests.builders import chain, save
-from tests.conftest import cli_process, one_line_error, run_cli, start_cli
+from tests.conftest import cli_process, one_line_error, run_cli, start_cli, stderr_once_ended, wait_for_file
 
 # Every kind of collector state: chunk scores, a chunk_pair metric, pooled moments and NLC statistics.
 METRICS = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled", "nlc"]
@@ -190,11 +188,9 @@ def test_sigint_from_another_process_then_resume_via_cli(tmp_path, capfd):
     out = tmp_path / "sig.json"
     ckpt = tmp_path / "sig.json.ckpt.npz"
     proc = start_cli("analyze", *args, "--out", out, "--checkpoint-every", "1")
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for_file(proc, ckpt)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    err = stderr_once_ended(proc, "SIGINT", timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().count("\n") == 0 and err.startswith("onnxaff: interrupted: SIGINT after"), err
     assert not out.exists() and ckpt.exists()
@@ -262,15 +258,9 @@ def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path, capfd):
     args, ref = decoding_run(tmp_path, capfd)
     out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
     proc = start_cli("analyze", *args, "--out", out, "--checkpoint-every", "1", start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for_file(proc, ckpt)
     os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the run hung after SIGTERM to its process group")
+    err = stderr_once_ended(proc, "SIGTERM to its process group", timeout=60)
     assert proc.returncode == 130, err
     assert err.startswith("onnxaff: interrupted: SIGTERM after"), err
     code, _, err = run_cli(capfd, "analyze", *args, "--out", out, "--resume")

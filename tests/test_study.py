@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 
 import onnx
 import pytest
@@ -14,7 +13,7 @@ from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
 from onnxaff.study import StudyModel, resolve_models, run_study
 from tests.builders import chain
-from tests.conftest import parse, run_cli, start_cli
+from tests.conftest import parse, run_cli, start_cli, stderr_once_ended, wait_for_file
 from tests.test_scale import assert_same
 
 BODIES = {  # three small networks with different non-linearities (a linear map between them)
@@ -217,11 +216,9 @@ def test_killed_during_the_second_model_a_rerun_finishes_with_the_same_numbers(t
     out = tmp_path / "study"
     ckpt = out / "signatures" / "b.ckpt.npz"
     proc = start_cli("study", *args, "--out", out, "--checkpoint-every", "20", stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_for_file(proc, ckpt)
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
+    err = stderr_once_ended(proc, f"signal {signum}", timeout=60)
     assert proc.returncode == (-9 if signum == signal.SIGKILL else 130), err
     if signum == signal.SIGINT:
         last = err.strip().splitlines()[-1]
