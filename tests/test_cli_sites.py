@@ -6,14 +6,13 @@ import onnx
 import onnx.parser
 import pytest
 
-from tests.conftest import FIXTURES, SHARED_MODELS, cli_process, run_cli
+from tests.conftest import FIXTURES, SHARED_MODELS, run_cli
 
 
-def test_json_fields():
-    """Through `python -m onnxaff.cli`, as a program: the one test here that starts an interpreter."""
-    r = cli_process("sites", FIXTURES / "act_zoo_op17.onnx", "--format", "json")
-    assert r.returncode == 0, r.stderr
-    sites = json.loads(r.stdout)
+def test_json_fields(capfd):
+    code, out, err = run_cli(capfd, "sites", FIXTURES / "act_zoo_op17.onnx", "--format", "json")
+    assert code == 0, err
+    sites = json.loads(out)
     assert len(sites) == 19
     for key in ("index", "kind", "input", "output", "op_types", "status", "id", "input_shape", "feature_axis"):
         assert key in sites[0]
