@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+# What tests/fixtures/build_fixtures.py wrote about each PyTorch fixture (its site kinds, its blocks): read once.
+TORCH_FIXTURES = json.loads((FIXTURES / "torch_fixtures.json").read_text())
 
 
 def parse(text: str) -> onnx.ModelProto:

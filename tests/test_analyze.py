@@ -11,7 +11,7 @@ import onnxaff
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
 from tests.builders import chain, write_plugin
-from tests.conftest import FIXTURES, parse, run_cli
+from tests.conftest import FIXTURES, TORCH_FIXTURES, parse, run_cli
 
 ACTIVATIONS = """<ir_version: 8, opset_import: ["" : 17]>
 g (float[N, 1] x) => (float[N, 1] r, float[N, 1] t, float[N, 1] s) {
@@ -82,7 +82,7 @@ def test_signature_contract(activation_case, tmp_path):
     np.testing.assert_allclose(again.scores(), sig.scores(), rtol=0, atol=1e-12)
 
 
-MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+MANIFEST = TORCH_FIXTURES
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))

@@ -12,7 +12,7 @@ from onnxaff.executors import shard_state
 from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 from onnxaff.shards import merge_states
 from tests.builders import chain, save
-from tests.conftest import FIXTURES, one_line_error, parse, run_cli
+from tests.conftest import FIXTURES, TORCH_FIXTURES, one_line_error, parse, run_cli
 
 POW = """<ir_version: 8, opset_import: ["" : 17]>
 g (float[N, 1] x) => (float[N, 1] y1, float[N, 1] y2, float[N, 3] z) {
@@ -124,7 +124,7 @@ def test_zigzag_stage_scores_its_closed_form():
 
 def test_residual_fixture_blocks_beside_activations():
     """The PyTorch residual CNN: each residual block scored beside its activations; stages tracked."""
-    expected = json.loads((FIXTURES / "torch_fixtures.json").read_text())["res_cnn_op17"]
+    expected = TORCH_FIXTURES["res_cnn_op17"]
     sig = analyze(str(FIXTURES / "res_cnn_op17.onnx"), "synthetic:gaussian:n=256", blocks=["residual"],
                   metrics=["affinity", "cka"], chunk_size=128, batch_size=32, progress=False)
     acts = [s for s in sig.sites if s["group"] == "activation"]
@@ -140,7 +140,7 @@ def test_residual_fixture_blocks_beside_activations():
 
 @pytest.mark.parametrize("fixture", ["tiny_vit_op17", "tiny_vit_op20"])
 def test_attention_and_mlp_blocks_are_scored(fixture):
-    expected = json.loads((FIXTURES / "torch_fixtures.json").read_text())[fixture]["blocks"]
+    expected = TORCH_FIXTURES[fixture]["blocks"]
     sig = analyze(str(FIXTURES / f"{fixture}.onnx"), "synthetic:gaussian:n=128", blocks=["attention", "mlp"],
                   metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
     kinds = [s["kind"] for s in sig.sites if s["group"] == "block"]

@@ -1,6 +1,5 @@
 """The augmented model's extra outputs equal numpy's reduction of the full tensors."""
 
-import json
 
 import numpy as np
 import onnx
@@ -8,9 +7,9 @@ import pytest
 
 from onnxaff.graph import REDUCTIONS, augment_model, discover_sites, load_model
 from tests.builders import chain
-from tests.conftest import FIXTURES, LIGHT_MODELS, parse, run
+from tests.conftest import FIXTURES, LIGHT_MODELS, TORCH_FIXTURES, parse, run
 
-MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+MANIFEST = TORCH_FIXTURES
 
 
 def numpy_reduce(full: np.ndarray, site, mode: str) -> np.ndarray:
