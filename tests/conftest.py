@@ -1,7 +1,17 @@
-"""Shared helpers: models written inline in ONNX text format, run in onnxruntime."""
+"""Shared helpers: models written inline in ONNX text format, run in onnxruntime, and the one way to run the CLI.
+
+`run_cli` runs `onnxaff` in this process (no interpreter start: the default); `cli_process`/`start_cli` start
+`python -m onnxaff.cli` only where a test needs its own process. Model builders live in tests/builders.py.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +22,8 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+# What tests/fixtures/build_fixtures.py wrote about each PyTorch fixture (its site kinds, its blocks): read once.
+TORCH_FIXTURES = json.loads((FIXTURES / "torch_fixtures.json").read_text())
 
 
 def parse(text: str) -> onnx.ModelProto:
@@ -51,3 +63,56 @@ def run_cli(capfd, *args) -> tuple[int, str, str]:
         code = exc.code
     out, err = capfd.readouterr()
     return code, out, err
+
+
+def cli_process(*args, **kw) -> subprocess.CompletedProcess:
+    """`python -m onnxaff.cli ARGS` in its own interpreter, for what needs one: another environment, a signal
+    that must not reach pytest, a timeout, or a stuck thread the exit has to abandon."""
+    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
+                          **kw)
+
+
+def start_cli(*args, **kw) -> subprocess.Popen:
+    """`python -m onnxaff.cli ARGS` started, not waited for: the test interrupts or kills it."""
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "onnxaff.cli", *map(str, args)], text=True, **kw)
+
+
+def wait_for_file(proc: subprocess.Popen, path: Path, seconds: float = 60) -> None:
+    """Until the started CLI has written path (it reached the point a test interrupts it at), exited, or timed out."""
+    deadline = time.monotonic() + seconds
+    while not path.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def stderr_once_ended(proc: subprocess.Popen, what: str, timeout: float = 20) -> str:
+    """The stderr of a started CLI once it exits; if it hangs, it is killed (its whole group when it runs in a
+    session of its own) and the test fails naming what it hung after."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        pytest.fail(f"the run hung after {what}")
+
+
+def one_line_error(result, fragment: str, code: int = 2) -> str:
+    """The one `onnxaff: error: ...` line of a failed run (nothing on stdout), which must contain fragment."""
+    status, out, err = result
+    lines = err.strip().splitlines()
+    assert status == code, err
+    assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), err
+    assert fragment in lines[0], lines[0]
+    assert out == ""
+    return lines[0]
+
+
+def refuse_calls(monkeypatch, message: str, *targets: str) -> None:
+    """Make each dotted target fail the test if it is reached: proof that a refusal came before the work."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(message)
+
+    for target in targets:
+        monkeypatch.setattr(target, refuse)

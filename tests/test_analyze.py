@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -12,7 +10,8 @@ import pytest
 import onnxaff
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
-from tests.conftest import FIXTURES, parse
+from tests.builders import chain, write_plugin
+from tests.conftest import FIXTURES, TORCH_FIXTURES, parse, run_cli
 
 ACTIVATIONS = """<ir_version: 8, opset_import: ["" : 17]>
 g (float[N, 1] x) => (float[N, 1] r, float[N, 1] t, float[N, 1] s) {
@@ -30,10 +29,6 @@ def independent_affinity_1d(x, y, eps=1e-6):
     return 1 - np.sqrt(w2 / (2 * vy))
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True)
-
-
 @pytest.fixture
 def activation_case(tmp_path, rng):
     model = tmp_path / "acts.onnx"
@@ -44,11 +39,11 @@ def activation_case(tmp_path, rng):
     return model, data, x
 
 
-def test_cli_equals_api_equals_independent(activation_case, tmp_path):
+def test_cli_equals_api_equals_independent(activation_case, tmp_path, capfd):
     model, data, x = activation_case
     out = tmp_path / "sig.json"
-    r = cli("analyze", model, "--data", data, "--out", out, "--metrics", "affinity", "--quiet")
-    assert r.returncode == 0, r.stderr
+    code, _, err = run_cli(capfd, "analyze", model, "--data", data, "--out", out, "--metrics", "affinity", "--quiet")
+    assert code == 0, err
     from_cli = read_signature(out)
     from_api = onnxaff.analyze(model, str(data), metrics=["affinity"], progress=False)
     assert from_cli.scores() == from_api.scores()
@@ -87,7 +82,7 @@ def test_signature_contract(activation_case, tmp_path):
     np.testing.assert_allclose(again.scores(), sig.scores(), rtol=0, atol=1e-12)
 
 
-MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+MANIFEST = TORCH_FIXTURES
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
@@ -101,22 +96,6 @@ def test_fixtures_end_to_end_synthetic(name):
             assert m["status"] == "ok" and m["chunks"] == 2 and np.isfinite(m["mean"]), m
 
 
-def test_nonfinite_features_flag_the_site_only(tmp_path):
-    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
-    g (float[N, 3] x) => (float[N, 3] r, float[N, 3] t) {
-        r = Relu(x)
-        l = Log(x)
-        t = Tanh(l)
-    }""")
-    sig = onnxaff.analyze(model, "synthetic:gaussian", limit=64, chunk_size=32, progress=False)
-    relu, tanh = sig.sites
-    assert relu["status"] == "ok" and relu["metrics"]["affinity"]["mean"] is not None
-    assert tanh["status"] == "flagged" and "NaN/Inf" in tanh["reason"]
-    assert tanh["metrics"]["affinity"] == {"mean": None, "std": None, "chunks": 0, "status": "nonfinite"}
-    assert any("NaN/Inf" in w for w in sig.warnings)
-    json.dumps(sig.to_dict(), allow_nan=False)
-
-
 def test_partial_chunk_rule(activation_case):
     model, data, _ = activation_case
     small = onnxaff.analyze(model, str(data), limit=100, progress=False)
@@ -125,14 +104,6 @@ def test_partial_chunk_rule(activation_case):
     big = onnxaff.analyze(model, str(data), limit=1100, progress=False)  # 2 full chunks, 76 rows dropped
     entry = big.sites[0]["metrics"]["affinity"]
     assert entry["chunks"] == 2 and "partial" not in entry
-
-
-def test_fixed_batch_one_model():
-    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
-    g (float[1, 4] x) => (float[1, 4] y) { y = Tanh(x) }""")
-    sig = onnxaff.analyze(model, "synthetic:gaussian", limit=20, chunk_size=10, batch_size=8, progress=False)
-    assert sig.options["batch_size"] == 1 and sig.sites[0]["rows"] == 20
-    assert sig.sites[0]["metrics"]["affinity"]["chunks"] == 2
 
 
 def test_positions_reduction_counts_positions():
@@ -144,16 +115,14 @@ def test_positions_reduction_counts_positions():
 
 def test_plugin_that_raises_leaves_other_metrics_intact(tmp_path, activation_case):
     model, data, _ = activation_case
-    plugin = tmp_path / "bad_metric.py"
-    plugin.write_text(
-        "from onnxaff.metrics import Metric\n"
-        "class Broken(Metric):\n"
-        "    name = 'broken'\n"
-        "    description = 'always fails'\n"
-        "    def compute(self, chunk):\n"
-        "        raise RuntimeError('boom')\n"
-    )
-    sig = onnxaff.analyze(model, str(data), metrics=["affinity", "broken"], plugins=[str(plugin)], progress=False)
+    plugin = write_plugin(tmp_path / "bad_metric.py", """
+        class Broken(Metric):
+            name = 'broken'
+            description = 'always fails'
+            def compute(self, chunk):
+                raise RuntimeError('boom')
+    """)
+    sig = onnxaff.analyze(model, str(data), metrics=["affinity", "broken"], plugins=[plugin], progress=False)
     clean = onnxaff.analyze(model, str(data), metrics=["affinity"], progress=False)
     assert sig.scores("affinity") == clean.scores("affinity")
     for s in sig.sites:
@@ -185,21 +154,6 @@ def test_bad_data(activation_case, tmp_path):
         onnxaff.analyze(model, str(tmp_path / "missing.bin"), progress=False)
     with pytest.raises(OnnxaffError, match="unknown synthetic"):
         onnxaff.analyze(model, "synthetic:poisson", progress=False)
-
-
-def test_model_without_nonlinearity():
-    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 3] x) => (float[N, 3] y) { y = Neg(x) }')
-    with pytest.raises(OnnxaffError, match="no non-linearity"):
-        onnxaff.analyze(model, "synthetic:gaussian", progress=False)
-
-
-def test_cli_errors_are_one_line_and_leave_nothing(activation_case, tmp_path):
-    model, data, _ = activation_case
-    r = cli("analyze", model, "--data", data, "--out", tmp_path / "missing" / "sig.json", "--quiet")
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "output folder does not exist" in r.stderr
-    assert not (tmp_path / "missing").exists()
-    r = cli("analyze", model, "--data", tmp_path / "nothing.npy")
-    assert r.returncode == 2 and r.stderr.strip() == f"onnxaff: error: data file not found: {tmp_path / 'nothing.npy'}"
 
 
 def test_atomic_write_keeps_a_good_file_when_writing_fails(tmp_path, activation_case, monkeypatch):
@@ -236,8 +190,7 @@ def test_model_with_external_data_runs_where_it_lies(tmp_path, rng):
     x = rng.standard_normal((256, 32)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     sig = onnxaff.analyze(path, str(tmp_path / "x.npy"), chunk_size=128, metrics=["affinity"], progress=False)
-    inline = parse("""<ir_version: 8, opset_import: ["" : 17]>
-    g (float[N, 32] x) => (float[N, 32] y) { y = Relu(x) }""")
+    inline = chain("Relu", width=32)
     np.save(tmp_path / "h.npy", x @ w)
     ref = onnxaff.analyze(inline, str(tmp_path / "h.npy"), chunk_size=128, metrics=["affinity"], progress=False)
     assert sig.scores() == pytest.approx(ref.scores(), abs=1e-6)

@@ -7,7 +7,6 @@ blocks also runs the model with each block's input and output exported, and chec
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import numpy as np
@@ -18,9 +17,9 @@ from onnx import numpy_helper
 from onnxaff.graph import discover_sites, load_model
 from onnxaff.graph.blocks import KINDS, discover_blocks, residual_stages, stage_tracks
 from onnxaff_models import shipped_models
-from tests.conftest import FIXTURES, parse, run
+from tests.conftest import FIXTURES, TORCH_FIXTURES, parse, run
 
-MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+MANIFEST = TORCH_FIXTURES
 HEADER = '<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>\n'
 
 

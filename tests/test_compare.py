@@ -4,7 +4,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -16,6 +15,7 @@ import onnxaff
 from onnxaff.compare import compare, correlate, dtw_distance
 from onnxaff.report.html import comparison_page, correlation_page, single_page
 from onnxaff.signature import Signature
+from tests.conftest import run_cli
 
 
 def test_dtw_basics(rng):
@@ -103,7 +103,7 @@ def test_correlate_exact_linear_statistic(tmp_path):
     assert "data:image/png;base64," in page and "http" not in page
 
 
-def test_single_model_report_and_cli_formats(tmp_path):
+def test_single_model_report_and_cli_formats(tmp_path, capfd):
     sig = onnxaff.analyze(mlp(4, True, 0), "synthetic:gaussian", limit=128, chunk_size=64, progress=False)
     page = single_page(sig)
     assert page.count("data:image/png;base64,") == 2 and "Sites" in page and "http" not in page
@@ -113,9 +113,8 @@ def test_single_model_report_and_cli_formats(tmp_path):
         paths.append(s.write(tmp_path / f"m{k}.json"))
     for fmt in ("md", "csv", "json", "html"):
         out = tmp_path / f"cmp.{fmt}"
-        r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "compare", *map(str, paths), "--out", str(out)],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        code, _, err = run_cli(capfd, "compare", *paths, "--out", out)
+        assert code == 0, err
         assert out.exists()
     report = json.loads((tmp_path / "cmp.json").read_text())
     assert set(report["metrics"]) == {"affinity", "affinity_lw"}  # every metric both signatures have
@@ -143,7 +142,6 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
 
     from onnxaff.compare import correlation_table
     from onnxaff.signature import read_signature
-    from tests.conftest import run_cli
 
     accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
     paths = []

@@ -14,15 +14,15 @@ import pytest
 
 from onnxaff.errors import OnnxaffError
 from onnxaff.export import check_sites
-from tests.conftest import parse, run
+from tests.builders import chain
+from tests.conftest import run
 
 TOL = dict(rtol=1e-5, atol=1e-5)  # float32 tolerance: the runtime's kernels sum in another order
 
 
 def test_a_declared_activation_missing_from_the_file_is_an_error(tmp_path):
     path = tmp_path / "m.onnx"
-    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 4] x) => (float[N, 4] y) { h = Relu(x)  y = Softmax(h) }"""), path)
+    onnx.save(chain("Relu", "Softmax"), path)
     ok = check_sites(path, ["relu", "softmax"])
     assert ok.ok and ok.found == ["relu", "softmax"] and ok.extra == []
     with pytest.raises(OnnxaffError, match=r"lost activations the framework declares: tanh \(declared 3, found 2"):

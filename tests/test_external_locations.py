@@ -11,15 +11,14 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
 
-from tests.conftest import run_cli
+from tests.builders import chain
+from tests.conftest import cli_process, run_cli
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
 
@@ -118,8 +117,7 @@ def test_location_that_is_not_a_regular_file(capfd, tmp_path, kind):
     name = {"fifo": "a FIFO", "directory": "a directory", "socket": "a socket", "device": "a device"}[kind]
     fragment = f"external data location 'weights' is {name}, not a regular file"
     if kind == "fifo":  # in a child process: if it blocks on the FIFO, the timeout ends it, not the suite
-        r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "sites", path], capture_output=True, text=True,
-                           timeout=60)
+        r = cli_process("sites", path, timeout=60)
         assert r.returncode == 2 and r.stderr == f"onnxaff: error: invalid ONNX model m.onnx: tensor 'w': {fragment}\n"
     refused(capfd, path, fragment)
 
@@ -136,7 +134,7 @@ def test_malformed_location(capfd, tmp_path, location, fragment):
 @pytest.mark.parametrize("command", ["sites", "analyze"])
 def test_input_element_type(capfd, tmp_path, elem_type, fragment, command):
     """An input of element type 0 or an unknown number raised KeyError (an internal error) in analyze."""
-    model = onnx.parser.parse_model(HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }")
+    model = chain("Relu")
     model.graph.input[0].type.tensor_type.elem_type = elem_type
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
@@ -150,8 +148,7 @@ def test_input_element_type(capfd, tmp_path, elem_type, fragment, command):
 def test_model_path_that_is_a_fifo(tmp_path):
     """onnx.load waited forever on a FIFO given as the model; now refused before it is opened."""
     os.mkfifo(tmp_path / "m.onnx")
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "sites", str(tmp_path / "m.onnx")], capture_output=True,
-                       text=True, timeout=60)
+    r = cli_process("sites", tmp_path / "m.onnx", timeout=60)  # its own process: a hang cannot stop pytest
     assert r.returncode == 2 and r.stderr == f"onnxaff: error: model path is not a regular file: {tmp_path}/m.onnx\n"
 
 
@@ -167,7 +164,7 @@ def test_input_element_type_in_memory():
     from onnxaff.errors import OnnxaffError
     from onnxaff.graph.load import from_proto
 
-    model = onnx.parser.parse_model(HEADER + " g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }")
+    model = chain("Relu")
     model.graph.input[0].type.tensor_type.elem_type = 0
     with pytest.raises(OnnxaffError, match=r"^invalid ONNX model g: input 'x' has element type 0 \(undefined\)$"):
         from_proto(model)

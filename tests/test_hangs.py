@@ -22,7 +22,9 @@ import onnxaff
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
-from tests.test_scale import assert_same, cli, decoding_run
+from tests.builders import chain
+from tests.conftest import parse, run_cli, start_cli, stderr_once_ended
+from tests.test_scale import assert_same, decoding_run
 
 
 def _decoder_pids(parent: int) -> list[int]:
@@ -41,8 +43,8 @@ def _decoder_pids(parent: int) -> list[int]:
 
 def _start(args, ckpt: Path) -> subprocess.Popen:
     """The CLI in its own session, once it has saved a checkpoint (its decoders are running)."""
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args),
-                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_cli("analyze", *args, "--checkpoint-every", "1", start_new_session=True)
+
     def saved():
         return ckpt.stat().st_mtime_ns if ckpt.exists() else None
 
@@ -53,21 +55,17 @@ def _start(args, ckpt: Path) -> subprocess.Popen:
 
 
 def _ended(proc: subprocess.Popen, since: float, what: str) -> str:
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"the run hung after {what}")
+    err = stderr_once_ended(proc, what)
     assert time.monotonic() - since < 10, what
     return err
 
 
-def test_stuck_or_killed_decoders_stop_the_run_with_its_state_then_resume(tmp_path):
+def test_stuck_or_killed_decoders_stop_the_run_with_its_state_then_resume(tmp_path, capfd):
     """Decoders that stop answering: the first Ctrl-C stops the run (it waited for their batch forever), state
     saved, exit 130. A decoder SIGKILLed as the out-of-memory killer does: one line naming the batch within
     seconds (the run hung forever), the state up to the last complete batch saved, exit 2. Resumed after
     both, the result equals an uninterrupted run bit for bit."""
-    args, ref = decoding_run(tmp_path)
+    args, ref = decoding_run(tmp_path, capfd)
     out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
     args += ["--out", out]
 
@@ -93,8 +91,8 @@ def test_stuck_or_killed_decoders_stop_the_run_with_its_state_then_resume(tmp_pa
     assert "batch" in err and "saved to" in err and "--resume" in err, err
     assert not out.exists() and ckpt.exists()
 
-    done = cli("analyze", *args, "--resume")
-    assert done.returncode == 0, done.stderr
+    code, _, err = run_cli(capfd, "analyze", *args, "--resume")
+    assert code == 0, err
     assert_same(read_signature(ref), read_signature(out), tol=0)
 
 
@@ -209,11 +207,8 @@ def test_linked_class_folders_and_files_are_followed_and_loops_skipped(tmp_path)
 @pytest.mark.parametrize("n", [1, 2])
 def test_too_little_data_for_any_number_is_one_line_and_non_zero(capfd, tmp_path, n):
     """One example (or data no metric can use) exited 0 with every metric no_data and no word."""
-    from tests.conftest import parse, run_cli
-
     model = tmp_path / "m.onnx"
-    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }"""), model)
+    onnx.save(chain("Relu"), model)
     metrics = "affinity,cka" if n == 1 else "r2_heldout"  # n = 2: one partial chunk, a pair metric needs two
     code, out, err = run_cli(capfd, "analyze", model, "--data", f"synthetic:gaussian:n={n}", "--metrics", metrics,
                              "--out", tmp_path / "s.json", "--quiet")
@@ -250,13 +245,6 @@ def _npz(path: Path, members: dict, compress: bool = True) -> Path:
     return path
 
 
-def _relu4():
-    from tests.conftest import parse
-
-    return parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }""")
-
-
 def test_npz_reads_only_the_members_the_model_needs(tmp_path):
     """An unused 256 MiB member (compressed to a few hundred KB) costs neither memory nor time; a stored member
     is memory-mapped at its offset."""
@@ -271,7 +259,7 @@ def test_npz_reads_only_the_members_the_model_needs(tmp_path):
     x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
     packed = _npz(tmp_path / "packed.npz", {"x.npy": x, "unused.npy": zeros})
     assert packed.stat().st_size < 2_000_000
-    inputs = model_inputs(_relu4())
+    inputs = model_inputs(chain("Relu"))
     tracemalloc.start()
     began = time.perf_counter()
     source = open_source(str(packed), inputs)
@@ -293,13 +281,11 @@ def test_npz_reads_only_the_members_the_model_needs(tmp_path):
 ])
 def test_npz_member_that_is_not_an_array_or_lies_about_its_size(capfd, tmp_path, compress, member, fragment):
     """One clean line, before anything of the declared size is allocated."""
-    from tests.conftest import run_cli
-
     data = _npz(tmp_path / "d.npz", {"x.npy": member}, compress=compress)
     with pytest.raises(OnnxaffError, match=re.escape(fragment)):
-        open_source(str(data), model_inputs(_relu4()))
+        open_source(str(data), model_inputs(chain("Relu")))
     model = tmp_path / "m.onnx"
-    onnx.save(_relu4(), model)
+    onnx.save(chain("Relu"), model)
     code, out, err = run_cli(capfd, "analyze", model, "--data", data, "--out", tmp_path / "s.json", "--quiet")
     assert code == 2 and err.count("\n") == 1 and err.startswith("onnxaff: error: ") and fragment in err, err
 
@@ -311,8 +297,6 @@ def test_inf_activations_raise_no_numpy_warnings(tmp_path, reduce_in):
     """Sites with NaN/Inf are flagged with a reason; NumPy's RuntimeWarnings about the same values (from the
     network NLC's differences, a host-side mean of +Inf and −Inf) were printed on top of that."""
     import warnings
-
-    from tests.conftest import parse
 
     model = parse("""<ir_version: 8, opset_import: ["" : 17]>
         g (float[N, 2, 4] x) => (float[N, 4, 4] y) {
@@ -344,7 +328,7 @@ def test_ray_workers_import_the_installed_package_not_a_folder_in_the_cwd(tmp_pa
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('the onnxaff folder in the cwd was imported')\n")
     model = tmp_path / "m.onnx"
-    onnx.save(_relu4(), model)
+    onnx.save(chain("Relu"), model)
     out = tmp_path / "sig.json"
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
     env.pop("RAY_AUTH_MODE", None)
@@ -364,10 +348,8 @@ def test_ray_workers_import_the_installed_package_not_a_folder_in_the_cwd(tmp_pa
 def test_bad_ray_address_is_one_line_at_once(capfd, tmp_path, address, fragment):
     """An address nothing listens on: Ray retried for minutes with a wall of GCS connection warnings."""
     pytest.importorskip("ray")
-    from tests.conftest import run_cli
-
     model = tmp_path / "m.onnx"
-    onnx.save(_relu4(), model)
+    onnx.save(chain("Relu"), model)
     began = time.monotonic()
     code, out, err = run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=64", "--executor", "ray",
                              "--ray-address", address, "--quiet", "--out", tmp_path / "s.json")

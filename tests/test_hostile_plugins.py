@@ -19,19 +19,8 @@ from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.scoring import check_value
 from onnxaff.signature import read_signature
-from tests.conftest import parse, run_cli
-
-HEADER = textwrap.dedent('''
-    import os, sys, time, threading
-    import numpy as np
-    from onnxaff.metrics import Metric
-''')
-
-
-def plugin(path, body: str) -> str:
-    path.write_text(HEADER + textwrap.dedent(body))
-    return str(path)
-
+from tests.builders import chain, write_plugin
+from tests.conftest import cli_process, run_cli, start_cli, stderr_once_ended, wait_for_file
 
 # A well-behaved metric, and the same metric turned hostile after its second call when STUCK_MARK (HOSTILE) is
 # set: the file stays as it is for --resume, which refuses a plugin file edited since the checkpoint.
@@ -67,21 +56,14 @@ RAISES_CTRL_C = PROBE.replace("        def compute(self, chunk):\n", '''        
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "m.onnx"
-    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 8] x) => (float[N, 8] y) { h = Relu(x)  y = Tanh(h) }"""), path)
+    onnx.save(chain("Relu", "Tanh", width=8), path)
     return path
 
 
-def cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, **kw)
-
-
-def reference(args, out):
-    """The well-behaved run, in this process (one interpreter start less per test)."""
-    from onnxaff.cli import main
-
-    main(["analyze", *map(str, args), "--out", str(out)])
+def analyse_in_process(capfd, args, out, *extra):
+    """A well-behaved run (the reference, or the resume), in this process: one interpreter start less."""
+    code, _, err = run_cli(capfd, "analyze", *args, "--out", out, *extra)
+    assert code == 0, err
     return out
 
 
@@ -92,29 +74,22 @@ def values(sig, metric):
 # --- a stuck plugin and Ctrl-C ---
 
 @pytest.mark.parametrize("workers, how", [(0, "sleep"), (2, "spin")])
-def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, tmp_path, workers, how):
+def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, tmp_path, capfd, workers, how):
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,cka,probe,r2_heldout",
             "--chunk-size", 64,
             "--batch-size", 16, "--plugin", path, "--chunk-workers", workers, "--quiet"]
-    plugin(path, STUCK)
-    ref = reference(args, tmp_path / "ref.json")
+    write_plugin(path, STUCK)  # well-behaved without STUCK_MARK
+    ref = analyse_in_process(capfd, args, tmp_path / "ref.json")
     out, mark = tmp_path / "sig.json", tmp_path / "stuck"
     env = dict(os.environ, STUCK_MARK=str(mark), STUCK_HOW=how)
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = start_cli("analyze", *args, "--out", out, stdout=subprocess.PIPE, env=env)
+    wait_for_file(proc, mark)
     assert mark.exists(), proc.communicate()
     time.sleep(0.3)  # the loop is now waiting on the stuck chunk
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)  # one Ctrl-C is enough
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("a stuck plugin held the run after SIGINT")
+    err = stderr_once_ended(proc, "SIGINT with a stuck plugin")
     took = time.monotonic() - sent
     print(f"stopped {took:.2f} s after SIGINT ({how}, {workers} workers)")
     assert took < 5, took
@@ -124,8 +99,7 @@ def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, 
     unscored = [len(st["unscored"]) for st in load_state(tmp_path / "sig.json.ckpt.npz")["sites"]]
     print(f"chunks saved unscored per site: {unscored}")
     assert sum(unscored) >= 1  # at least the stuck chunk: scored again on resume
-    done = cli("analyze", *args, "--out", out, "--resume")
-    assert done.returncode == 0, done.stderr
+    analyse_in_process(capfd, args, out, "--resume")  # the same plugin file: an edited one is refused
     a, b = read_signature(ref), read_signature(out)
     for metric in ("affinity", "cka", "probe", "r2_heldout"):
         assert values(a, metric) == values(b, metric)  # bit for bit: the unscored chunks were scored on resume
@@ -149,50 +123,42 @@ STUCK_LAST = PROBE.replace("        def compute(self, chunk):\n", '''        cal
 ''')
 
 
-@pytest.mark.parametrize("good, stuck, workers, shard", [(PROBE + POOLED, PROBE + STUCK_POOLED, 0, []),
-                                                         (PROBE + POOLED, STUCK_LAST + POOLED, 2, []),
-                                                         (PROBE + POOLED, STUCK_LAST + POOLED, 2, ["--shard", "0/1"])])
-def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, good, stuck, workers, shard):
+@pytest.mark.parametrize("stuck, workers, shard", [(PROBE + STUCK_POOLED, 0, []), (STUCK_LAST + POOLED, 2, []),
+                                                   (STUCK_LAST + POOLED, 2, ["--shard", "0/1"])])
+def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, capfd, stuck, workers, shard):
     """The batches are done; the last chunks or the pooled metrics are being scored when Ctrl-C comes."""
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=512", "--metrics", "affinity,cka_pooled,probe,probe_pooled",
             "--chunk-size", 64, "--batch-size", 32, "--plugin", path, "--chunk-workers", workers, "--quiet", *shard]
-    plugin(path, stuck)  # well-behaved without STUCK_MARK
-    ref = reference(args, tmp_path / "ref.json")
+    write_plugin(path, stuck)  # well-behaved without STUCK_MARK
+    ref = analyse_in_process(capfd, args, tmp_path / "ref.json")
     out, mark = tmp_path / "sig.json", tmp_path / "stuck"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out)],
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, STUCK_MARK=str(mark)))
-    deadline = time.monotonic() + 60
-    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = start_cli("analyze", *args, "--out", out, env=dict(os.environ, STUCK_MARK=str(mark)))
+    wait_for_file(proc, mark)
     assert mark.exists(), proc.communicate()
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("a stuck plugin held the end of the run after SIGINT")
+    err = stderr_once_ended(proc, "SIGINT with a stuck plugin at the end of the data")
     assert proc.returncode == 130 and err.startswith("onnxaff: interrupted: SIGINT after 512 of 512"), err
-    done = cli("analyze", *args, "--out", out, "--resume")
-    assert done.returncode == 0, done.stderr
+    analyse_in_process(capfd, args, out, "--resume")
     a, b = read_signature(ref), read_signature(out)
     for metric in ("affinity", "cka_pooled", "probe", "probe_pooled"):
         assert values(a, metric) == values(b, metric) and all(values(b, metric)), metric
 
 
-def test_keyboard_interrupt_raised_by_a_plugin_is_ctrl_c_with_the_checkpoint(model, tmp_path):
+def test_keyboard_interrupt_raised_by_a_plugin_is_ctrl_c_with_the_checkpoint(model, tmp_path, capfd):
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,probe", "--chunk-size", 64,
             "--batch-size", 16, "--plugin", path, "--quiet"]
-    plugin(path, RAISES_CTRL_C)
-    ref = reference(args, tmp_path / "ref.json")
+    write_plugin(path, RAISES_CTRL_C)  # well-behaved without HOSTILE
+    ref = analyse_in_process(capfd, args, tmp_path / "ref.json")
     out = tmp_path / "sig.json"
-    r = cli("analyze", *args, "--out", out, timeout=60, env=dict(os.environ, HOSTILE="1"))
+    r = cli_process("analyze", *args, "--out", out, timeout=60,  # a KeyboardInterrupt that escaped would stop pytest
+                    env=dict(os.environ, HOSTILE="1"))
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("onnxaff: interrupted: SIGINT after"), r.stderr
     assert (tmp_path / "sig.json.ckpt.npz").exists()
-    assert cli("analyze", *args, "--out", out, "--resume").returncode == 0
+    analyse_in_process(capfd, args, out, "--resume")
     a, b = read_signature(ref), read_signature(out)
     assert values(a, "probe") == values(b, "probe") and values(a, "affinity") == values(b, "affinity")
 
@@ -240,7 +206,7 @@ VANDALS = '''
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_metric_writing_into_its_input_changes_no_other_metric(model, tmp_path, workers):
-    path = plugin(tmp_path / "vandal.py", VANDALS)
+    path = write_plugin(tmp_path / "vandal.py", VANDALS)
     clean = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled"]
     kw = dict(data="synthetic:gaussian:n=512", chunk_size=64, batch_size=32, progress=False, chunk_workers=workers)
     ref = onnxaff.analyze(str(model), metrics=clean, **kw)
@@ -283,7 +249,7 @@ LIARS = '''
 
 
 def test_scores_are_validated_before_they_are_stored(model, tmp_path):
-    path = plugin(tmp_path / "liars.py", LIARS)
+    path = write_plugin(tmp_path / "liars.py", LIARS)
     names = ["text", "flag", "nothing", "nan", "too_big", "too_small", "vector", "fine", "rounding"]
     sig = onnxaff.analyze(str(model), data="synthetic:gaussian:n=128", metrics=["affinity", *names], chunk_size=64,
                           plugins=[path], progress=False)
@@ -316,7 +282,7 @@ def test_check_value_bounds():
 @pytest.mark.parametrize("declared", ['("low", "high")', "(0.0,)", "0.5", "(1.0, 0.0)", '(float("nan"), 1.0)',
                                       "(0.0, None)", "(False, True)", "None"])
 def test_malformed_range_is_one_line_at_load(tmp_path, capfd, declared):
-    path = plugin(tmp_path / "bad_range.py", PROBE.replace('range = (float("-inf"), float("inf"))',
+    path = write_plugin(tmp_path / "bad_range.py", PROBE.replace('range = (float("-inf"), float("inf"))',
                                                            f"range = {declared}"))
     with pytest.raises(OnnxaffError, match=r"metric 'probe' \(file .*\) declares range"):
         registry([path])
@@ -325,7 +291,7 @@ def test_malformed_range_is_one_line_at_load(tmp_path, capfd, declared):
 
 
 def test_malformed_direction_is_one_line_at_load(tmp_path):
-    path = plugin(tmp_path / "bad_dir.py", PROBE.replace('needs = "chunk"', 'needs = "chunk"\n'
+    path = write_plugin(tmp_path / "bad_dir.py", PROBE.replace('needs = "chunk"', 'needs = "chunk"\n'
                                                          '        higher_is_more_linear = "yes"'))
     with pytest.raises(OnnxaffError, match="declares higher_is_more_linear 'yes'"):
         registry([path])
@@ -357,7 +323,7 @@ ODD = '''
 
 
 def test_sys_exit_in_compute_is_that_metrics_error(model, tmp_path):
-    path = plugin(tmp_path / "exits.py", EXITS + ODD)
+    path = write_plugin(tmp_path / "exits.py", EXITS + ODD)
     for workers in (0, 2):
         sig = onnxaff.analyze(str(model), data="synthetic:gaussian:n=128", metrics=["exits", "odd", "affinity"],
                               chunk_size=64, plugins=[path], progress=False, chunk_workers=workers)
@@ -369,11 +335,11 @@ def test_sys_exit_in_compute_is_that_metrics_error(model, tmp_path):
 
 
 def test_sys_exit_on_import_or_construction_is_one_line(tmp_path, capfd):
-    on_import = plugin(tmp_path / "exit_import.py", textwrap.dedent(PROBE) + "\nsys.exit(4)\n")
+    on_import = write_plugin(tmp_path / "exit_import.py", textwrap.dedent(PROBE) + "\nsys.exit(4)\n")
     code, out, err = run_cli(capfd, "plugins", "--plugin", on_import)
     assert code == 2 and err.strip() == f"onnxaff: error: plugin file {on_import} called sys.exit(4) on import"
     exits_in_init = "\n    def __init__(self):\n        sys.exit(5)\n"
-    on_init = plugin(tmp_path / "exit_init.py", textwrap.dedent(PROBE) + exits_in_init)
+    on_init = write_plugin(tmp_path / "exit_init.py", textwrap.dedent(PROBE) + exits_in_init)
     with pytest.raises(OnnxaffError, match=r"metric 'probe' \(file .*\) failed to start: SystemExit: 5"):
         resolve(["probe"], [on_init])
 
@@ -397,7 +363,7 @@ CHATTY = '''
 
 
 def test_plugin_prints_never_reach_stdout(model, tmp_path, capfd):
-    path = plugin(tmp_path / "chatty.py", CHATTY)
+    path = write_plugin(tmp_path / "chatty.py", CHATTY)
     code, out, err = run_cli(capfd, "plugins", "--format", "json", "--plugin", path)
     assert code == 0, err
     assert json.loads(out)["chatty"]["needs"] == "chunk"

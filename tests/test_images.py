@@ -12,7 +12,8 @@ import onnxaff
 from onnxaff.data import model_inputs, open_source
 from onnxaff.data.images import list_images, select
 from onnxaff.errors import OnnxaffError
-from tests.conftest import SHARED_MODELS, parse
+from tests.builders import chain
+from tests.conftest import SHARED_MODELS
 
 
 def sample_photos() -> list[Path]:
@@ -37,9 +38,7 @@ def photo_folder(request, tmp_path):
 
 
 def image_model(shape, opset=17):
-    dims = ", ".join(str(d) for d in shape)
-    return parse(f"""<ir_version: 8, opset_import: ["" : {opset}]>
-        g (float[{dims}] x) => (float[{dims}] y) {{ y = Relu(x) }}""")
+    return chain("Relu", dims=", ".join(str(d) for d in shape), opset=opset)
 
 
 def reference(path, preset, crop=224, layout="NCHW", gray=False):

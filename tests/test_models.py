@@ -14,10 +14,9 @@ import re
 import numpy as np
 import pytest
 
-import onnxaff
+from onnxaff.signature import read_signature
 from onnxaff_models import shipped_models
-from tests.conftest import ort_session
-from tests.test_cli_sites import onnxaff as run_cli
+from tests.conftest import one_line_error, ort_session, run_cli
 
 ZOO = {m.name: m for m in shipped_models()}
 FRAMEWORKS = {m.framework.split()[0] for m in ZOO.values()}
@@ -31,9 +30,17 @@ def test_manifest_covers_every_framework_and_file():
 
 
 @pytest.fixture(scope="module")
-def signatures():
-    return {name: onnxaff.analyze(m.path, str(m.data), metrics=["affinity"], progress=False)
-            for name, m in ZOO.items()}
+def demo(tmp_path_factory):
+    """One demo of every shipped network (what `onnxaff demo` runs), shared: its signatures serve every test
+    below that reads a shipped network's scores, instead of a second analysis of each."""
+    from onnxaff.demo import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("demo") / "demo", progress=False).folder
+
+
+@pytest.fixture(scope="module")
+def signatures(demo):
+    return {name: read_signature(demo / "signatures" / f"{name}.json") for name in ZOO}
 
 
 @pytest.mark.parametrize("name", list(ZOO))
@@ -83,11 +90,8 @@ def test_what_the_demo_report_says_holds(signatures):
     assert stats("torch_cnn_silu")["mean"] < plain["mean"]
 
 
-def test_demo_writes_signatures_and_report(tmp_path):
-    out = tmp_path / "demo"
-    r = run_cli("demo", "--out", out)
-    assert r.returncode == 0, r.stderr
-    assert str(out.resolve()) in r.stdout and "torch_rescnn_relu" in r.stdout
+def test_demo_writes_signatures_and_report(demo):
+    out = demo
     sigs = {p.stem: json.loads(p.read_text()) for p in (out / "signatures").glob("*.json")}
     assert set(sigs) == set(ZOO)
     assert sigs["keras_cnn_relu"]["model"]["test_accuracy"] == ZOO["keras_cnn_relu"].accuracy
@@ -97,11 +101,10 @@ def test_demo_writes_signatures_and_report(tmp_path):
     assert page.count("data:image/png;base64,") >= 10
 
 
-def test_demo_subset_and_unknown_model(tmp_path):
-    r = run_cli("demo", "--out", tmp_path / "a", "--quiet", "--models", "sk_mlp_tanh,sk_mlp_relu")
-    assert r.returncode == 0, r.stderr
+def test_demo_subset_and_unknown_model(tmp_path, capfd):
+    code, stdout, err = run_cli(capfd, "demo", "--out", tmp_path / "a", "--models", "sk_mlp_tanh,sk_mlp_relu")
+    assert code == 0, err
+    assert str((tmp_path / "a").resolve()) in stdout and "sk_mlp_tanh" in stdout and "sk_mlp_relu" in stdout
     assert sorted(p.name for p in (tmp_path / "a" / "signatures").iterdir()) == ["sk_mlp_relu.json", "sk_mlp_tanh.json"]
-    r = run_cli("demo", "--out", tmp_path / "b", "--models", "alexnet")
-    assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
-    assert "unknown shipped model 'alexnet'" in r.stderr
+    one_line_error(run_cli(capfd, "demo", "--out", tmp_path / "b", "--models", "alexnet"),
+                   "unknown shipped model 'alexnet'")

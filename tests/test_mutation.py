@@ -24,30 +24,20 @@ from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
 
 from onnxaff.signature import read_signature
+from tests.builders import HEADER, mlp, with_weights
 from tests.conftest import run_cli
 
 FUZZ = settings(max_examples=int(os.environ.get("ONNXAFF_FUZZ_EXAMPLES", "50")), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
-HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
 
 
 def _model(text: str, **weights: np.ndarray) -> onnx.ModelProto:
-    model = onnx.parser.parse_model(HEADER + text)
-    model.graph.initializer.extend(numpy_helper.from_array(w, name) for name, w in weights.items())
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return with_weights(HEADER + text, full_check=True, **weights)
 
 
 _rng = np.random.default_rng(0)
 BASES = [
-    _model(""" g (float[N, 8] x) => (float[N, 4] y) {
-        h = MatMul(x, w1)
-        a = Add(h, b1)
-        r = Relu(a)
-        o = MatMul(r, w2)
-        y = Tanh(o)
-    }""", w1=_rng.standard_normal((8, 16)).astype(np.float32), b1=_rng.standard_normal(16).astype(np.float32),
-        w2=_rng.standard_normal((16, 4)).astype(np.float32)),
+    mlp(_rng, full_check=True),
     _model(""" g (float[N, 3, 8, 8] x) => (float[N, 4, 8, 8] y) {
         c = Conv<pads = [1, 1, 1, 1]>(x, w, b)
         d = Div(c, sqrt2)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from onnxaff.text import csv_cell, csv_text, json_safe, md_cell, printable
+from tests.builders import chain
 from tests.conftest import run_cli
 from tests.test_compare import fake_signature
 
@@ -174,9 +175,8 @@ def test_summary_table_is_printable(capfd, tmp_path):
     """analyze's 120-column summary prints site names through printable too."""
     import onnx
 
-    from tests.conftest import parse
 
-    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    model = chain("Relu")
     model.graph.node[0].name = "evil\n\x1b[2Jname"
     onnx.save(model, tmp_path / "m.onnx")
     code, out, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", "synthetic:gaussian:n=64", "--out",
@@ -190,9 +190,8 @@ def test_terminal_tables_are_printable(capfd, tmp_path):
     """A node named with a newline and an escape sequence broke `sites`' table and coloured the terminal."""
     import onnx
 
-    from tests.conftest import parse
 
-    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    model = chain("Relu")
     model.graph.node[0].name = "evil\n\x1b[2Jname"
     onnx.save(model, tmp_path / "m.onnx")
     out = ok(run_cli(capfd, "sites", tmp_path / "m.onnx"))
@@ -209,9 +208,8 @@ def test_non_utf8_model_file_name(capfd, tmp_path):
     """onnx's checker takes UTF-8 paths only; its type error used to be reported as an invalid model."""
     import onnx
 
-    from tests.conftest import parse
 
-    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    model = chain("Relu")
     path = tmp_path / "m\udcff.onnx"
     onnx.save(model, path)
     for args in (["sites", path], ["analyze", path, "--data", "synthetic:gaussian:n=64", "--out", tmp_path / "s.json"]):
@@ -226,9 +224,8 @@ def test_non_utf8_data_file_name_in_the_signature(capfd, tmp_path):
     name with the byte escaped."""
     import onnx
 
-    from tests.conftest import parse
 
-    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y) { y = Relu(x) }')
+    model = chain("Relu")
     onnx.save(model, tmp_path / "m.onnx")
     data = tmp_path / "d\udcff.npy"
     np.save(data, np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32))

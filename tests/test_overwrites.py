@@ -20,10 +20,9 @@ from onnxaff.analysis.checkpoint import save_state, state_kind
 from onnxaff.errors import OnnxaffError
 from onnxaff.files import _temporary_beside, refuse_overwrite, same_file
 from onnxaff.signature import read_signature
-from tests.conftest import parse, run_cli
+from tests.builders import HEADER, chain
+from tests.conftest import one_line_error, refuse_calls, run_cli
 
-HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
-RELU_TANH = HEADER + " g (float[N, 4] x) => (float[N, 4] y) { h = Relu(x)  y = Tanh(h) }"
 OPTS = ["--metrics", "affinity,cka", "--chunk-size", "16", "--batch-size", "8", "--quiet"]
 
 
@@ -36,7 +35,7 @@ def _in_tmp(tmp_path, monkeypatch):
 @pytest.fixture
 def files(tmp_path, rng):
     """A model, its data, a text file and a plugin in the working directory."""
-    onnx.save(parse(RELU_TANH), tmp_path / "m.onnx")
+    onnx.save(chain("Relu", "Tanh"), tmp_path / "m.onnx")
     np.save(tmp_path / "x.npy", rng.standard_normal((64, 4)).astype(np.float32))
     (tmp_path / "notes.txt").write_text("a week of lab notes\n")
     (tmp_path / "plug.py").write_text("# no metric here\n")
@@ -48,22 +47,14 @@ def snapshot(folder) -> dict:
 
 
 def refused(capfd, fragment: str, *args) -> str:
-    code, out, err = run_cli(capfd, *args)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("onnxaff: error: "), err
-    assert fragment in lines[0], lines[0]
-    return lines[0]
+    return one_line_error(run_cli(capfd, *args), fragment)
 
 
 @pytest.fixture
 def no_run(monkeypatch):
     """A refusal must come before the data pass."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the data pass started before the paths were checked")
-
-    monkeypatch.setattr("onnxaff.analysis.Analysis.run", refuse)
-    monkeypatch.setattr("onnxaff.executors.run_ray", refuse)
+    refuse_calls(monkeypatch, "the data pass started before the paths were checked", "onnxaff.analysis.Analysis.run",
+                 "onnxaff.executors.run_ray")
 
 
 # --- one file under several names ---

@@ -1,8 +1,6 @@
 """Tensor pairs and blocks as sites, and residual stages' trajectory metrics, through the analysis."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -13,7 +11,8 @@ from onnxaff.errors import OnnxaffError
 from onnxaff.executors import shard_state
 from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 from onnxaff.shards import merge_states
-from tests.conftest import FIXTURES, parse
+from tests.builders import chain, save
+from tests.conftest import FIXTURES, TORCH_FIXTURES, one_line_error, parse, run_cli
 
 POW = """<ir_version: 8, opset_import: ["" : 17]>
 g (float[N, 1] x) => (float[N, 1] y1, float[N, 1] y2, float[N, 3] z) {
@@ -24,10 +23,6 @@ g (float[N, 1] x) => (float[N, 1] y1, float[N, 1] y2, float[N, 3] z) {
     w = Constant<value = float[1, 3] {1.0, -2.0, 0.5}>()
     z = MatMul(x, w)
 }"""
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -65,9 +60,8 @@ def test_pairs_score_any_two_tensors(uniform):
     assert sig.scores("affinity") == []  # pairs are scored beside the signature, not in it
 
 
-def test_pairs_beside_activations_and_errors(tmp_path, rng):
-    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 4] x) => (float[N, 4] y) { h = Relu(x)  y = Tanh(h) }""")
+def test_pairs_beside_activations_and_errors(tmp_path, capfd):
+    model = chain("Relu", "Tanh")
     sig = analyze(model, "synthetic:gaussian:n=1024", pairs=[("x", "y"), ("x", "y")], metrics=["affinity"],
                   progress=False)
     assert [(s["kind"], s["group"]) for s in sig.sites] == [("relu", "activation"), ("tanh", "activation"),
@@ -75,10 +69,9 @@ def test_pairs_beside_activations_and_errors(tmp_path, rng):
     assert sig.sites[2]["op_types"] == ["Relu", "Tanh"] and len(sig.scores("affinity")) == 2
     with pytest.raises(OnnxaffError, match="tensor 'hh' is not in the model; did you mean h"):
         analyze(model, "synthetic:gaussian:n=64", pairs=[("x", "hh")], progress=False)
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
-    r = cli("analyze", path, "--data", "synthetic:gaussian:n=64", "--pairs", "x:nope", "--out", tmp_path / "s.json")
-    assert r.returncode == 2 and r.stderr.startswith("onnxaff: error: tensor 'nope' is not in the model")
+    path = save(model, tmp_path / "m.onnx")
+    one_line_error(run_cli(capfd, "analyze", path, "--data", "synthetic:gaussian:n=64", "--pairs", "x:nope", "--out",
+                           tmp_path / "s.json"), "tensor 'nope' is not in the model")
 
 
 def residual_stage(increments: list[list[float]]) -> onnx.ModelProto:
@@ -131,7 +124,7 @@ def test_zigzag_stage_scores_its_closed_form():
 
 def test_residual_fixture_blocks_beside_activations():
     """The PyTorch residual CNN: each residual block scored beside its activations; stages tracked."""
-    expected = json.loads((FIXTURES / "torch_fixtures.json").read_text())["res_cnn_op17"]
+    expected = TORCH_FIXTURES["res_cnn_op17"]
     sig = analyze(str(FIXTURES / "res_cnn_op17.onnx"), "synthetic:gaussian:n=256", blocks=["residual"],
                   metrics=["affinity", "cka"], chunk_size=128, batch_size=32, progress=False)
     acts = [s for s in sig.sites if s["group"] == "activation"]
@@ -147,7 +140,7 @@ def test_residual_fixture_blocks_beside_activations():
 
 @pytest.mark.parametrize("fixture", ["tiny_vit_op17", "tiny_vit_op20"])
 def test_attention_and_mlp_blocks_are_scored(fixture):
-    expected = json.loads((FIXTURES / "torch_fixtures.json").read_text())[fixture]["blocks"]
+    expected = TORCH_FIXTURES[fixture]["blocks"]
     sig = analyze(str(FIXTURES / f"{fixture}.onnx"), "synthetic:gaussian:n=128", blocks=["attention", "mlp"],
                   metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
     kinds = [s["kind"] for s in sig.sites if s["group"] == "block"]
@@ -157,7 +150,7 @@ def test_attention_and_mlp_blocks_are_scored(fixture):
     assert sig.stages == []  # no residual kind asked
 
 
-def test_stages_merge_across_shards_and_cli(tmp_path):
+def test_stages_merge_across_shards_and_cli(tmp_path, capfd):
     model = residual_stage([[0.5, 0.0], [0.0, 0.5], [0.25, 0.25]])
     path = tmp_path / "stage.onnx"
     onnx.save(model, path)
@@ -168,9 +161,10 @@ def test_stages_merge_across_shards_and_cli(tmp_path):
     assert stage_of(merged)["metrics"]["lss"]["values"] == stage_of(one)["metrics"]["lss"]["values"]
     assert stage_of(merged)["metrics"]["ots"]["values"] == stage_of(one)["metrics"]["ots"]["values"]
     out = tmp_path / "s.json"
-    r = cli("analyze", path, "--data", data, "--blocks", "residual", "--chunk-size", 64, "--out", out)
-    assert r.returncode == 0, r.stderr
-    assert "residual stage" in r.stdout and "lss mean±std" in r.stdout
+    code, stdout, err = run_cli(capfd, "analyze", path, "--data", data, "--blocks", "residual", "--chunk-size", 64,
+                                "--out", out)
+    assert code == 0, err
+    assert "residual stage" in stdout and "lss mean±std" in stdout
     assert json.loads(out.read_text())["stages"][0]["metrics"]["lss"]["chunks"] == 10
 
 

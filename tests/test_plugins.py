@@ -1,8 +1,6 @@
 """Third-party metrics: an entry point of another distribution, plugin files, name clashes."""
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 
@@ -10,7 +8,7 @@ import pytest
 
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import registry, resolve
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_cli
 
 METRIC = textwrap.dedent('''
     import numpy as np
@@ -30,8 +28,9 @@ METRIC = textwrap.dedent('''
 
 
 @pytest.fixture
-def throwaway_distribution(tmp_path):
-    """A distribution on sys.path (as an installed wheel lays it out) with an onnxaff.metrics entry point."""
+def throwaway_distribution(tmp_path, monkeypatch):
+    """A distribution on sys.path (as an installed wheel lays it out) with an onnxaff.metrics entry point;
+    this process's sys.path, so the CLI runs in-process (importlib.metadata reads sys.path at each call)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "throwaway_metric.py").write_text(METRIC)
@@ -39,25 +38,23 @@ def throwaway_distribution(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: throwaway-metric\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[onnxaff.metrics]\nmean_abs_change = throwaway_metric:MeanAbsChange\n")
-    env = dict(os.environ, PYTHONPATH=str(site) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return env
+    monkeypatch.syspath_prepend(str(site))
+    yield
+    sys.modules.pop("throwaway_metric", None)
 
 
-def test_entry_point_metric_is_listed_and_runs(throwaway_distribution, tmp_path):
-    env = throwaway_distribution
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "plugins", "--format", "json"], env=env,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    listed = json.loads(r.stdout)
+def test_entry_point_metric_is_listed_and_runs(throwaway_distribution, tmp_path, capfd):
+    code, out, err = run_cli(capfd, "plugins", "--format", "json")
+    assert code == 0, err
+    listed = json.loads(out)
     assert listed["mean_abs_change"]["origin"] == "entry point of throwaway-metric: throwaway_metric:MeanAbsChange"
     assert listed["mean_abs_change"]["direction"] == "lower = more linear"
     assert listed["affinity"]["origin"].startswith("entry point of onnxaff")
     out = tmp_path / "sig.json"
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "analyze", str(FIXTURES / "res_cnn_op17.onnx"),
-                        "--data", "synthetic:gaussian", "--limit", "64", "--chunk-size", "32", "--quiet",
-                        "--metrics", "affinity,mean_abs_change", "--out", str(out)],
-                       env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    code, _, err = run_cli(capfd, "analyze", FIXTURES / "res_cnn_op17.onnx", "--data", "synthetic:gaussian",
+                           "--limit", "64", "--chunk-size", "32", "--quiet", "--metrics", "affinity,mean_abs_change",
+                           "--out", out)
+    assert code == 0, err
     sig = json.loads(out.read_text())
     for s in sig["sites"]:
         assert s["metrics"]["mean_abs_change"]["status"] == "ok" and s["metrics"]["mean_abs_change"]["mean"] >= 0

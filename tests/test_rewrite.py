@@ -1,15 +1,15 @@
 """The augmented model's extra outputs equal numpy's reduction of the full tensors."""
 
-import json
 
 import numpy as np
 import onnx
 import pytest
 
 from onnxaff.graph import REDUCTIONS, augment_model, discover_sites, load_model
-from tests.conftest import FIXTURES, LIGHT_MODELS, parse, run
+from tests.builders import chain
+from tests.conftest import FIXTURES, LIGHT_MODELS, TORCH_FIXTURES, parse, run
 
-MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+MANIFEST = TORCH_FIXTURES
 
 
 def numpy_reduce(full: np.ndarray, site, mode: str) -> np.ndarray:
@@ -111,9 +111,7 @@ def test_tensors_that_are_graph_inputs_outputs_shared_and_colliding_names(rng):
 
 
 def test_float16_model_is_reduced_in_float32(rng):
-    text = """<ir_version: 8, opset_import: ["" : 17]>
-    g (float16[N, 3, 4, 4] x) => (float16[N, 3, 4, 4] y) { y = Relu(x) }"""
-    model = parse(text)
+    model = chain("Relu", dims="N, 3, 4, 4", dtype="float16")
     aug, outs = augment_model(model, discover_sites(model))
     x = rng.standard_normal((2, 3, 4, 4)).astype(np.float16)
     got = run(aug, {"x": x})
@@ -122,7 +120,7 @@ def test_float16_model_is_reduced_in_float32(rng):
 
 
 def test_unknown_reduction_is_refused():
-    model = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 3] x) => (float[N, 3] y) { y = Relu(x) }')
+    model = chain("Relu", width=3)
     with pytest.raises(ValueError, match="unknown reduction"):
         augment_model(model, discover_sites(model), "median")
 

@@ -4,9 +4,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +17,8 @@ from onnxaff.executors import shard_state
 from onnxaff.shards import merge_parts, merge_states
 from onnxaff.signature import read_signature
 from onnxaff_models import shipped_models
-from tests.conftest import parse
+from tests.builders import chain, save
+from tests.conftest import cli_process, one_line_error, run_cli, start_cli, stderr_once_ended, wait_for_file
 
 # Every kind of collector state: chunk scores, a chunk_pair metric, pooled moments and NLC statistics.
 METRICS = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled", "nlc"]
@@ -38,11 +36,6 @@ def rescnn():
 @pytest.fixture(scope="module")
 def reference(rescnn):
     return analyze(*rescnn, **OPTIONS)
-
-
-def cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
-                          **kw)
 
 
 def assert_same(a, b, tol=TOL):
@@ -184,38 +177,34 @@ def test_checkpoint_of_another_run_is_refused(rescnn, tmp_path):
         analyze(*rescnn, checkpoint=tmp_path / "none.npz", resume=True, **OPTIONS)
 
 
-def test_sigint_from_another_process_then_resume_via_cli(tmp_path):
-    """The CLI as a user runs it: SIGINT arrives from outside, exit 130 with one line, --resume finishes."""
-    model = tmp_path / "m.onnx"
-    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 8] x) => (float[N, 8] y) { h = Relu(x)  y = Tanh(h) }"""), model)
-    args = [model, "--data", "synthetic:gaussian:n=60000", "--metrics", "affinity,cka", "--chunk-size", 256,
+def test_sigint_from_another_process_then_resume_via_cli(tmp_path, capfd):
+    """The CLI as a user runs it: SIGINT arrives from outside, exit 130 with one line, --resume finishes.
+    4096 batches, each followed by a checkpoint: the signal comes long before the end."""
+    model = save(chain("Relu", "Tanh", width=8), tmp_path / "m.onnx")
+    args = [model, "--data", "synthetic:gaussian:n=16384", "--metrics", "affinity,cka", "--chunk-size", 256,
             "--batch-size", 4, "--quiet"]
     ref = tmp_path / "ref.json"
-    assert cli("analyze", *args, "--out", ref).returncode == 0
+    assert run_cli(capfd, "analyze", *args, "--out", ref)[0] == 0
     out = tmp_path / "sig.json"
     ckpt = tmp_path / "sig.json.ckpt.npz"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out),
-                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = start_cli("analyze", *args, "--out", out, "--checkpoint-every", "1")
+    wait_for_file(proc, ckpt)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    err = stderr_once_ended(proc, "SIGINT", timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().count("\n") == 0 and err.startswith("onnxaff: interrupted: SIGINT after"), err
     assert not out.exists() and ckpt.exists()
     kept = tmp_path / "kept.ckpt.npz"
     shutil.copy(ckpt, kept)
-    done = cli("analyze", *args, "--out", out, "--resume")
-    assert done.returncode == 0, done.stderr
+    code, _, err = run_cli(capfd, "analyze", *args, "--out", out, "--resume")
+    assert code == 0, err
     assert not ckpt.exists()  # removed once the signature is written
     assert_same(read_signature(ref), read_signature(out), tol=0)
     # Forgetting --resume starts over, and says what it replaces.
-    again = cli("analyze", *args, "--out", tmp_path / "again.json", "--checkpoint", kept)
-    assert again.returncode == 0 and not kept.exists()
-    assert again.stderr.splitlines() == [f"warning: {kept} holds an interrupted run; starting over replaces it "
-                                         f"(--resume continues it)"]
+    code, _, err = run_cli(capfd, "analyze", *args, "--out", tmp_path / "again.json", "--checkpoint", kept)
+    assert code == 0 and not kept.exists()
+    assert err.splitlines() == [f"warning: {kept} holds an interrupted run; starting over replaces it "
+                                f"(--resume continues it)"]
 
 
 def photo_folder(root, copies: int, name: str = "{k}_{name}"):
@@ -248,7 +237,7 @@ def test_resume_keeps_unreadable_files_counted(tmp_path):
     assert_same(ref, resumed, tol=0)
 
 
-def decoding_run(tmp_path) -> tuple[list, Path]:
+def decoding_run(tmp_path, capfd) -> tuple[list, Path]:
     """CLI arguments of a 10-batch image-folder run with 2 decoder processes, and the signature of the same
     run decoded inline (the reference a stopped and resumed run must equal)."""
     from tests.test_images import image_model
@@ -259,34 +248,27 @@ def decoding_run(tmp_path) -> tuple[list, Path]:
     args = [model, "--data", root, "--preprocess", "raw", "--workers", 2, "--metrics", "affinity",
             "--chunk-size", 2, "--batch-size", 2, "--quiet"]
     ref = tmp_path / "ref.json"
-    assert cli("analyze", *args, "--workers", 0, "--out", ref).returncode == 0
+    assert run_cli(capfd, "analyze", *args, "--workers", 0, "--out", ref)[0] == 0
     return args, ref
 
 
-def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path):
+def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path, capfd):
     """`timeout`, Slurm and systemd signal every process of the group: the decoders must not die with their
     tasks pending (the main process would wait for them forever); the run saves and exits 130."""
-    args, ref = decoding_run(tmp_path)
+    args, ref = decoding_run(tmp_path, capfd)
     out, ckpt = tmp_path / "sig.json", tmp_path / "sig.json.ckpt.npz"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "analyze", *map(str, args), "--out", str(out),
-                             "--checkpoint-every", "1"], stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = start_cli("analyze", *args, "--out", out, "--checkpoint-every", "1", start_new_session=True)
+    wait_for_file(proc, ckpt)
     os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the run hung after SIGTERM to its process group")
+    err = stderr_once_ended(proc, "SIGTERM to its process group", timeout=60)
     assert proc.returncode == 130, err
     assert err.startswith("onnxaff: interrupted: SIGTERM after"), err
-    done = cli("analyze", *args, "--out", out, "--resume")
-    assert done.returncode == 0, done.stderr
+    code, _, err = run_cli(capfd, "analyze", *args, "--out", out, "--resume")
+    assert code == 0, err
     assert_same(read_signature(ref), read_signature(out), tol=0)
 
 
-def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path):
+def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path, capfd):
     ckpt = checkpoint_after(rescnn, tmp_path / "run.ckpt.npz")
     state = load_state(ckpt)
     del state["sites"][0]["buffer"]
@@ -295,12 +277,12 @@ def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path):
         analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
     # The checkpoint's folder is checked before the run, not at the first Ctrl-C.
     missing = tmp_path / "gone" / "c.npz"
-    done = cli("analyze", rescnn[0], "--data", rescnn[1], "--metrics", "affinity", "--out", tmp_path / "s.json",
-               "--checkpoint", missing)
-    assert done.returncode == 2 and done.stderr == f"onnxaff: error: output folder does not exist: {missing.parent}\n"
-    done = cli("analyze", rescnn[0], "--data", rescnn[1], "--out", tmp_path / "s.json", "--shard", "0/2",
-               "--checkpoint-every", -1)
-    assert done.returncode == 2 and "--checkpoint-every must be 0 or positive, got -1" in done.stderr
+    one_line_error(run_cli(capfd, "analyze", rescnn[0], "--data", rescnn[1], "--metrics", "affinity", "--out",
+                           tmp_path / "s.json", "--checkpoint", missing),
+                   f"output folder does not exist: {missing.parent}")
+    one_line_error(run_cli(capfd, "analyze", rescnn[0], "--data", rescnn[1], "--out", tmp_path / "s.json",
+                           "--shard", "0/2", "--checkpoint-every", -1),
+                   "--checkpoint-every must be 0 or positive, got -1")
 
 
 # --- shards ---
@@ -330,8 +312,7 @@ def test_network_nlc_of_shards_past_its_example_limit(tmp_path):
     """The network NLC uses one run's first 1024 examples; shards that start later contribute none, and a shard
     straddling the limit only its share (before: every shard took its own first 1024, and the merge 1536)."""
     model = tmp_path / "m.onnx"
-    onnx.save(parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 8] x) => (float[N, 8] y) { h = Relu(x)  y = Tanh(h) }"""), model)
+    onnx.save(chain("Relu", "Tanh", width=8), model)
     options = {"metrics": ["affinity", "nlc"], "chunk_size": 256, "batch_size": 64}
     data = "synthetic:gaussian:n=3072"
     one = analyze(str(model), data, progress=False, **options)
@@ -375,32 +356,32 @@ def test_merge_refuses_incomplete_or_mixed_parts(parts, rescnn):
         merge_states([parts[0], dict(parts[1], shard=[1, 4])])
 
 
-def test_shards_and_merge_through_the_cli(rescnn, reference, tmp_path):
+def test_shards_and_merge_through_the_cli(rescnn, reference, tmp_path, capfd):
     common = ["--metrics", ",".join(METRICS), "--chunk-size", 128, "--batch-size", 32, "--quiet"]
     outs = []
     for i in range(3):
         out = tmp_path / f"part{i}.json"
-        r = cli("analyze", rescnn[0], "--data", rescnn[1], *common, "--shard", f"{i}/3", "--out", out)
-        assert r.returncode == 0, r.stderr
+        code, _, err = run_cli(capfd, "analyze", rescnn[0], "--data", rescnn[1], *common, "--shard", f"{i}/3",
+                               "--out", out)
+        assert code == 0, err
         part = json.loads(out.read_text())
         assert part["data"]["shard"]["index"] == i and (tmp_path / f"part{i}.state.npz").exists()
         outs.append(out)
     merged = tmp_path / "merged.json"
-    r = cli("merge", *outs, "--out", merged, "--quiet")
-    assert r.returncode == 0, r.stderr
+    code, _, err = run_cli(capfd, "merge", *outs, "--out", merged, "--quiet")
+    assert code == 0, err
     assert_same(reference, read_signature(merged))
     # a part whose state file changed afterwards is refused
     (tmp_path / "part1.state.npz").write_bytes((tmp_path / "part1.state.npz").read_bytes() + b"\0")
-    r = cli("merge", *outs, "--out", tmp_path / "again.json")
-    assert r.returncode == 2 and "has changed since the part was written" in r.stderr
-    r = cli("analyze", rescnn[0], "--data", rescnn[1], "--shard", "3/3")
-    assert r.returncode == 2 and "0 <= i < n" in r.stderr
+    one_line_error(run_cli(capfd, "merge", *outs, "--out", tmp_path / "again.json"),
+                   "has changed since the part was written")
+    code, _, err = run_cli(capfd, "analyze", rescnn[0], "--data", rescnn[1], "--shard", "3/3")
+    assert code == 2 and "0 <= i < n" in err
 
 
 def test_shard_with_no_full_chunk_merges_to_the_partial_rule(tmp_path):
     """Fewer rows than a chunk: all shards but the last are empty, the merge scores the lone partial chunk."""
-    model = parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 2] x) => (float[N, 2] y) { y = Relu(x) }""")
+    model = chain("Relu", width=2)
     opts = dict(metrics=["affinity"], chunk_size=512, batch_size=16)
     ref = analyze(model, "synthetic:gaussian:n=100", progress=False, **opts)
     path = tmp_path / "m.onnx"
@@ -414,8 +395,9 @@ def test_ray_executor_equals_one_run(rescnn, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "ray.json"
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    r = cli("analyze", rescnn[0], "--data", rescnn[1], "--metrics", ",".join(METRICS), "--chunk-size", 128,
-            "--batch-size", 32, "--executor", "ray", "--shards", 3, "--quiet", "--out", out, env=env, timeout=300)
+    r = cli_process("analyze", rescnn[0], "--data", rescnn[1], "--metrics", ",".join(METRICS), "--chunk-size", 128,
+                    "--batch-size", 32, "--executor", "ray", "--shards", 3, "--quiet", "--out", out, env=env,
+                    timeout=300)
     assert r.returncode == 0, r.stderr
     sig = read_signature(out)
     assert sig.runtime["executor"]["engine"] == "ray" and sig.runtime["executor"]["shards"] == 3

@@ -8,12 +8,10 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_process, run_cli
 from tests.test_compare import fake_signature
 
 
@@ -73,6 +71,8 @@ CASES = {
     "sites-missing": (edited(_set("sites", DELETE)), "sites: missing"),
     "version": (edited(_set("schema_version", 2)), "schema_version: version 2 is not 1"),
     "not-object": ("[1, 2]", "schema: not an onnxaff signature (missing schema field)"),
+    "fields-missing": ('{"schema": "onnxaff.signature", "schema_version": 1}', "model: missing"),
+    "site-not-object": (edited(_set("sites", [3])), "sites[0]: expected an object"),
     "truncated": (json.dumps(base())[:300], "is not valid JSON: "),
     "deep": ("[" * 100_000 + "]" * 100_000, "is not valid JSON: nested too deeply"),
     "huge-integer": (json.dumps(base()).replace('"index": 0', '"index": ' + "9" * 5000, 1),
@@ -134,8 +134,7 @@ def test_the_base_signature_is_read(capfd, tmp_path):
 def test_fifo_instead_of_a_signature(tmp_path):
     """report waited forever on a FIFO given as the signature; now refused before it is opened."""
     os.mkfifo(tmp_path / "sig.json")
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", "report", str(tmp_path / "sig.json")],
-                       capture_output=True, text=True, timeout=60)
+    r = cli_process("report", tmp_path / "sig.json", timeout=60)  # its own process: a hang cannot stop pytest
     assert r.returncode == 2 and r.stderr == f"onnxaff: error: signature path is not a regular file: " \
                                              f"{tmp_path / 'sig.json'}\n"
 
@@ -172,7 +171,6 @@ def test_fifo_instead_of_an_accuracy_table(tmp_path):
     args = command("correlate", fake_signature("m", [0.5, 0.7, 0.6], 10).write(tmp_path / "m.json"), tmp_path)
     os.remove(tmp_path / "acc.csv")
     os.mkfifo(tmp_path / "acc.csv")
-    r = subprocess.run([sys.executable, "-m", "onnxaff.cli", *map(str, args)], capture_output=True, text=True,
-                       timeout=60)
+    r = cli_process(*args, timeout=60)
     assert r.returncode == 2 and r.stderr == f"onnxaff: error: accuracy path is not a regular file: " \
                                              f"{tmp_path / 'acc.csv'}\n"

@@ -1,14 +1,13 @@
 """Real exported graphs: PyTorch fixtures, onnx's own test models, and the shared pretrained models."""
 
-import json
 from collections import Counter
 
 import pytest
 
 from onnxaff.graph import discover_sites, load_model
-from tests.conftest import FIXTURES, LIGHT_MODELS, SHARED_MODELS
+from tests.conftest import FIXTURES, LIGHT_MODELS, SHARED_MODELS, TORCH_FIXTURES
 
-MANIFEST = json.loads((FIXTURES / "torch_fixtures.json").read_text())
+MANIFEST = TORCH_FIXTURES
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))

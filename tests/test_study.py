@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-import time
 
 import onnx
 import pytest
@@ -14,7 +12,8 @@ import pytest
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
 from onnxaff.study import StudyModel, resolve_models, run_study
-from tests.conftest import parse, run_cli
+from tests.builders import chain
+from tests.conftest import parse, run_cli, start_cli, stderr_once_ended, wait_for_file
 from tests.test_scale import assert_same
 
 BODIES = {  # three small networks with different non-linearities (a linear map between them)
@@ -116,8 +115,7 @@ def test_a_corrupt_model_is_named_and_the_others_complete(tmp_path, capfd, bad):
 
 def test_a_model_whose_data_does_not_fit_fails_alone(tmp_path):
     paths = write_models(tmp_path / "m")
-    wide = parse("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float[N, 9] x) => (float[N, 9] y) { y = Relu(x) }""")
+    wide = chain("Relu", width=9)
     onnx.save(wide, tmp_path / "m" / "wide.onnx")
     npz = tmp_path / "x.npz"
     import numpy as np
@@ -217,23 +215,19 @@ def test_killed_during_the_second_model_a_rerun_finishes_with_the_same_numbers(t
     assert run_cli(capfd, "study", *args, "--out", reference, "--quiet")[0] == 0
     out = tmp_path / "study"
     ckpt = out / "signatures" / "b.ckpt.npz"
-    proc = subprocess.Popen([sys.executable, "-m", "onnxaff.cli", "study", *args, "--out", str(out),
-                             "--checkpoint-every", "20"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    deadline = time.monotonic() + 60
-    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
+    proc = start_cli("study", *args, "--out", out, "--checkpoint-every", "20", stdout=subprocess.DEVNULL)
+    wait_for_file(proc, ckpt)
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
+    err = stderr_once_ended(proc, f"signal {signum}", timeout=60)
     assert proc.returncode == (-9 if signum == signal.SIGKILL else 130), err
     if signum == signal.SIGINT:
         last = err.strip().splitlines()[-1]
         assert last.startswith("onnxaff: interrupted: b: SIGINT after") and "rerun the same command" in last
     assert ckpt.exists() and (out / "signatures" / "a.json").exists()
     assert not (out / "signatures" / "b.json").exists() and not (out / "report.html").exists()
-    again = subprocess.run([sys.executable, "-m", "onnxaff.cli", "study", *args, "--out", str(out)],
-                           capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
-    assert "[1/3] a: up to date" in again.stderr and "continuing from b.ckpt.npz" in again.stderr
+    code, _, err = run_cli(capfd, "study", *args, "--out", out)
+    assert code == 0, err
+    assert "[1/3] a: up to date" in err and "continuing from b.ckpt.npz" in err
     assert not ckpt.exists()
     want, got = signatures(reference), signatures(out)
     assert list(got) == list(want) == ["a", "b", "c"]
