@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.metrics import Chunk, Metric, Moments, Needs
+from onnxaff.metrics import Chunk, Metric, Moments
 from onnxaff_plugins.linalg import as_rows
 from onnxaff_plugins.pooled import pooled_variant
 
@@ -35,9 +35,7 @@ def pooled_cka(m: Moments) -> float:
 class CKA(Metric):
     name = "cka"
     description = "linear CKA between X and Y, per chunk (Kornblith et al. 2019)"
-    range = (0.0, 1.0)
-    needs = Needs.CHUNK
-    rows_per_dim, rows_per_dim_strict = 8, 32
+    rows_per_dim, rows_per_dim_strict = 8, 32  # range [0, 1] and a Chunk per call: the Metric defaults
 
     def compute(self, chunk: Chunk) -> float:
         return linear_cka(chunk.x, chunk.y)
