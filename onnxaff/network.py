@@ -21,10 +21,10 @@ import math
 import numpy as np
 
 from onnxaff.analysis.config import parse_directions
-from onnxaff.dispatch import serving
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
 from onnxaff.metrics import JvpStats
+from onnxaff.metrics.dispatch import serving
 from onnxaff.runtime import Runner
 from onnxaff.scoring import evaluate
 

@@ -21,11 +21,11 @@ from typing import NamedTuple
 import numpy as np
 
 from onnxaff.collect import BlockMoments, ChunkBuffer, JvpAccumulator
-from onnxaff.dispatch import any_serving, serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
 from onnxaff.metrics import Chunk, ChunkPair, JvpStats, Metric, Moments, plugin_output
+from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.scoring import ChunkScorer
 from onnxaff.stats import HALVES, chunk_diagnostics, entry_ci, metric_flags
 

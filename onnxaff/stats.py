@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import t as student_t
 
-from onnxaff.dispatch import serving
+from onnxaff.metrics.dispatch import serving
 
 HALVES = 8  # half-samples for a one-chunk interval
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import onnxaff
-from onnxaff.dispatch import SERVING, serving, stage_entry
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import (
     Chunk,
@@ -24,6 +23,7 @@ from onnxaff.metrics import (
     resolve,
     stage_metrics,
 )
+from onnxaff.metrics.dispatch import SERVING, serving, stage_entry
 from onnxaff.stats import metric_flags
 from onnxaff_plugins.affinity import affinity_score
 from tests.conftest import FIXTURES

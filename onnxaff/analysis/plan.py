@@ -16,7 +16,6 @@ import onnx
 from onnxaff.analysis.assemble import no_usable
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.data import model_inputs, open_source
-from onnxaff.dispatch import serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
@@ -26,6 +25,7 @@ from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
+from onnxaff.metrics.dispatch import serving
 from onnxaff.runtime import Runner
 from onnxaff.sitelist import list_sites
 

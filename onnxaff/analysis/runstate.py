@@ -12,9 +12,9 @@ from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
 from onnxaff.analysis.checkpoint import key_mismatch
-from onnxaff.dispatch import serving
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
+from onnxaff.metrics.dispatch import serving
 from onnxaff.network import merge_nlc_states, network_results
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature

@@ -6,7 +6,7 @@ import html
 import math
 
 from onnxaff.compare import DTW_DESCRIPTION, Comparison
-from onnxaff.dispatch import stage_entry
+from onnxaff.metrics.dispatch import stage_entry
 from onnxaff.report import plots, svg
 from onnxaff.signature import Signature, signature_stats
 from onnxaff.text import printable

@@ -97,7 +97,7 @@ def run_lines(sig) -> list[str]:
 
 def summary_lines(sig) -> list[str]:
     """What a person reads after a run: sites, stages, signature statistics, then the run itself."""
-    from onnxaff.dispatch import stage_entry
+    from onnxaff.metrics.dispatch import stage_entry
 
     names = [n for n, info in sig.metrics.items() if not stage_entry(info)]
     track_names = [n for n in sig.metrics if n not in names]
