@@ -13,7 +13,6 @@ see `_span_problem`.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from onnxaff.metrics import Chunk, Metric, Needs
 from onnxaff_plugins.linalg import (
@@ -52,6 +51,8 @@ def exact_w2_squared(a: np.ndarray, b: np.ndarray) -> float:
     if a.shape[1] == 1:  # on the line the sorted matching is optimal (monotone rearrangement): O(n log n)
         diff = np.sort(a[:, 0]) - np.sort(b[:, 0])
         return float(np.dot(diff, diff) / len(diff))
+    from scipy.optimize import linear_sum_assignment  # 0.1 s of import: only for clouds off the line
+
     rows, cols = linear_sum_assignment(squared_distances(a, b))
     diff = a[rows] - b[cols]
     return float(np.einsum("ij,ij->", diff, diff) / len(rows))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from onnxaff.metrics import Metric, Needs, Tracks
 from onnxaff_plugins.linalg import squared_distances
@@ -81,6 +80,8 @@ def ot_score(tracks) -> float:
     moved = ((y - x) ** 2).sum(axis=1).mean()
     if moved == 0.0:
         return float("nan")
+    from scipy.optimize import linear_sum_assignment  # 0.1 s of import, paid only where stages are scored
+
     rows, cols = linear_sum_assignment(squared_distances(x, y))
     # The assignment on the expanded distances; its cost recomputed from differences, exactly. The
     # stage's own pairing is one of the assignments, so W2² ≤ moved: min() only removes rounding.

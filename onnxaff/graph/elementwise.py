@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import special
+
+from onnxaff.graph import special
 
 # Activation ops that are sites on their own; an island holds at most one of them (two in a row are
 # two sites, not one composite).

@@ -1,8 +1,8 @@
 """GELU as exporters decompose it: erf form and tanh approximation, 0.5 anywhere in the product."""
 
 import numpy as np
-from scipy import special
 
+from onnxaff.graph import special
 from onnxaff.graph.patterns.rule import reference_rule
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy import special
 
+from onnxaff.graph import special
 from onnxaff.graph.patterns import gelu, hardswish, mish, rule, softsign, swish
 from onnxaff.graph.patterns.rule import PROBE
 

@@ -1,8 +1,8 @@
 """x·Sigmoid(βx): SiLU (β = 1), QuickGELU (β = 1.702) and Swish-β (PaddlePaddle's swish)."""
 
 import numpy as np
-from scipy import special
 
+from onnxaff.graph import special
 from onnxaff.graph.patterns.rule import PROBE, Rule, close_to
 
 QUICK_GELU_BETA = 1.702
