@@ -135,7 +135,7 @@ _FLAG_TEXT = {
                  "raise --chunk-size and the number of examples, or see docs/statistics.md"),
     "partial": ("were scored on one partial chunk (fewer rows than --chunk-size)", "give more examples"),
     "eps_dominated": ("have activations so small that the paper's absolute ε = 1e-6 moves the score",
-                      "use affinity_rel (ε relative to the covariance)"),
+                      "a metric whose ε is relative to the covariance does not have this (docs/statistics.md)"),
     "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
     "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),
 }

@@ -240,9 +240,9 @@ def single_page(sig: Signature, metric: str | None = None) -> str:
         track = [m for m in sig.metrics if m not in metrics]
         rows = [[st["index"], st["id"], st["length"], st.get("dim"), st["status"],
                  *[_score_cell(st["metrics"].get(m)) for m in track]] for st in sig.stages]
-        parts.append("<h2>Residual stages</h2><p>Trajectory metrics: lss = path length / net displacement per "
-                     "example (1 = straight), ots = W2²(h⁰, h^L) / mean ‖h^L − h⁰‖² (1 = optimal-transport-like)."
-                     "</p>" + _table(["#", "stage", "blocks", "D", "status", *track], rows, left={1, 4}))
+        described = "; ".join(f"{m}: {(sig.metrics[m] or {}).get('description', '')}" for m in track)
+        parts.append(f"<h2>Residual stages</h2><p>Trajectory metrics: {html.escape(printable(described))}.</p>"
+                     + _table(["#", "stage", "blocks", "D", "status", *track], rows, left={1, 4}))
     stats = sig.model.get("stats", {})
     parts.append("<h2>Model</h2>" + _table(["field", "value"], [[k, v] for k, v in sig.model.items() if k != "stats"]
                                             + [[k, v] for k, v in stats.items()], left={0, 1}))
