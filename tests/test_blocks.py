@@ -441,3 +441,45 @@ def test_block_params_on_one_line():
     line = format_params(blocks[1].params)
     assert f"branches=[{blocks[1].params['branches'][0]}]" in line and "contains=[]" in line
     assert f"after={blocks[0].id}" in line and format_params({"slope": [0.25] * 64}) == "slope=[64 values]"
+
+
+def _lowest_index_topological(preds: list[list[int]]) -> list[int]:
+    """Brute force: repeatedly take the lowest-indexed node whose producers are all placed."""
+    placed, order = set(), []
+    while len(order) < len(preds):
+        ready = [i for i in range(len(preds)) if i not in placed and all(p in placed for p in preds[i])]
+        if not ready:
+            return list(range(len(preds)))
+        order.append(min(ready))
+        placed.add(order[-1])
+    return order
+
+
+@pytest.mark.parametrize("model", [m.path for m in shipped_models()] + sorted(FIXTURES.glob("*.onnx")),
+                         ids=lambda p: p.stem)
+def test_forward_order_is_the_lowest_index_topological_order(model):
+    from onnxaff.graph.view import GraphView
+
+    loaded = load_model(model)
+    view: GraphView = loaded.view
+    producers = [[view.producer[t] for t in dict.fromkeys(n.input) if t in view.producer and view.producer[t] != i]
+                 for i, n in enumerate(view.nodes)]
+    assert [sorted(p) for p in view.predecessors] == [sorted(dict.fromkeys(p)) for p in producers]
+    expected = _lowest_index_topological(view.predecessors)
+    assert sorted(view.order, key=view.order.__getitem__) == expected
+
+
+def test_forward_order_of_a_file_out_of_order_and_of_a_cycle():
+    from onnxaff.graph.view import GraphView
+
+    # Nodes written consumers first: forward order is b, a, c (b feeds a, a and b feed c).
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["h"], ["y1"]), onnx.helper.make_node("Tanh", ["x"], ["h"]),
+         onnx.helper.make_node("Add", ["y1", "h"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    assert GraphView(graph).order == {1: 0, 0: 1, 2: 2}
+    cyclic = onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["b"], ["a"]), onnx.helper.make_node("Tanh", ["a"], ["b"])], "c",
+        [], [onnx.helper.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [1])])
+    assert GraphView(cyclic).order == {0: 0, 1: 1}  # invalid ONNX: file order

@@ -1,4 +1,4 @@
-"""Graph layer: loading, site discovery and rewriting. Pure onnx + networkx, no runtime."""
+"""Graph layer: loading, site discovery and rewriting. Pure onnx, no runtime."""
 
 from onnxaff.graph.load import LoadedModel, load_model
 from onnxaff.graph.rewrite import REDUCTIONS, augment_model

@@ -1,10 +1,9 @@
-"""Model-level statistics: parameters, multiply-accumulates, depth. Pure onnx + networkx."""
+"""Model-level statistics: parameters, multiply-accumulates, depth. Pure onnx."""
 
 from __future__ import annotations
 
 import math
 
-import networkx as nx
 import onnx
 
 from onnxaff.graph.sites import Site
@@ -110,10 +109,9 @@ def model_stats(model: onnx.ModelProto, sites: list[Site], view: GraphView | Non
 
 def _longest(view: GraphView, marked: set[int]) -> int:
     """Most marked nodes on any path through the graph (the DAG's longest weighted path)."""
-    g: nx.DiGraph = view.digraph
     best = {}
-    for n in sorted(g.nodes, key=view.order.__getitem__):
-        preds = [best[p] for p in g.predecessors(n)]
+    for n in sorted(range(len(view.nodes)), key=view.order.__getitem__):
+        preds = [best[p] for p in view.predecessors[n]]
         best[n] = (max(preds) if preds else 0) + (1 if n in marked else 0)
     return int(max(best.values(), default=0))
 

@@ -10,7 +10,6 @@ import heapq
 from collections.abc import Iterable
 from functools import cached_property
 
-import networkx as nx
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -48,24 +47,42 @@ class GraphView:
 
     # -- order -------------------------------------------------------------------------------
     @cached_property
-    def digraph(self) -> nx.DiGraph:
-        g = nx.DiGraph()
-        g.add_nodes_from(range(len(self.nodes)))
+    def predecessors(self) -> list[list[int]]:
+        """Node index -> the nodes producing its inputs, each once, in input order."""
+        out = []
         for i, node in enumerate(self.nodes):
+            found = []
             for name in node.input:
                 j = self.producer.get(name)
-                if j is not None and j != i:
-                    g.add_edge(j, i)
-        return g
+                if j is not None and j != i and j not in found:
+                    found.append(j)
+            out.append(found)
+        return out
 
     @cached_property
     def order(self) -> dict[int, int]:
-        """Node index -> position in the forward pass (topological, ties by position in the file)."""
-        try:
-            ordered = list(nx.lexicographical_topological_sort(self.digraph))
-        except nx.NetworkXUnfeasible:  # a cyclic graph is invalid ONNX; keep file order
-            ordered = list(range(len(self.nodes)))
-        return {n: k for k, n in enumerate(ordered)}
+        """Node index -> position in the forward pass (topological, ties by position in the file).
+
+        Kahn's algorithm taking the lowest ready index first (networkx's lexicographical order, without the
+        0.07 s of importing networkx on every command)."""
+        n = len(self.nodes)
+        children: list[list[int]] = [[] for _ in range(n)]
+        waiting = [len(p) for p in self.predecessors]
+        for i, preds in enumerate(self.predecessors):
+            for j in preds:
+                children[j].append(i)
+        ready = [i for i in range(n) if waiting[i] == 0]
+        ordered = []
+        while ready:
+            i = heapq.heappop(ready)
+            ordered.append(i)
+            for c in children[i]:
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    heapq.heappush(ready, c)
+        if len(ordered) < n:  # a cyclic graph is invalid ONNX; keep file order
+            ordered = list(range(n))
+        return {i: k for k, i in enumerate(ordered)}
 
     # -- constants ---------------------------------------------------------------------------
     def constant(self, name: str) -> np.ndarray | None:
