@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from onnxaff.analysis.config import parse_directions
+from onnxaff.errors import ConfigError
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
 from onnxaff.metrics import JvpStats
@@ -30,6 +30,19 @@ from onnxaff.scoring import evaluate
 
 EXAMPLES = 1024
 DIRECTIONS = 1  # rolls per example when the input is too wide for the eigen-directions (see the module doc)
+
+
+def parse_directions(value) -> int | str:
+    """A positive number of rolls per example, or "all" (every other example of the batch: exact estimator)."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return "all"
+    try:
+        k = int(str(value).strip()) if not isinstance(value, bool) else 0
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ConfigError("nlc_directions", f"{{option}} must be a positive whole number or 'all', got {value!r}")
+    return k
 
 
 class NetworkNLC:

@@ -117,3 +117,35 @@ def test_run_state_merge_of_shards_is_one_run():
                                                                           for s in one.sites]
     assert merged.network["nlc"] == one.network["nlc"] and merged.data["samples"] == one.data["samples"] == 256
     assert merged.data["merged_from"]["shards"] == 3
+
+
+@pytest.mark.parametrize("field,value", [("layout", "bogus"), ("blocks", "bogus"), ("progress", "no"),
+                                         ("images", "abc")])
+def test_more_fields_checked_up_front(field, value):
+    with pytest.raises(ConfigError) as info:
+        AnalysisConfig(**{field: value})
+    assert info.value.field == field
+
+
+def test_one_text_is_one_item_and_blocks_are_normalised():
+    c = AnalysisConfig(plugins="x.py", blocks="all")
+    assert c.plugins == ("x.py",) and c.blocks == ("residual", "attention", "mlp")
+    assert AnalysisConfig(blocks=["mlp", "residual"]).blocks == ("mlp", "residual")
+
+
+def test_a_metric_named_twice_is_refused():
+    with pytest.raises(ConfigError, match="names 'cka' twice"):
+        onnxaff.analyze(TANH, DATA, metrics=["cka", "cka"], chunk_size=64, progress=False)
+
+
+def test_every_module_imports_on_its_own():
+    """Each module imports in a fresh interpreter (a cycle, network -> analysis -> network, once broke one)."""
+    import pkgutil
+    import subprocess
+    import sys
+
+    names = [m.name for m in pkgutil.walk_packages(onnxaff.__path__, "onnxaff.") if not m.name.endswith("__main__")]
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    for name in names:
+        r = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True)
+        assert r.returncode == 0, (name, r.stderr[-500:])

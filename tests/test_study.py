@@ -273,3 +273,20 @@ def test_the_demo_is_a_study_of_the_shipped_models_with_its_numbers_frozen(tmp_p
     assert (tmp_path / "compare.json").exists() and (tmp_path / "report.html").exists()
     code, _, err = run_cli(capfd, "demo", "--out", tmp_path, "--models", ",".join(names))
     assert code == 0 and err.count(": up to date (same model, data and options), skipped") == 2
+
+
+def test_default_metrics_head_the_table_and_bad_options_stop_before_any_model(tmp_path, capfd):
+    """No --metrics: the declared defaults run and the first heads the table (this used to end in an internal
+    error after every model was done). A bad option is one line naming its flag before any model is read."""
+    paths = write_models(tmp_path / "m", names=("a", "b"))
+    code, stdout, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", tmp_path / "s", "--chunk-size",
+                                "128", "--batch-size", "32", "--chunk-workers", "0")
+    assert code == 0, err
+    assert stdout.splitlines()[0].split()[:2] == ["model", "sites"] and "affinity mean" in stdout
+    assert set(read_signature(tmp_path / "s" / "signatures" / "a.json").metrics) == {"affinity", "affinity_lw"}
+    for args, message in ((["--chunk-size", "1"], "--chunk-size must be a whole number of at least 2, got 1"),
+                          (["--metrics", "affinity:bogus=1"], "--metrics: metric 'affinity' has no parameter 'bogus'"),
+                          (["--checkpoint-every", "-2"], "--checkpoint-every must be 0 or positive, got -2")):
+        code, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", tmp_path / "bad", *args)
+        assert code == 2 and err.startswith(f"onnxaff: error: {message}") and err.count("\n") == 1, err
+        assert not (tmp_path / "bad").exists()

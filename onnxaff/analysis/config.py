@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff.errors import ConfigError
+from onnxaff.graph.pairs import parse_block_kinds
 from onnxaff.graph.rewrite import REDUCTIONS
+from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
+from onnxaff.network import parse_directions
 
 DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
-NLC_DIRECTIONS = 1  # = onnxaff.network.DIRECTIONS: the default, recorded in the options only when changed
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STD_RULE = "population std (ddof=0) over chunk scores"
 
@@ -36,17 +38,9 @@ def parse_shard(text) -> tuple[int, int] | None:
     return i, n
 
 
-def parse_directions(value) -> int | str:
-    """A positive number of rolls per example, or "all" (every other example of the batch: exact estimator)."""
-    if isinstance(value, str) and value.strip().lower() == "all":
-        return "all"
-    try:
-        k = int(str(value).strip()) if not isinstance(value, bool) else 0
-    except ValueError:
-        k = 0
-    if k < 1:
-        raise ConfigError("nlc_directions", f"{{option}} must be a positive whole number or 'all', got {value!r}")
-    return k
+def check_checkpoint_every(every) -> int:
+    """--checkpoint-every: batches between saves, 0 for saves on signals only."""
+    return _whole("checkpoint_every", every, 0, "0 or positive")
 
 
 def _whole(name: str, value, least: int, what: str, optional: bool = False) -> int | None:
@@ -108,11 +102,16 @@ class AnalysisConfig:
         _choice("reduce", self.reduce, REDUCTIONS, "reduction")
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")
+        _choice("layout", self.layout, ("auto", "channels_first", "channels_last"), "layout")
+        if not isinstance(self.progress, bool):
+            raise ConfigError("progress", f"{{option}} must be true or false, got {self.progress!r}")
         put("input_shapes", _shapes(self.input_shapes))
+        if self.images is not None and not isinstance(self.images, Mapping):
+            raise ConfigError("images", f"{{option}} must be a mapping of image options, got {self.images!r:.60}")
         put("images", None if self.images is None else dict(self.images))
-        put("plugins", tuple(str(p) for p in self.plugins))
+        put("plugins", _texts(self.plugins))
         put("pairs", _pairs(self.pairs))
-        put("blocks", tuple(self.blocks))
+        put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
         put("shard", parse_shard(self.shard))
         put("nlc_directions", parse_directions(self.nlc_directions))
 
@@ -141,6 +140,11 @@ class AnalysisConfig:
         if self.nlc_directions != NLC_DIRECTIONS:  # recorded only when asked for: default runs' options unchanged
             options["nlc_directions"] = self.nlc_directions
         return options
+
+
+def _texts(value) -> tuple[str, ...]:
+    """One text or a list of texts (a lone string is one item, not its characters)."""
+    return (str(value),) if isinstance(value, str | Path) else tuple(str(v) for v in value or ())
 
 
 def _shapes(shapes) -> dict[str, tuple[int, ...]]:

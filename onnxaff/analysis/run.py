@@ -24,11 +24,11 @@ import numpy as np
 from onnxaff.analysis.assemble import check_some_number, no_usable
 from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, check_resumable, load_state, run_key, save_state
 from onnxaff.analysis.checkpoint import prepare as prepare_checkpoint
-from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
 from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
-from onnxaff.errors import ConfigError, DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
+from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph.rewrite import numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
@@ -98,8 +98,7 @@ class Analysis:
         batches and on SIGINT/SIGTERM (then raise Interrupted), and when the data source fails (DataFailed); with
         `finish` too, the end-of-data scoring runs here, where a signal still saves the state (the one from before
         the finish)."""
-        if every < 0:
-            raise ConfigError("checkpoint_every", f"{{option}} must be 0 or positive, got {every}")
+        check_checkpoint_every(every)
         if checkpoint is not None:
             prepare_checkpoint(checkpoint)  # a file that is not a checkpoint is refused, never replaced
         self._stop_signal = None  # an API caller may run again after catching Interrupted

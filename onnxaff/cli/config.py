@@ -4,10 +4,13 @@ configuration field to its flag (so a library error naming `chunk_size` reads `-
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.errors import ConfigError
+
+if TYPE_CHECKING:
+    from onnxaff.analysis.config import AnalysisConfig
 
 # Configuration field (an Analysis keyword argument, or `images.KEY` of its image options) -> its flag.
 FLAGS = {
@@ -32,7 +35,7 @@ def flag_of(field_name: str) -> str:
 class RunOptions:
     """Everything `analyze` was asked: the analysis' configuration, and how to run and save it."""
 
-    analysis: AnalysisConfig = field(default_factory=lambda: AnalysisConfig())
+    analysis: AnalysisConfig | None = None
     quiet: bool = False
     shard: str | None = None
     executor: str = "local"
@@ -42,11 +45,6 @@ class RunOptions:
     checkpoint_every: int = 0
     resume: bool = False
 
-
-def check_checkpoint_every(every: int) -> int:
-    if every < 0:
-        raise ConfigError("checkpoint_every", f"{{option}} must be 0 or positive, got {every}")
-    return every
 
 
 def _floats(text: str | None, field_name: str):
@@ -66,7 +64,7 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
               "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
     for key, value in (("mean", _floats(mean, "images.mean")), ("std", _floats(std, "images.std")),
-                       ("resize", parse_size(resize, "--resize")), ("crop", parse_size(crop, "--crop")),
+                       ("resize", parse_size(resize, "images.resize")), ("crop", parse_size(crop, "images.crop")),
                        ("interpolation", interpolation), ("fit", fit),
                        ("pad_value", _floats(pad_value, "images.pad_value"))):
         if value is not None:
@@ -97,6 +95,8 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
 def run_options(shard=None, executor="local", shards=4, ray_address=None, checkpoint=None, checkpoint_every=0,
                 resume=False, **flags) -> RunOptions:
     """`analyze`'s options, each checked once, before the model is read."""
+    from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every  # not on import: `--help` stays fast
+
     analysis = AnalysisConfig(**analysis_kwargs(**flags), shard=shard)  # validated here, before the model is read
     return RunOptions(analysis=analysis, quiet=flags["quiet"], shard=shard, executor=executor,
                       shards=shards, ray_address=ray_address, checkpoint=checkpoint,

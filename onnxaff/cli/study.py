@@ -7,7 +7,7 @@ import sys
 import click
 
 from onnxaff.cli.app import cli, echo_err
-from onnxaff.cli.config import analysis_kwargs, check_checkpoint_every
+from onnxaff.cli.config import analysis_kwargs
 from onnxaff.cli.options import analysis_options
 from onnxaff.errors import ConfigError
 from onnxaff.text import printable
@@ -48,10 +48,10 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
                        accuracy=read_table(accuracy, "accuracy") if accuracy else None,
                        groups=read_table(group_file, "group") if group_file else None, force=force,
                        executor=executor, shards=shards, ray_address=ray_address,
-                       checkpoint_every=check_checkpoint_every(checkpoint_every), clusters=clusters,
+                       checkpoint_every=checkpoint_every, clusters=clusters,
                        echo=None if quiet else echo_err)
     if not quiet and result.rows:
-        click.echo(models_table(result.rows, kwargs["metrics"][0]))
+        click.echo(models_table(result.rows, result.metric))
     for label, reason in result.failed.items():
         echo_err(f"failed: {label}: {reason}")
     failed = f", {len(result.failed)} failed" if result.failed else ""

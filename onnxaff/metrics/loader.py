@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics.base import Metric
 from onnxaff.metrics.output import plugin_output
 from onnxaff.metrics.params import build
@@ -136,7 +136,13 @@ def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Regist
 def resolve(names: list[str], plugin_files=(), available: dict[str, Registered] | None = None) -> list[Metric]:
     """Metric instances for `name` or `name:key=value:...` specs (a parameterised one is named by its spec)."""
     available = registry(plugin_files) if available is None else available
-    return [build(spec, available) for spec in names]
+    metrics = [build(spec, available) for spec in names]
+    seen = set()
+    for m in metrics:  # two entries of one name would store each chunk's score twice under it
+        if m.name in seen:
+            raise ConfigError("metrics", f"{{option}} names {m.name!r} twice")
+        seen.add(m.name)
+    return metrics
 
 
 def default_metrics(available: dict[str, Registered]) -> list[str]:

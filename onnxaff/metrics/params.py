@@ -6,7 +6,7 @@ kind of the parameter's default, so `eps=abc` or `shrinkage=3` is one line namin
 
 from __future__ import annotations
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics.output import plugin_output
 
 SYNTAX = "name:key=value:key=value"
@@ -57,7 +57,8 @@ def _coerce(spec: str, cls, key: str, text: str):
         ok = True
     if not ok:
         kind = "true or false" if isinstance(default, bool) else "a number"
-        raise OnnxaffError(f"metric {spec!r}: {key} must be {kind}, got {text!r}; {cls.name} accepts {accepted(cls)}")
+        raise ConfigError("metrics", f"{{option}}: metric {spec!r}: {key} must be {kind}, got {text!r}; {cls.name} "
+                                     f"accepts {accepted(cls)}")
     return value
 
 
@@ -65,18 +66,20 @@ def build(spec: str, available: dict):
     """One metric instance; a spec with parameters names its instance (the signature entry is the spec)."""
     name, given = parse_spec(spec)
     if name not in available:
-        raise OnnxaffError(f"unknown metric {name!r}; available: {', '.join(sorted(available))}")
+        raise ConfigError("metrics", f"{{option}}: unknown metric {name!r}; available: {', '.join(sorted(available))}")
     reg = available[name]
     unknown = [k for k in given if k not in reg.cls.parameters()]
     if unknown:
-        raise OnnxaffError(f"metric {name!r} has no parameter {unknown[0]!r}; it accepts {accepted(reg.cls)}")
+        raise ConfigError("metrics", f"{{option}}: metric {name!r} has no parameter {unknown[0]!r}; it accepts "
+                                     f"{accepted(reg.cls)}")
     kwargs = {k: _coerce(spec, reg.cls, k, v) for k, v in given.items()}
     try:
         with plugin_output():
             metric = reg.cls(**kwargs)
     except (Exception, SystemExit) as exc:
         if kwargs and isinstance(exc, (ValueError, TypeError)):
-            raise OnnxaffError(f"metric {spec!r}: {exc}; {name} accepts {accepted(reg.cls)}") from None
+            raise ConfigError("metrics", f"{{option}}: metric {spec!r}: {exc}; {name} accepts "
+                                         f"{accepted(reg.cls)}") from None
         raise OnnxaffError(f"metric {name!r} ({reg.origin}) failed to start: {type(exc).__name__}: {exc}") from None
     if given:
         metric.name = ":".join([name, *(f"{k}={v}" for k, v in given.items())])

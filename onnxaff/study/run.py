@@ -12,7 +12,7 @@ from pathlib import Path
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
 from onnxaff.errors import Interrupted, OnnxaffError, first_line
 from onnxaff.files import write_text_atomic
-from onnxaff.metrics import default_metrics, registry
+from onnxaff.metrics import default_metrics, registry, resolve
 from onnxaff.signature import Signature, read_signature, write_json_atomic
 from onnxaff.study.identity import data_identity, file_digest, options_identity, stale_reason
 from onnxaff.study.models import StudyModel
@@ -30,6 +30,7 @@ class StudyResult:
     failed: dict[str, str]
     skipped: list[str]
     report: Path | None = None
+    metric: str = ""  # the metric heading the tables (the first one asked for, or the first default)
 
     @property
     def ok(self) -> bool:
@@ -66,16 +67,21 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
               clusters: int = CLUSTERS, echo: Callable[[str], None] | None = None, render=None) -> StudyResult:
     """Analyse every model (skipping up-to-date ones), then write report.html and compare.json into `out`.
 
-    `options` are Analysis's keyword options (metrics first: the first metric heads the tables). `accuracy`
+    `options` are AnalysisConfig fields (metrics first: the first metric heads the tables), checked once before
+    any model is read (a bad value is a ConfigError, not a failure of every model). `accuracy`
     and `groups` map a label or a model file's sha256 to a value. `render(sigs, comps, corr, rows, metric,
     failed)` returns the page (default: the study page). Interrupted propagates, the state saved.
     """
-    _check_data_files(models, data)
-    folder = Path(out)
-    sig_dir = _make_folder(folder / "signatures", folder)
+    from onnxaff.analysis import AnalysisConfig
+
     _check_run(models, data, executor, checkpoint_every)
     metrics = list(options.get("metrics") or default_metrics(registry(options.get("plugins") or ())))
     options = {**options, "metrics": metrics}
+    AnalysisConfig(**options)  # every option checked once, before any model is read
+    resolve(metrics, options.get("plugins") or ())  # and every metric spec
+    _check_data_files(models, data)
+    folder = Path(out)
+    sig_dir = _make_folder(folder / "signatures", folder)
     digests = {m.label: file_digest(m.path) for m in models}
     accuracies = _accuracies(models, digests, accuracy)
     run = _Run(models, sig_dir, options, _plan(models, data, sig_dir, digests, options, force), checkpoint_every,
@@ -85,7 +91,7 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
         for k, model in enumerate(models, 1):
             _study_model(run, k, model)
     rows = [_row(m, run.sigs[m.label], accuracies.get(m.label), metrics[0]) for m in models if m.label in run.sigs]
-    result = StudyResult(folder, run.sigs, rows, run.failed, run.skipped)
+    result = StudyResult(folder, run.sigs, rows, run.failed, run.skipped, metric=metrics[0])
     result.report = _write_outputs(result, models, accuracies, groups, metrics[0], clusters, render)
     run.echo(f"{len(run.sigs)} of {len(models)} models in the study ({len(run.skipped)} up to date, "
              f"{len(run.failed)} failed) in {_clock(time.perf_counter() - started)}")
@@ -107,6 +113,9 @@ def _make_folder(sig_dir: Path, folder: Path) -> Path:
 
 
 def _check_run(models: list[StudyModel], data: str | None, executor: str, checkpoint_every: int) -> None:
+    from onnxaff.analysis.config import check_checkpoint_every
+
+    check_checkpoint_every(checkpoint_every)
     if executor not in ("local", "ray"):
         raise OnnxaffError(f"unknown executor {executor!r}; choose local or ray")
     if executor == "ray" and checkpoint_every:
