@@ -125,14 +125,6 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
     return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized)
 
 
-def comparison_table(comps: list[Comparison], fmt: str, sigs: list[Signature] | None = None) -> str:
-    """The DTW matrices as CSV or Markdown (onnxaff.report renders them; kept here for library callers)."""
-    from onnxaff.report.csv import comparison_csv
-    from onnxaff.report.markdown import comparison_markdown
-
-    return comparison_csv(comps) if fmt == "csv" else comparison_markdown(comps, sigs)
-
-
 def shared_metrics(sigs: list[Signature]) -> list[str]:
     """Metrics with a score in every signature, in the first signature's order."""
     return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
@@ -164,14 +156,6 @@ def read_table(path: str | Path, what: str) -> dict[str, str]:
     except OSError as exc:
         raise OnnxaffError(f"cannot read {path}: {exc.strerror or exc}") from None
     return table
-
-
-def correlation_table(result: dict, fmt: str) -> str:
-    """correlate's table as CSV or Markdown (onnxaff.report renders it; kept here for library callers)."""
-    from onnxaff.report.csv import correlation_csv
-    from onnxaff.report.markdown import correlation_markdown
-
-    return correlation_csv(result) if fmt == "csv" else correlation_markdown(result)
 
 
 def _flag_counts(sig: Signature, metric: str) -> tuple[int, int]:

@@ -140,7 +140,8 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     import csv
     import io
 
-    from onnxaff.compare import correlation_table
+    from onnxaff.report.csv import correlation_csv
+    from onnxaff.report.markdown import correlation_markdown
     from onnxaff.signature import read_signature
 
     accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
@@ -155,9 +156,9 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     assert {r["model"]: r["flagged"] for r in result["rows"]} == {"a": 1, "b": 2, "c": 0, "d": 0, "e": 0}
     assert result["table"]["all"]["affinity mean"]["flagged_models"] == 2
     assert result["table"]["all"]["parameters"]["flagged_models"] == 0  # a baseline has no site scores
-    rows = list(csv.DictReader(io.StringIO(correlation_table(result, "csv"))))
+    rows = list(csv.DictReader(io.StringIO(correlation_csv(result))))
     assert {r["statistic"]: r["flagged_models"] for r in rows}["affinity mean"] == "2"
-    md = correlation_table(result, "md")
+    md = correlation_markdown(result)
     assert "flagged sites" in md and "| a | 0.7 | all | 1 of 4 |" in md
     page = correlation_page(result)
     assert "flagged sites" in page and "1 of 4" in page and "2 of 4" in page

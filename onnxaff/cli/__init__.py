@@ -1,6 +1,6 @@
 """The `onnxaff` command: a module per command group, each a thin layer over the Python API.
 
-`config` holds the one mapping from options to the analysis' keyword arguments (and from configuration
+`config` holds the one mapping from options to the AnalysisConfig fields (and from configuration
 fields back to flags); `options` the option groups commands share; `main` the entry point and its error handler.
 """
 

@@ -1,4 +1,4 @@
-"""The one mapping from command-line options to the analysis' keyword arguments, and back from a
+"""The one mapping from command-line options to AnalysisConfig fields, and back from a
 configuration field to its flag (so a library error naming `chunk_size` reads `--chunk-size` here)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from onnxaff.errors import ConfigError
 if TYPE_CHECKING:
     from onnxaff.analysis.config import AnalysisConfig
 
-# Configuration field (an Analysis keyword argument, or `images.KEY` of its image options) -> its flag.
+# Configuration field (of AnalysisConfig, `images.KEY` of its image options, or of a run) -> its flag.
 FLAGS = {
     "metrics": "--metrics", "chunk_size": "--chunk-size", "batch_size": "--batch-size", "limit": "--limit",
     "reduce": "--reduce", "device": "--device", "reduce_in": "--reduce-in", "chunk_workers": "--chunk-workers",
