@@ -179,3 +179,25 @@ def test_the_network_figure_goes_through_each_jvp_metric(rng, tmp_path):
     assert set(sig.network) == {"nlc", "nlc_squared"}
     for out, value in sig.network["nlc"]["values"].items():
         assert sig.network["nlc_squared"]["values"][out] == pytest.approx(value**2, rel=1e-12)
+
+
+def test_a_parameter_kept_under_another_name_is_refused(tmp_path):
+    """params() reads the attribute of the keyword's name: without it the signature would record the default."""
+    from tests.builders import write_plugin
+
+    path = write_plugin(tmp_path / "hidden.py", '''
+        class Hidden(Metric):
+            name = "hidden"
+            range = (float("-inf"), float("inf"))
+
+            def __init__(self, k: float = 1.0):
+                self._k = k
+
+            def compute(self, chunk):
+                return self._k
+    ''')
+    from onnxaff.metrics import registry, resolve
+
+    assert resolve(["hidden"], available=registry([path]))[0].params() == {"k": 1.0}
+    with pytest.raises(OnnxaffError, match="keeps its parameter 'k' under another name"):
+        resolve(["hidden:k=5"], available=registry([path]))

@@ -81,6 +81,10 @@ def build(spec: str, available: dict):
             raise ConfigError("metrics", f"{{option}}: metric {spec!r}: {exc}; {name} accepts "
                                          f"{accepted(reg.cls)}") from None
         raise OnnxaffError(f"metric {name!r} ({reg.origin}) failed to start: {type(exc).__name__}: {exc}") from None
+    hidden = [k for k in kwargs if not hasattr(metric, k)]
+    if hidden:  # params() reads the attribute: without it the signature would record the default
+        raise OnnxaffError(f"metric {name!r} ({reg.origin}) keeps its parameter {hidden[0]!r} under another name; "
+                           f"store each constructor keyword as an attribute of the same name (scikit-learn's rule)")
     if given:
         metric.name = ":".join([name, *(f"{k}={v}" for k, v in given.items())])
     return metric
