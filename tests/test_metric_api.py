@@ -67,7 +67,8 @@ def test_parameters_equal_the_registered_preset(rng, spec, preset):
 
 @pytest.mark.parametrize("spec, match", [
     ("affinity:foo=1", r"metric 'affinity' has no parameter 'foo'; it accepts eps=1e-06, shrinkage='none'"),
-    ("affinity:eps=abc", r"metric 'affinity:eps=abc': eps must be a number, got 'abc'; affinity accepts eps="),
+    ("affinity:eps=abc", r"metric 'affinity:eps=abc': eps must be a finite number, got 'abc'; affinity accepts eps="),
+    ("affinity:eps=inf", r"metric 'affinity:eps=inf': eps must be a finite number, got 'inf'"),
     ("affinity:relative_eps=2", r"relative_eps must be true or false"),
     ("affinity:shrinkage=oas", r"shrinkage must be one of none, ledoit_wolf, not 'oas'; affinity accepts"),
     ("cka:eps=1", r"metric 'cka' has no parameter 'eps'; it accepts none"),

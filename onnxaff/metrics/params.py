@@ -6,6 +6,8 @@ kind of the parameter's default, so `eps=abc` or `shrinkage=3` is one line namin
 
 from __future__ import annotations
 
+import math
+
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics.output import plugin_output
 
@@ -48,15 +50,18 @@ def _coerce(spec: str, cls, key: str, text: str):
     default, value = cls.parameters()[key], parse_value(text)
     if isinstance(default, bool):
         ok = isinstance(value, bool)
-    elif isinstance(default, (int, float)):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok and isinstance(default, float) else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        value = float(value) if ok else value
     elif isinstance(default, str):
         ok, value = True, text
     else:
         ok = True
     if not ok:
-        kind = "true or false" if isinstance(default, bool) else "a number"
+        kind = ("true or false" if isinstance(default, bool) else "a whole number" if isinstance(default, int)
+                else "a finite number")
         raise ConfigError("metrics", f"{{option}}: metric {spec!r}: {key} must be {kind}, got {text!r}; {cls.name} "
                                      f"accepts {accepted(cls)}")
     return value
