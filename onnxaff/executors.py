@@ -19,7 +19,7 @@ import onnxaff
 from onnxaff.analysis.checkpoint import STATE_KIND_PART
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.run import Analysis
-from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.errors import ConfigError, OnnxaffError, first_line
 from onnxaff.signature import Signature
 
 
@@ -62,7 +62,7 @@ def _check_reachable(address: str | None, timeout: float = 3.0) -> None:
         return
     host, sep, port = address.split("://", 1)[-1].rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise OnnxaffError(f"--ray-address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+        raise ConfigError("ray_address", f"{{option}} {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as exc:
@@ -101,7 +101,7 @@ def start_ray(address: str | None) -> bool:
     try:
         import ray
     except ImportError:
-        raise OnnxaffError("--executor ray needs Ray: pip install 'onnxaff[ray]'") from None
+        raise ConfigError("executor", "{option} ray needs Ray: pip install 'onnxaff[ray]'") from None
     if ray.is_initialized():
         return False
     _check_reachable(address)
@@ -120,12 +120,12 @@ def run_ray(model: str, data: str, shards: int, options: AnalysisConfig | dict, 
     try:
         import ray
     except ImportError:
-        raise OnnxaffError("--executor ray needs Ray: pip install 'onnxaff[ray]'") from None
+        raise ConfigError("executor", "{option} ray needs Ray: pip install 'onnxaff[ray]'") from None
     from onnxaff.progress import Progress
     from onnxaff.shards import merge_states
 
     if shards < 1:
-        raise OnnxaffError(f"--shards must be positive, got {shards}")
+        raise ConfigError("shards", f"{{option}} must be positive, got {shards}")
     config = _config(options)
     config = config.replace(plugins=tuple(_absolute(p) for p in config.plugins), progress=False)
     started_here = start_ray(address)

@@ -169,7 +169,7 @@ def test_ray_with_mid_model_checkpoints_is_refused_before_anything_runs(tmp_path
     paths = write_models(tmp_path / "m", names=("a",))
     code, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", tmp_path / "s", "--executor", "ray",
                            "--checkpoint-every", "5")
-    assert code == 2 and err.startswith("onnxaff: error: --executor ray keeps no mid-model checkpoint")
+    assert code == 2 and err.startswith("onnxaff: error: the ray executor keeps no mid-model checkpoint")
     assert err.count("\n") == 1
 
 

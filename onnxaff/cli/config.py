@@ -23,6 +23,7 @@ FLAGS = {
     "images.interpolation": "--interpolation", "images.shuffle": "--shuffle", "images.workers": "--workers",
     "images.draft": "--fast-decode", "executor": "--executor", "shards": "--shards", "ray_address": "--ray-address",
     "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "resume": "--resume",
+    "data": "--data", "metric": "--metric",
 }
 
 

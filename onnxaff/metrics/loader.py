@@ -160,7 +160,7 @@ def primary_metric(available: dict[str, Registered] | None = None) -> str:
     """The metric compare, correlate and report show unless told: the first default one."""
     names = default_metrics(registry() if available is None else available)
     if not names:
-        raise OnnxaffError("no registered metric declares itself a default: give --metric")
+        raise ConfigError("metric", "no registered metric declares itself a default: give {option}")
     return names[0]
 
 

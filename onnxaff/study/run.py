@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
-from onnxaff.errors import Interrupted, OnnxaffError, first_line
+from onnxaff.errors import ConfigError, Interrupted, OnnxaffError, first_line
 from onnxaff.files import write_text_atomic
 from onnxaff.metrics import default_metrics, registry, resolve
 from onnxaff.signature import Signature, read_signature, write_json_atomic
@@ -119,10 +119,10 @@ def _check_run(models: list[StudyModel], data: str | None, executor: str, checkp
     if executor not in ("local", "ray"):
         raise OnnxaffError(f"unknown executor {executor!r}; choose local or ray")
     if executor == "ray" and checkpoint_every:
-        raise OnnxaffError("--executor ray keeps no mid-model checkpoint (a rerun redoes an unfinished model): "
-                           "drop --checkpoint-every")
+        raise ConfigError("checkpoint_every", "the ray executor keeps no mid-model checkpoint (a rerun redoes an "
+                                              "unfinished model): drop {option}")
     if data is None and any(m.data is None for m in models):
-        raise OnnxaffError("the study needs data: give --data")
+        raise ConfigError("data", "the study needs data: give {option}")
 
 
 def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: dict, options: dict,
