@@ -86,10 +86,11 @@ class Analysis:
     stage_states = property(lambda self: self.live.stages)
 
     def key(self) -> dict:
-        """What a saved state must match to be continued or merged: model, data, options, plugin files."""
+        """What a saved state must match to be continued or merged: model, data, options, plugin files, the code
+        of each metric used."""
         plan = self.plan
         return run_key(plan.data, plan.source.describe(), len(plan.source), plan.options, plan.model_info,
-                       plan.unit)
+                       plan.unit, plan.fingerprints)
 
     # --- the batch loop ---
 

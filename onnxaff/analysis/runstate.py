@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
-from onnxaff.analysis.checkpoint import key_mismatch
+from onnxaff.analysis.checkpoint import code_mismatch, key_mismatch
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.metrics.dispatch import serving
+from onnxaff.metrics.loader import code_fingerprints
 from onnxaff.network import merge_nlc_states, network_results
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
@@ -73,12 +74,20 @@ class RunState:
         )
 
     def metrics(self) -> tuple[list[Metric], list[Metric]]:
-        """The site metrics and the trajectory metrics this state was collected with (plugins loaded again)."""
+        """The site metrics and the trajectory metrics this state was collected with (plugins loaded again).
+
+        Refused when the code of one of them is not the code the state was collected with (a plugin file edited,
+        a metric package upgraded since): the collected scores and what would be scored now would mix."""
         options = self.header["options"]
         available = registry(options["plugins"])
         metrics = [m for m in resolve(options["metrics"], available=available) if not serving(m).stage]
         names = {m.name for m in metrics}
-        return metrics, resolve([n for n in self.header["metrics"] if n not in names], available=available)
+        track_metrics = resolve([n for n in self.header["metrics"] if n not in names], available=available)
+        if (what := code_mismatch(code_fingerprints(metrics + track_metrics, available), self.key.get("metrics"))):
+            which = "" if self.shard is None else f" {self.shard[0]}/{self.shard[1]}"
+            raise OnnxaffError(f"the {self.kind}{which} is from {what}, not the code present now: write it again "
+                               f"with this code")
+        return metrics, track_metrics
 
     def merge(self, other: RunState, metrics: list[Metric], track_metrics: list[Metric],
               scorer: ChunkScorer) -> None:
