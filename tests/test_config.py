@@ -99,6 +99,26 @@ def test_a_plugin_edited_before_resume_is_refused(tmp_path):
     assert "\n" not in str(info.value)
 
 
+def test_resume_reads_the_state_through_run_state(tmp_path, monkeypatch):
+    """--resume reads the saved dict with RunState.from_state (the reader merge and Ray use), restoring the live
+    collectors in place: they keep their sites, and the resumed run's numbers are the saved run's."""
+    options = dict(metrics=["affinity", "nlc"], chunk_size=64, batch_size=32, progress=False)
+    ckpt = tmp_path / "run.ckpt.npz"
+    first = Analysis(TANH, DATA, **options)
+    first.run()
+    first.save(ckpt, "checkpoint")
+    read, from_state = [], RunState.from_state.__func__
+    monkeypatch.setattr(RunState, "from_state", classmethod(
+        lambda cls, d, *args, **kwargs: read.append(kwargs.get("live")) or from_state(cls, d, *args, **kwargs)))
+    again = Analysis(TANH, DATA, **options)
+    live = list(again.states)
+    again.restore(ckpt)
+    assert read == [again.live]
+    assert all(a is b and a.site is not None for a, b in zip(again.states, live, strict=True))
+    assert (again.cursor, again.live.used, again.live.seconds) == (256, 256, first.live.seconds)
+    assert again.signature().to_dict()["sites"] == first.signature().to_dict()["sites"]
+
+
 def test_an_entry_point_metric_changed_before_resume_is_refused(tmp_path, monkeypatch):
     """A built-in (or pip-installed) metric upgraded between the checkpoint and --resume: its module's sha256 is in
     the key, so the run is refused in one line naming the metric (before: only --plugin files were recorded)."""
