@@ -1,5 +1,6 @@
 """AnalysisConfig: one validated carrier of the options; its errors name the field, the CLI renders the flag.
-RunState: the saved dict round-trips; a plugin edited before --resume is refused."""
+RunState: the saved dict round-trips; a metric whose code changed (plugin file or entry point) is refused by --resume
+and by merge."""
 
 import numpy as np
 import onnx
@@ -8,7 +9,7 @@ import pytest
 import onnxaff
 from onnxaff.analysis import Analysis, AnalysisConfig, RunState
 from onnxaff.errors import ConfigError, OnnxaffError
-from tests.conftest import parse, run_cli
+from tests.conftest import one_line_error, parse, run_cli
 
 TANH = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 2] x) => (float[N, 2] y) { y = Tanh(x) }')
 DATA = "synthetic:gaussian:n=256"
@@ -96,6 +97,83 @@ def test_a_plugin_edited_before_resume_is_refused(tmp_path):
     with pytest.raises(OnnxaffError, match=f"another version of the plugin {plugin}") as info:
         Analysis(TANH, DATA, **options).restore(ckpt)
     assert "\n" not in str(info.value)
+
+
+def test_resume_reads_the_state_through_run_state(tmp_path, monkeypatch):
+    """--resume reads the saved dict with RunState.from_state (the reader merge and Ray use), restoring the live
+    collectors in place: they keep their sites, and the resumed run's numbers are the saved run's."""
+    options = dict(metrics=["affinity", "nlc"], chunk_size=64, batch_size=32, progress=False)
+    ckpt = tmp_path / "run.ckpt.npz"
+    first = Analysis(TANH, DATA, **options)
+    first.run()
+    first.save(ckpt, "checkpoint")
+    read, from_state = [], RunState.from_state.__func__
+    monkeypatch.setattr(RunState, "from_state", classmethod(
+        lambda cls, d, *args, **kwargs: read.append(kwargs.get("live")) or from_state(cls, d, *args, **kwargs)))
+    again = Analysis(TANH, DATA, **options)
+    live = list(again.states)
+    again.restore(ckpt)
+    assert read == [again.live]
+    assert all(a is b and a.site is not None for a, b in zip(again.states, live, strict=True))
+    assert (again.cursor, again.live.used, again.live.seconds) == (256, 256, first.live.seconds)
+    assert again.signature().to_dict()["sites"] == first.signature().to_dict()["sites"]
+
+
+def test_an_entry_point_metric_changed_before_resume_is_refused(tmp_path, monkeypatch):
+    """A built-in (or pip-installed) metric upgraded between the checkpoint and --resume: its module's sha256 is in
+    the key, so the run is refused in one line naming the metric (before: only --plugin files were recorded)."""
+    from onnxaff.metrics import Registered
+
+    options = dict(metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
+    ckpt = tmp_path / "run.ckpt.npz"
+    first = Analysis(TANH, DATA, **options)
+    first.run()
+    first.save(ckpt, "checkpoint")
+    assert first.key()["metrics"] == {"affinity": first.plan.registry["affinity"].fingerprint}
+    Analysis(TANH, DATA, **options).restore(ckpt)  # the same code: accepted
+    upgraded = Registered.fingerprint.fget
+    monkeypatch.setattr(Registered, "fingerprint", property(
+        lambda r: "0" * 64 if r.cls.name == "affinity" else upgraded(r)))
+    with pytest.raises(OnnxaffError, match=f"checkpoint {ckpt} is from another version of metric affinity") as info:
+        Analysis(TANH, DATA, **options).restore(ckpt)
+    assert "\n" not in str(info.value)
+
+
+def test_a_plugin_edited_between_the_shards_and_the_merge_is_refused(tmp_path, capfd):
+    """Both shards run with one version of a --plugin metric, the file edited before `merge`: the merge loads the
+    metrics again and refuses, naming the metric (before: it merged, scoring what was left with the new code)."""
+    model, plugin = tmp_path / "m.onnx", tmp_path / "const_metric.py"
+    onnx.save(TANH, model)
+    plugin.write_text(PLUGIN.format(value=1.0))
+    parts = [tmp_path / f"part{i}.json" for i in range(2)]
+    for i, out in enumerate(parts):
+        code, _, err = run_cli(capfd, "analyze", model, "--data", DATA, "--metrics", "affinity,const", "--plugin",
+                               plugin, "--chunk-size", 64, "--batch-size", 32, "--shard", f"{i}/2", "--out", out,
+                               "--quiet")
+        assert code == 0, err
+    code, _, err = run_cli(capfd, "merge", *parts, "--out", tmp_path / "merged.json", "--quiet")
+    assert code == 0, err  # the same code: merged
+    plugin.write_text(PLUGIN.format(value=2.0))
+    one_line_error(run_cli(capfd, "merge", *parts, "--out", tmp_path / "again.json", "--quiet"),
+                   "the part 0/2 is from another version of metric const, not the code present now")
+    assert not (tmp_path / "again.json").exists()
+
+
+def test_parts_from_two_versions_of_a_metric_are_not_merged(tmp_path, monkeypatch):
+    """A metric upgraded between two shards' runs: the parts' keys differ on that metric alone."""
+    from onnxaff.executors import shard_state
+    from onnxaff.metrics import Registered
+    from onnxaff.shards import merge_states
+
+    config = AnalysisConfig(metrics=("affinity",), chunk_size=32, batch_size=16, progress=False)
+    first = shard_state(TANH, DATA, (0, 2), config)
+    upgraded = Registered.fingerprint.fget
+    monkeypatch.setattr(Registered, "fingerprint", property(
+        lambda r: "0" * 64 if r.cls.name == "affinity" else upgraded(r)))
+    second = shard_state(TANH, DATA, (1, 2), config)
+    monkeypatch.undo()  # the first part's code is the code present now
+    with pytest.raises(OnnxaffError, match=r"parts cannot be merged: one is from another version of metric affinity"):
+        merge_states([first, second])
 
 
 def test_run_state_merge_of_shards_is_one_run():

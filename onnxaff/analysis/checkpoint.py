@@ -107,8 +107,10 @@ def state_kind(path: str | Path) -> str | None:
 
 # --- the key: what a saved state must match to be continued or merged ---
 
-def run_key(data_spec: str, description: dict, total: int, options: dict, model_info: dict, unit: int) -> dict:
-    """Model (and external weights), data, result-changing options, and each plugin file's content."""
+def run_key(data_spec: str, description: dict, total: int, options: dict, model_info: dict, unit: int,
+            metrics: dict[str, str | None]) -> dict:
+    """Model (and external weights), data, result-changing options, each plugin file's content, and the code of
+    every metric the run uses (`metrics`: {name: fingerprint}, entry points and plugin files alike)."""
     describe = {k: v for k, v in description.items() if k not in ("skipped", "workers")}
     path = Path(data_spec)
     if path.is_file():
@@ -121,7 +123,7 @@ def run_key(data_spec: str, description: dict, total: int, options: dict, model_
         model = hashlib.sha256(json.dumps([model, external], sort_keys=True).encode()).hexdigest()
     plugins = [{"path": p, "sha256": sha256_of(p) if Path(p).is_file() else None} for p in options["plugins"]]
     return {"model_sha256": model, "data_sha256": data, "options": numeric, "total": total, "unit": unit,
-            "plugins": plugins}
+            "plugins": plugins, "metrics": dict(metrics)}
 
 
 def key_mismatch(mine: dict, theirs: dict) -> str | None:
@@ -137,6 +139,22 @@ def key_mismatch(mine: dict, theirs: dict) -> str | None:
     for a, b in zip(mine.get("plugins", []), theirs.get("plugins", []), strict=False):
         if a != b:
             return f"another version of the plugin {a['path']} (the file has changed)"
+    if (what := code_mismatch(mine.get("metrics"), theirs.get("metrics"))) is not None:
+        return f"{what} (its code has changed)" if what.startswith("another version") else what
+    return None
+
+
+def code_mismatch(mine: dict | None, theirs: dict | None) -> str | None:
+    """Why the metric code recorded as `theirs` ({name: fingerprint}) is not `mine`, as "another version of
+    metric M" (None when every metric's code is the same)."""
+    if theirs is None:
+        return "an onnxaff version that recorded no metric fingerprints"
+    mine = mine or {}
+    for name in sorted({*mine, *theirs}):
+        if name not in theirs or name not in mine:
+            return f"a run with other metrics ({name})"
+        if mine[name] != theirs[name]:
+            return f"another version of metric {name}"
     return None
 
 

@@ -26,6 +26,7 @@ from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
+from onnxaff.metrics.loader import code_fingerprints
 from onnxaff.runtime import Runner
 from onnxaff.sitelist import list_sites
 
@@ -71,6 +72,7 @@ class Plan:
     stop: int
     options: dict
     model_info: dict
+    fingerprints: dict  # {metric name: sha256 of its code} of every metric used, as loaded (the run's key)
 
     @property
     def needs_jvp(self) -> bool:
@@ -92,6 +94,7 @@ class Plan:
         available = registry(config.plugins)
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
         metrics, track_metrics = _resolve_metrics(asked, available, bool(listed.stages))
+        fingerprints = code_fingerprints(metrics + track_metrics, available)
         inputs = model_inputs(loaded.model)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images)
@@ -127,7 +130,7 @@ class Plan:
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
                    unit=unit, start=start, stop=stop, options=config.signature_options(batch_size, asked),
-                   model_info=model_info)
+                   model_info=model_info, fingerprints=fingerprints)
 
 
 def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric]]:

@@ -86,10 +86,11 @@ class Analysis:
     stage_states = property(lambda self: self.live.stages)
 
     def key(self) -> dict:
-        """What a saved state must match to be continued or merged: model, data, options, plugin files."""
+        """What a saved state must match to be continued or merged: model, data, options, plugin files, the code
+        of each metric used."""
         plan = self.plan
         return run_key(plan.data, plan.source.describe(), len(plan.source), plan.options, plan.model_info,
-                       plan.unit)
+                       plan.unit, plan.fingerprints)
 
     # --- the batch loop ---
 
@@ -247,21 +248,16 @@ class Analysis:
             raise OnnxaffError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc})") from None  # mixed
 
     def _restore(self, path, saved: dict) -> None:
+        """The key checked, the saved state read by RunState.from_state into the live collectors (which keep
+        their sites and outputs); the live run then takes its position and counters, the network NLC its state."""
         check_resumable(path, self.key(), saved)
         self._finished = False  # each site's state says whether it was finished
-        if (saved["start"], saved["stop"]) != (self.start, self.stop):
-            raise OnnxaffError(f"checkpoint {path} covers examples [{saved['start']}, {saved['stop']}), "
-                               f"this run [{self.start}, {self.stop}) (another --shard)")
-        if (len(saved["sites"]), len(saved["stages"])) != (len(self.states), len(self.stage_states)):
-            raise OnnxaffError(f"checkpoint {path} has {len(saved['sites'])} sites, this run {len(self.states)}")
-        for st, d in zip(self.states + self.stage_states, saved["sites"] + saved["stages"], strict=True):
-            st.restore(d)
-        if self.network is not None and saved["network"] is not None:
-            self.network.restore(saved["network"])
+        state = RunState.from_state(saved, live=self.live, label=f"checkpoint {path}")
+        if self.network is not None and state.network is not None:
+            self.network.restore(state.network)
         live = self.live
-        live.cursor, live.used, live.dropped = saved["cursor"], saved["used"], saved["dropped"]
-        live.skipped = [tuple(s) for s in saved["skipped"]]  # unreadable files of earlier sessions
-        live.seconds = saved["seconds"]
+        live.cursor, live.used, live.dropped, live.seconds = state.cursor, state.used, state.dropped, state.seconds
+        live.skipped = state.skipped  # unreadable files of earlier sessions
 
     def _skipped(self) -> list:
         return self.live.skipped + list(getattr(self.source, "skipped", []))

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
-from onnxaff.analysis.checkpoint import key_mismatch
+from onnxaff.analysis.checkpoint import code_mismatch, key_mismatch
+from onnxaff.collect import ChunkBuffer
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.metrics.dispatch import serving
+from onnxaff.metrics.loader import code_fingerprints
 from onnxaff.network import merge_nlc_states, network_results
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
@@ -61,24 +63,48 @@ class RunState:
         }
 
     @classmethod
-    def from_state(cls, d: dict) -> RunState:
-        return cls(
+    def from_state(cls, d: dict, live: RunState | None = None, label: str = "the state") -> RunState:
+        """The one reader of the saved format. With `live` (the live state of the same prepared run, for --resume),
+        `live`'s collectors are restored in place and become the returned state's: they keep the site/outputs links
+        a saved state lacks. A state of another window or site count is refused (`label` names it) before anything
+        of `live` changes."""
+        state = cls(
             kind=d["kind"], key=d["key"], cursor=d["cursor"], start=d["start"], stop=d["stop"],
             shard=None if d["shard"] is None else tuple(d["shard"]), used=d["used"], dropped=d["dropped"],
-            skipped=[tuple(s) for s in d["skipped"]], seconds=d["seconds"],
-            sites=[SiteState.from_state(s) for s in d["sites"]], stages=[SiteState.from_state(s) for s in d["stages"]],
+            skipped=[tuple(s) for s in d["skipped"]], seconds=d["seconds"], sites=[], stages=[],
             sites_base=d["sites_base"], stages_base=d["stages_base"], network=d["network"], header=d["signature"],
             indices=[s["index"] for s in d["sites"]],
             tail_ragged=any(s["buffer"]["x"] is not None for s in d["sites"]),
         )
+        if live is None:
+            state.sites = [SiteState(None, None, ChunkBuffer(s["buffer"]["size"])) for s in d["sites"]]
+            state.stages = [SiteState(None, None, ChunkBuffer(s["buffer"]["size"])) for s in d["stages"]]
+        else:
+            if (state.start, state.stop) != (live.start, live.stop):
+                raise OnnxaffError(f"{label} covers examples [{state.start}, {state.stop}), "
+                                   f"this run [{live.start}, {live.stop}) (another --shard)")
+            if (len(d["sites"]), len(d["stages"])) != (len(live.sites), len(live.stages)):
+                raise OnnxaffError(f"{label} has {len(d['sites'])} sites, this run {len(live.sites)}")
+            state.sites, state.stages = live.sites, live.stages
+        for st, saved in zip(state.sites + state.stages, d["sites"] + d["stages"], strict=True):
+            st.restore(saved)
+        return state
 
     def metrics(self) -> tuple[list[Metric], list[Metric]]:
-        """The site metrics and the trajectory metrics this state was collected with (plugins loaded again)."""
+        """The site metrics and the trajectory metrics this state was collected with (plugins loaded again).
+
+        Refused when the code of one of them is not the code the state was collected with (a plugin file edited,
+        a metric package upgraded since): the collected scores and what would be scored now would mix."""
         options = self.header["options"]
         available = registry(options["plugins"])
         metrics = [m for m in resolve(options["metrics"], available=available) if not serving(m).stage]
         names = {m.name for m in metrics}
-        return metrics, resolve([n for n in self.header["metrics"] if n not in names], available=available)
+        track_metrics = resolve([n for n in self.header["metrics"] if n not in names], available=available)
+        if (what := code_mismatch(code_fingerprints(metrics + track_metrics, available), self.key.get("metrics"))):
+            which = "" if self.shard is None else f" {self.shard[0]}/{self.shard[1]}"
+            raise OnnxaffError(f"the {self.kind}{which} is from {what}, not the code present now: write it again "
+                               f"with this code")
+        return metrics, track_metrics
 
     def merge(self, other: RunState, metrics: list[Metric], track_metrics: list[Metric],
               scorer: ChunkScorer) -> None:

@@ -54,6 +54,11 @@ def file_fingerprint(path: str | Path | None) -> str | None:
         return None
 
 
+def code_fingerprints(metrics: list[Metric], available: dict[str, Registered]) -> dict[str, str | None]:
+    """{registered name: fingerprint} of the metrics a run uses (parameterised ones by their class's name)."""
+    return {name: available[name].fingerprint for name in sorted({type(m).name for m in metrics})}
+
+
 def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not math.isnan(v)
 
