@@ -27,7 +27,7 @@ from onnxaff.graph.sites import Site
 from onnxaff.metrics import Chunk, ChunkPair, JvpStats, Metric, Moments, plugin_output
 from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.scoring import ChunkScorer
-from onnxaff.stats import HALVES, chunk_diagnostics, entry_ci, metric_flags
+from onnxaff.stats import HALVES, chunk_diagnostics, chunk_scale, entry_ci, metric_flags
 
 
 def readonly(a: np.ndarray) -> np.ndarray:
@@ -41,6 +41,10 @@ def readonly_moments(m: Moments) -> Moments:
     """A copy of the pooled moments whose arrays are read-only views (the live ones stay untouched)."""
     return dataclasses.replace(m, mean_x=readonly(m.mean_x), mean_y=readonly(m.mean_y), m_xx=readonly(m.m_xx),
                                m_yy=readonly(m.m_yy), m_xy=readonly(m.m_xy))
+
+
+def _least(a: float | None, b: float | None) -> float | None:
+    return a if b is None else b if a is None else min(a, b)
 
 
 def _chunk_state(c: Chunk | None) -> dict | None:
@@ -84,6 +88,7 @@ class SiteState:
     finished: bool = False  # finish() done: a state saved after it (the final save) is not finished twice
     tracks: int | None = None  # a residual stage: X is h⁰ … h^L side by side, Y is empty
     seen: set[str] = field(default_factory=set)  # chunk properties behind the flags (onnxaff.stats)
+    scale: float | None = None  # the smallest chunk variance (stats.chunk_scale): what each metric's ε is judged by
     solo: Chunk | None = None  # the first chunk, kept while it is the only one: a one-chunk ci95 needs its rows
     halves: dict[str, list[float]] = field(default_factory=dict)  # half-sample scores of a run's only chunk
 
@@ -127,6 +132,7 @@ class SiteState:
         chunk = Chunk(readonly(x), readonly(y))
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1)
+            self.scale = _least(self.scale, chunk_scale(chunk.x, chunk.y))
             self.solo = chunk if self.chunks == 1 else None
         self._submit(chunk, self.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):
@@ -241,7 +247,7 @@ class SiteState:
         pooled = serving(m).pooled
         rows = self.rows if pooled else (self.chunk_rows or self.rows)
         d = max(self.dims) if self.dims else 0
-        flags = metric_flags(m, rows, d, partial, self.seen)
+        flags = metric_flags(m, rows, d, partial, self.seen, self.scale)
         ci = None if pooled else entry_ci(values, self.halves.get(m.name))
         return {"flags": flags, "ci95": ci}
 
@@ -295,7 +301,7 @@ class SiteState:
             "first": _chunk_state(self.first), "previous": _chunk_state(self.previous),
             "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
             "unscored": [{"chunk": _chunk_state(c), "previous": _chunk_state(p)} for c, p in self.unscored],
-            "seen": sorted(self.seen), "solo": _chunk_state(self.solo),
+            "seen": sorted(self.seen), "scale": self.scale, "solo": _chunk_state(self.solo),
             "halves": {k: list(v) for k, v in self.halves.items()},
             "partial": self.partial, "finished": self.finished,
         }
@@ -314,6 +320,7 @@ class SiteState:
         self.tracks = d["tracks"]
         self.unscored = [(_chunk_from(u["chunk"]), _chunk_from(u["previous"])) for u in d.get("unscored") or []]
         self.seen = set(d.get("seen", []))
+        self.scale = d.get("scale")
         self.solo = _chunk_from(d.get("solo"))
         self.halves = {k: list(v) for k, v in d.get("halves", {}).items()}
         self.partial, self.finished = d.get("partial", False), d.get("finished", False)
@@ -356,6 +363,7 @@ class SiteState:
         self.rows += other.rows
         self.nonfinite_rows += other.nonfinite_rows
         self.seen |= other.seen
+        self.scale = _least(self.scale, other.scale)
         self.halves = (self.halves or other.halves) if self.chunks + other.chunks == 1 else {}
         self.solo = (self.solo or other.solo) if self.chunks + other.chunks == 1 else None
         self.chunks += other.chunks

@@ -72,6 +72,24 @@ def rows_needed(per_dim: float | None, d: int) -> int:
     return d + 1 if per_dim is None else max(d + 1, int(math.ceil(per_dim * d)))
 
 
+def chunk_scale(x: np.ndarray, y: np.ndarray) -> float | None:
+    """The smaller of X's and Y's mean variance (tr S/d) over one chunk; None when every Y column is constant.
+
+    What an absolute ε is compared with (`eps_dominated`): kept per site as the minimum over its chunks, so
+    each metric's own ε is judged against it."""
+    n = x.shape[0]
+    if (np.ptp(y, axis=0) == 0).all():
+        return None
+    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
+    var_x = float(np.einsum("ij,ij->", xc, xc)) / max(n - 1, 1) / x.shape[1]
+    var_y = float(np.einsum("ij,ij->", yc, yc)) / max(n - 1, 1) / y.shape[1]
+    return min(var_x, var_y)
+
+
+def eps_dominated(eps: float, scale: float | None) -> bool:
+    return scale is not None and eps >= EPS_RATIO * scale
+
+
 def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True) -> set[str]:
     """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X.
 
@@ -82,11 +100,9 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: boo
     const_y = np.ptp(y, axis=0) == 0
     if const_y.any():
         found.add("constant_output")
-    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
-    var_x = float(np.einsum("ij,ij->", xc, xc)) / max(n - 1, 1) / d
-    var_y = float(np.einsum("ij,ij->", yc, yc)) / max(n - 1, 1) / y.shape[1]
-    if not const_y.all() and eps >= EPS_RATIO * min(var_x, var_y):
+    if eps_dominated(eps, chunk_scale(x, y)):
         found.add("eps_dominated")
+    xc = x - x.mean(axis=0)
     sd = np.sqrt((xc * xc).mean(axis=0))
     live = sd > 0
     if not rank:
@@ -101,15 +117,19 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: boo
     return found
 
 
-def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str]) -> list[str]:
-    """The flags of one metric entry, in a fixed order; empty when nothing is wrong."""
+def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str], scale: float | None = None) -> list[str]:
+    """The flags of one metric entry, in a fixed order; empty when nothing is wrong.
+
+    `scale`: the site's smallest chunk variance (chunk_scale), against which a regularised metric's own ε
+    (its `eps`, 1e-6 when it has none) is judged; without it, the default ε's verdict in `seen`."""
     how = serving(metric)
     flags = []
     if how.row_rule and rows < rows_needed(getattr(metric, "rows_per_dim", None), d):
         flags.append("few_rows")
     if partial and how.site_chunks:
         flags.append("partial")
-    if "eps_dominated" in seen and getattr(metric, "regularised", False):
+    if getattr(metric, "regularised", False) and (
+            eps_dominated(getattr(metric, "eps", 1e-6), scale) if scale is not None else "eps_dominated" in seen):
         flags.append("eps_dominated")
     if "rank_deficient" in seen and getattr(metric, "rank_sensitive", False):
         flags.append("rank_deficient")
@@ -134,7 +154,7 @@ _FLAG_TEXT = {
     "few_rows": ("have fewer rows per chunk than their dimension needs",
                  "raise --chunk-size and the number of examples, or see docs/statistics.md"),
     "partial": ("were scored on one partial chunk (fewer rows than --chunk-size)", "give more examples"),
-    "eps_dominated": ("have activations so small that the paper's absolute ε = 1e-6 moves the score",
+    "eps_dominated": ("have activations so small that the metric's absolute ε (the paper's 1e-6) moves the score",
                       "a metric whose ε is relative to the covariance does not have this (docs/statistics.md)"),
     "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
     "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),

@@ -66,6 +66,18 @@ def test_small_scale_relu_is_eps_dominated_for_the_absolute_eps_only(rng):
     assert "eps_dominated" not in entries(x, np.maximum(x, 0), 256)["affinity"]["flags"]
 
 
+def test_eps_dominated_judges_each_metrics_own_eps(rng):
+    """`affinity:eps=...` is flagged by its own ε against the site's smallest chunk variance, not the default's."""
+    x = 1e-2 * gaussian(rng, 512, 6)  # smallest chunk variance ~6e-5: 1e-3 of it is ~6e-8
+    e = entries(x, np.maximum(x, 0), 256, metrics=["affinity", "affinity:eps=0.0", "affinity:eps=1e-09"])
+    assert "eps_dominated" in e["affinity"]["flags"]  # the default ε = 1e-6 is above that
+    assert "eps_dominated" not in e["affinity:eps=0.0"]["flags"]
+    assert "eps_dominated" not in e["affinity:eps=1e-09"]["flags"]
+    x = gaussian(rng, 512, 6)  # unit scale: only a large ε bites
+    e = entries(x, np.maximum(x, 0), 256, metrics=["affinity", "affinity:eps=0.01"])
+    assert "eps_dominated" not in e["affinity"]["flags"] and "eps_dominated" in e["affinity:eps=0.01"]["flags"]
+
+
 def test_rank_deficient_x_is_flagged_for_r2(rng):
     base = rng.standard_normal((512, 3))
     x = (base @ rng.standard_normal((3, 12))).astype(np.float32).astype(np.float64)  # rank 3 + rounding
