@@ -81,12 +81,22 @@ def test_a_bad_parameter_is_one_line_naming_the_metric(spec, match):
 
 def test_the_signature_records_parameters(tmp_path):
     sig = onnxaff.analyze(str(FIXTURES / "res_cnn_op17.onnx"), "synthetic:gaussian", limit=64, chunk_size=32,
-                          metrics=["affinity:eps=1e-5", "affinity_lw"], progress=False)
-    assert sig.metrics["affinity:eps=1e-5"]["params"]["eps"] == 1e-5
+                          metrics=["affinity:shrinkage=none:eps=0.00001", "affinity_lw"], progress=False)
+    name = "affinity:eps=1e-05"  # keys sorted, one spelling per value, defaults left out
+    assert sig.metrics[name]["params"]["eps"] == 1e-5
     assert sig.metrics["affinity_lw"]["params"]["shrinkage"] == "ledoit_wolf"
-    assert sig.options["metrics"] == ["affinity:eps=1e-5", "affinity_lw"]
+    assert sig.options["metrics"] == [name, "affinity_lw"]  # what a resume or a merge resolves again
     ok = [s for s in sig.sites if s["status"] == "ok"]
-    assert ok and all(s["metrics"]["affinity:eps=1e-5"]["status"] == "ok" for s in ok)
+    assert ok and all(s["metrics"][name]["status"] == "ok" for s in ok)
+
+
+def test_two_spellings_of_one_metric_are_one_name():
+    from onnxaff.metrics import resolve
+
+    assert {m.name for m in resolve(["affinity:eps=1e-5"])} == {m.name for m in resolve(["affinity:eps=0.00001"])}
+    assert resolve(["affinity:eps=1e-6"])[0].name == "affinity"  # the default: the plain metric
+    with pytest.raises(OnnxaffError, match="names 'affinity' twice"):
+        resolve(["affinity", "affinity:eps=0.000001"])
 
 
 def test_defaults_come_from_declarations():

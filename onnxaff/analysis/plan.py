@@ -93,7 +93,7 @@ class Plan:
                                "--pairs IN:OUT scores any two tensors)")
         available = registry(config.plugins)
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
-        metrics, track_metrics = _resolve_metrics(asked, available, bool(listed.stages))
+        metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))
         fingerprints = code_fingerprints(metrics + track_metrics, available)
         inputs = model_inputs(loaded.model)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
@@ -133,13 +133,14 @@ class Plan:
                    model_info=model_info, fingerprints=fingerprints)
 
 
-def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric]]:
+def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric], list[str]]:
+    """Site metrics, stage metrics, and the names asked for as the metrics name themselves (canonical specs)."""
     asked = resolve(list(names), available=available)
     metrics = [m for m in asked if not serving(m).stage]
     track_metrics = [m for m in asked if serving(m).stage]
     if has_stages and not track_metrics:  # residual stages get the trajectory metrics unasked
         track_metrics = resolve(stage_metrics(available), available=available)
-    return metrics, track_metrics
+    return metrics, track_metrics, [m.name for m in asked]
 
 
 def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:

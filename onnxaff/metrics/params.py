@@ -28,6 +28,17 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     return name, given
 
 
+def canonical_name(name: str, values: dict, defaults: dict) -> str:
+    """`name:key=value` with the keys sorted, values written one way and defaults left out: two spellings of
+    one metric (`eps=1e-5`, `eps=0.00001`; `affinity:eps=1e-6` and `affinity`) are one column, one key."""
+    def text(v) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v)
+
+    changed = [(k, v) for k, v in sorted(values.items()) if not (type(v) is type(defaults.get(k)) and
+                                                                  v == defaults.get(k))]
+    return ":".join([name, *(f"{k}={text(v)}" for k, v in changed)])
+
+
 def parse_value(text: str):
     """true/false, a whole number, a number, else the text itself."""
     if text.lower() in ("true", "false"):
@@ -91,5 +102,5 @@ def build(spec: str, available: dict):
         raise OnnxaffError(f"metric {name!r} ({reg.origin}) keeps its parameter {hidden[0]!r} under another name; "
                            f"store each constructor keyword as an attribute of the same name (scikit-learn's rule)")
     if given:
-        metric.name = ":".join([name, *(f"{k}={v}" for k, v in given.items())])
+        metric.name = canonical_name(name, kwargs, reg.cls.parameters())
     return metric
