@@ -12,7 +12,7 @@ from dtaidistance import dtw
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
 
@@ -177,6 +177,10 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
               groups: dict[str, str] | None = None) -> dict:
     metric = metric or primary_metric()
+    if not all(any(v is not None for v in s.scores(metric)) for s in sigs):
+        have = ", ".join(shared_metrics(sigs)) or "none shared"
+        raise ConfigError("metric", f"{{option}} {metric!r}: not every signature has {metric} scores (they share: "
+                                    f"{have})")
     rows = []
     for s, name in zip(sigs, run_labels(sigs), strict=True):
         key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)

@@ -135,6 +135,15 @@ def test_html_renders_in_headless_chromium(tmp_path):
     assert shot.exists() and shot.stat().st_size > 50_000
 
 
+def test_correlate_on_a_metric_the_signatures_lack_is_one_line():
+    """It used to print the model baselines alone, as if the metric had nothing to say."""
+    from onnxaff.errors import ConfigError
+
+    sigs = [fake_signature(n, [0.5, 0.6, 0.7], params=1000) for n in "abc"]
+    with pytest.raises(ConfigError, match=r"'cka': not every signature has cka scores \(they share: affinity\)"):
+        correlate(sigs, {"a": "0.7", "b": "0.8", "c": "0.9"}, metric="cka")
+
+
 def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     """Models whose statistics include flagged scores are counted in every table and drawn hollow in the scatters."""
     import csv

@@ -2,6 +2,8 @@
 RunState: the saved dict round-trips; a metric whose code changed (plugin file or entry point) is refused by --resume
 and by merge."""
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -34,7 +36,7 @@ def test_each_bad_field_is_named(field, value):
 def test_normalised_once():
     c = AnalysisConfig(metrics=["affinity"], plugins=["p.py"], pairs=[["a", "b"]], blocks=["mlp"], shard="1/3",
                        nlc_directions=" ALL ", input_shapes={"x": [3, 4]})
-    assert c.metrics == ("affinity",) and c.plugins == ("p.py",) and c.pairs == (("a", "b"),)
+    assert c.metrics == ("affinity",) and c.plugins == (os.path.abspath("p.py"),) and c.pairs == (("a", "b"),)
     assert c.blocks == ("mlp",) and c.shard == (1, 3) and c.nlc_directions == "all"
     assert c.input_shapes == {"x": (3, 4)} and AnalysisConfig(nlc_directions="4").nlc_directions == 4
     assert AnalysisConfig.of(c) is c and AnalysisConfig.of(c, chunk_size=64).chunk_size == 64
@@ -207,7 +209,7 @@ def test_more_fields_checked_up_front(field, value):
 
 def test_one_text_is_one_item_and_blocks_are_normalised():
     c = AnalysisConfig(plugins="x.py", blocks="all")
-    assert c.plugins == ("x.py",) and c.blocks == ("residual", "attention", "mlp")
+    assert c.plugins == (os.path.abspath("x.py"),) and c.blocks == ("residual", "attention", "mlp")
     assert AnalysisConfig(blocks=["mlp", "residual"]).blocks == ("mlp", "residual")
 
 

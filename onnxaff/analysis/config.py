@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,8 @@ class AnalysisConfig:
         if self.images is not None and not isinstance(self.images, Mapping):
             raise ConfigError("images", f"{{option}} must be a mapping of image options, got {self.images!r:.60}")
         put("images", None if self.images is None else dict(self.images))
-        put("plugins", _texts(self.plugins))
+        # Absolute: a checkpoint resumed or a part merged from another folder loads the same files.
+        put("plugins", tuple(os.path.abspath(p) for p in _texts(self.plugins)))
         put("pairs", _pairs(self.pairs))
         put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
         put("shard", parse_shard(self.shard))

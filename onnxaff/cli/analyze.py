@@ -24,9 +24,9 @@ def print_summary(sig) -> None:
         echo_err(f"warning: {w}")
 
 
-def default_out(model: str, shard: str | None) -> str:
+def default_out(model: str, shard: tuple[int, int] | None) -> str:
     stem = os.path.splitext(os.path.basename(model))[0]
-    return f"{stem}.shard-{shard.replace('/', '-of-')}.json" if shard else f"{stem}.signature.json"
+    return f"{stem}.shard-{shard[0]}-of-{shard[1]}.json" if shard else f"{stem}.signature.json"
 
 
 @cli.command()
@@ -42,7 +42,7 @@ def default_out(model: str, shard: str | None) -> str:
 def analyze(model, data, out, **flags) -> None:
     """Score every site of MODEL on DATA and write the signature JSON."""
     opts = run_options(**flags)
-    run_analysis(model, data, out or default_out(model, opts.shard), opts)
+    run_analysis(model, data, out or default_out(model, opts.analysis.shard), opts)
 
 
 def run_analysis(model: str, data: str, out: str, opts: RunOptions):
@@ -55,7 +55,7 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
     if opts.executor != "ray":
         checkpoint = opts.checkpoint or f"{out}.ckpt.npz"
         outputs += [("--checkpoint", checkpoint)]
-        outputs += [("the shard's state file", state_path_for(out))] if opts.shard else []
+        outputs += [("the shard's state file", state_path_for(out))] if opts.analysis.shard else []
     refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs))
     check_writable(out)
     if opts.executor == "ray":
@@ -73,7 +73,7 @@ def _run_ray(model, data, out, outputs, opts: RunOptions):
     from onnxaff.files import refuse_overwrite
     from onnxaff.graph.load import load_model
 
-    if opts.shard is not None or opts.resume or opts.checkpoint is not None or opts.checkpoint_every:
+    if opts.analysis.shard is not None or opts.resume or opts.checkpoint is not None or opts.checkpoint_every:
         raise OnnxaffError("--executor ray runs every shard itself and keeps no checkpoint: drop "
                            "--shard/--resume/--checkpoint/--checkpoint-every")
     refuse_overwrite(outputs, _weight_files(load_model(model, infer_shapes=False)))
@@ -101,8 +101,8 @@ def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
         echo_err(f"warning: {checkpoint} holds an interrupted run; starting over replaces it (--resume continues it)")
     # A part is saved unfinished (merging finishes once); a whole run finishes inside run(), where Ctrl-C
     # during its last scores still saves the state.
-    run.run(checkpoint, opts.checkpoint_every, finish=opts.shard is None)
-    if opts.shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
+    run.run(checkpoint, opts.checkpoint_every, finish=opts.analysis.shard is None)
+    if opts.analysis.shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
         return write_result(run, checkpoint, lambda: write_part(run, out))
     return write_result(run, checkpoint, lambda: _signature_to(run, out))
 
@@ -121,7 +121,8 @@ def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
     from onnxaff.data.images import EXTENSIONS
 
     inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
-    inputs += [("the plugin", p) for p in plugins]
+    here = os.getcwd()  # the config holds plugins as absolute paths: name them as typed where they are here
+    inputs += [("the plugin", os.path.relpath(p) if os.path.dirname(p) == here else p) for p in plugins]
     if os.path.isdir(data):  # an output named like an image inside the data folder would replace that image
         root = os.path.realpath(data)
         inputs += [("an image of the data folder", p) for _, p in outputs
