@@ -267,12 +267,7 @@ class Analysis:
     def _header(self) -> dict:
         """Everything of the signature that does not come from the collectors."""
         plan = self.plan
-        description = self.source.describe()
-        if "skipped" in description:
-            root = Path(description["source"])
-            description["skipped"] = [{"file": Path(f).relative_to(root).as_posix(), "reason": r}
-                                      for f, r in self._skipped()]
-        description.update(samples=self.live.used, dropped=self.live.dropped)
+        description = self.source.describe()  # skipped files and counts: RunState._data, from the state itself
         if self.config.shard is not None:
             description["shard"] = {"index": self.config.shard[0], "count": self.config.shard[1],
                                     "start": self.start, "stop": self.stop}
