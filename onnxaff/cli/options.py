@@ -7,7 +7,7 @@ import click
 ANALYSIS_OPTIONS = [
     click.option("--metrics", default=None,
                  help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
-                      "[default: the metrics declared default: affinity,affinity_lw]."),
+                      "[default: the metrics that declare themselves default; `onnxaff plugins --format json`]."),
     click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk."),
     click.option("--batch-size", type=int, default=64, show_default=True),
     click.option("--limit", type=int, default=None, help="Use at most N examples."),

@@ -128,7 +128,7 @@ def _write_correlation(out: str, result: dict):
 @click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
 @click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
-@click.option("--metric", default=None, help="[default: the first default metric, affinity]")
+@click.option("--metric", default=None, help="[default: the first metric that declares itself default]")
 @click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
 @exclude_flagged
 def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) -> None:
@@ -159,7 +159,7 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) ->
 @cli.command()
 @click.argument("signature", type=click.Path(dir_okay=False))
 @click.option("--out", default=None, help="HTML path [default: SIGNATURE with .html].")
-@click.option("--metric", default=None, help="[default: the first default metric, affinity]")
+@click.option("--metric", default=None, help="[default: the first metric that declares itself default]")
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
     from onnxaff.files import refuse_overwrite, write_text_atomic

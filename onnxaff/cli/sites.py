@@ -69,7 +69,8 @@ def plugins(plugin, fmt) -> None:
 
     found = registry(list(plugin))
     if fmt == "json":
-        click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin, "parameters": r.cls.parameters()}
+        click.echo(json.dumps({n: {**r.cls.info(), "origin": r.origin, "parameters": r.cls.parameters(),
+                                   "default": r.cls.default, "stage_default": r.cls.stage_default}
                                for n, r in sorted(found.items())}, indent=1, default=repr))
         return
     rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",

@@ -64,7 +64,7 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
 @cli.command()
 @click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
 @click.option("--metrics", default=None,
-              help="Comma-separated metrics; the first one heads the tables [default: affinity,affinity_lw].")
+              help="Comma-separated metrics; the first one heads the tables [default: the declared defaults].")
 @click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
