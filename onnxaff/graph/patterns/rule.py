@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,11 +33,9 @@ class Rule:
 def reference_rule(kind: str, anchors: set[str], reference: Callable, description: str) -> Rule:
     """A rule for a fixed, parameter-free function (its values computed at the first candidate, not on import:
     GELU's erf would import scipy.special for every command)."""
-    expected = []
+    expected = functools.cache(lambda: reference(PROBE))
 
     def classify(f):
-        if not expected:
-            expected.append(reference(PROBE))
-        return {} if close_to(f(PROBE), expected[0]) else None
+        return {} if close_to(f(PROBE), expected()) else None
 
     return Rule(kind, frozenset(anchors), classify, description)
