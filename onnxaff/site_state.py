@@ -131,8 +131,9 @@ class SiteState:
         self.chunk_rows = x.shape[0]
         chunk = Chunk(readonly(x), readonly(y))
         if not self.tracks and any_serving(metrics, "site_chunks"):
-            self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1)
-            self.scale = _least(self.scale, chunk_scale(chunk.x, chunk.y))
+            scale = chunk_scale(chunk.x, chunk.y)  # once a chunk: the diagnostics and the site's minimum
+            self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1, scale=scale)
+            self.scale = _least(self.scale, scale)
             self.solo = chunk if self.chunks == 1 else None
         self._submit(chunk, self.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):

@@ -90,23 +90,25 @@ def eps_dominated(eps: float, scale: float | None) -> bool:
     return scale is not None and eps >= EPS_RATIO * scale
 
 
-def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True) -> set[str]:
+def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True,
+                      scale: float | None = None) -> set[str]:
     """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X.
 
-    rank=False skips the O(nd²) rank test (the caller runs it on a site's first chunk only).
+    rank=False skips the O(nd²) rank test (the caller runs it on a site's first chunk only); `scale`, the
+    chunk's chunk_scale when the caller has it already.
     """
     found = set()
     n, d = x.shape
     const_y = np.ptp(y, axis=0) == 0
     if const_y.any():
         found.add("constant_output")
-    if eps_dominated(eps, chunk_scale(x, y)):
+    if eps_dominated(eps, chunk_scale(x, y) if scale is None else scale):
         found.add("eps_dominated")
+    if not rank:
+        return found
     xc = x - x.mean(axis=0)
     sd = np.sqrt((xc * xc).mean(axis=0))
     live = sd > 0
-    if not rank:
-        return found
     if n > d and live.any() and d <= RANK_TEST_MAX_D:  # n ≤ d: rank-deficient by construction (`few_rows`)
         z = xc[:, live] / sd[live]
         w = np.linalg.eigvalsh(z.T @ z)  # squared singular values: same cutoff as r2's, squared
