@@ -21,9 +21,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     for part in parts:
         key, eq, value = (t.strip() for t in part.partition("="))
         if not eq or not key or not value:
-            raise OnnxaffError(f"metric {spec!r}: {part!r} is not key=value (syntax: {SYNTAX})")
+            raise ConfigError("metrics", f"{{option}}: metric {spec!r}: {part!r} is not key=value (syntax: {SYNTAX})")
         if key in given:
-            raise OnnxaffError(f"metric {spec!r} sets {key!r} twice")
+            raise ConfigError("metrics", f"{{option}}: metric {spec!r} sets {key!r} twice")
         given[key] = value
     return name, given
 
