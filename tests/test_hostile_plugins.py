@@ -165,43 +165,23 @@ def test_keyboard_interrupt_raised_by_a_plugin_is_ctrl_c_with_the_checkpoint(mod
 
 # --- metrics cannot change each other's inputs ---
 
-VANDALS = '''
-    class Vandal(Metric):
-        name = "vandal"
-        range = (0.0, 1.0)
-        needs = "chunk"
+# Each writes into what it was given, its own way: a chunk, a pair of chunks, the pooled moments, in place.
+ATTACKS = [  # (class, name, needs, argument, the write)
+    ("Vandal", "vandal", "chunk", "chunk", "chunk.x[...] = chunk.y  # what made affinity 0.67 -> 1.00"),
+    ("VandalPair", "vandal_pair", "chunk_pair", "pair", "pair[1].y *= 0"),
+    ("VandalPooled", "vandal_pooled", "moments", "m", "m.m_xx[...] = m.m_yy"),
+    ("VandalSneaky", "vandal_sneaky", "chunk", "chunk", "np.exp(chunk.y, out=chunk.y)"),
+]
+VANDALS = "".join(f'''
+class {cls}(Metric):
+    name = "{name}"
+    range = (0.0, 1.0)
+    needs = "{needs}"
 
-        def compute(self, chunk):
-            chunk.x[...] = chunk.y  # what made affinity 0.67 -> 1.00
-            return 0.5
-
-    class VandalPair(Metric):
-        name = "vandal_pair"
-        range = (0.0, 1.0)
-        needs = "chunk_pair"
-
-        def compute(self, pair):
-            pair[1].y *= 0
-            return 0.5
-
-    class VandalPooled(Metric):
-        name = "vandal_pooled"
-        range = (0.0, 1.0)
-        needs = "moments"
-
-        def compute(self, m):
-            m.m_xx[...] = m.m_yy
-            return 0.5
-
-    class VandalSneaky(Metric):
-        name = "vandal_sneaky"
-        range = (0.0, 1.0)
-        needs = "chunk"
-
-        def compute(self, chunk):
-            np.exp(chunk.y, out=chunk.y)
-            return 0.5
-'''
+    def compute(self, {arg}):
+        {write}
+        return 0.5
+''' for cls, name, needs, arg, write in ATTACKS)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -210,7 +190,7 @@ def test_a_metric_writing_into_its_input_changes_no_other_metric(model, tmp_path
     clean = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled"]
     kw = dict(data="synthetic:gaussian:n=512", chunk_size=64, batch_size=32, progress=False, chunk_workers=workers)
     ref = onnxaff.analyze(str(model), metrics=clean, **kw)
-    hostile = ["vandal", "vandal_pair", "vandal_pooled", "vandal_sneaky"]
+    hostile = [name for _, name, *_ in ATTACKS]
     sig = onnxaff.analyze(str(model), metrics=hostile + clean, plugins=[path], **kw)
     for metric in clean:
         assert values(sig, metric) == values(ref, metric), metric
