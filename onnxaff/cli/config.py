@@ -37,7 +37,6 @@ class RunOptions:
     """Everything `analyze` was asked: the analysis' configuration, and how to run and save it."""
 
     analysis: AnalysisConfig | None = None
-    quiet: bool = False  # the config's progress=False too; kept for the summary and the final lines
     executor: str = "local"
     shards: int = 4
     ray_address: str | None = None
@@ -45,6 +44,10 @@ class RunOptions:
     checkpoint_every: int = 0
     resume: bool = False
 
+    @property
+    def quiet(self) -> bool:
+        """--quiet: no progress bar, no summary (the config's progress says it)."""
+        return not self.analysis.progress
 
 
 def _floats(text: str | None, field_name: str):
@@ -98,6 +101,6 @@ def run_options(shard=None, executor="local", shards=4, ray_address=None, checkp
     from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every  # not on import: `--help` stays fast
 
     analysis = AnalysisConfig(**analysis_kwargs(**flags), shard=shard)  # validated here, before the model is read
-    return RunOptions(analysis=analysis, quiet=flags["quiet"], executor=executor,
+    return RunOptions(analysis=analysis, executor=executor,
                       shards=shards, ray_address=ray_address, checkpoint=checkpoint,
                       checkpoint_every=check_checkpoint_every(checkpoint_every), resume=resume)
