@@ -187,9 +187,8 @@ def _ray_tasks(run: _Run, executor: str, shards: int, ray_address: str | None):
     try:
         todo = [m for m in run.models if run.plan[m.label][2] not in (None, "unreadable")]
         pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="onnxaff-study")
-        quiet_options = {k: v for k, v in run.options.items() if k != "progress"}
-        yield {m.label: pool.submit(run_ray, str(m.path), run.plan[m.label][0], shards, quiet_options,
-                                    address=ray_address, progress=False) for m in todo}
+        yield {m.label: pool.submit(run_ray, str(m.path), run.plan[m.label][0], shards, run.options,
+                                    address=ray_address, progress=False) for m in todo}  # run_ray: no bars
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
