@@ -29,7 +29,6 @@ from onnxaff.graph.load import sha256_of
 STATE_FORMAT = "onnxaff.state"
 STATE_VERSION = 1
 STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
-KIND = STATE_KIND_CHECKPOINT
 _REF = "__array__"
 
 
@@ -169,7 +168,7 @@ def check_resumable(path, mine: dict, saved: dict) -> None:
 # --- the --checkpoint file ---
 
 def is_checkpoint(path: str | Path) -> bool:
-    return Path(path).is_file() and state_kind(path) == KIND
+    return Path(path).is_file() and state_kind(path) == STATE_KIND_CHECKPOINT
 
 
 def prepare(path: str | Path) -> None:
@@ -199,7 +198,7 @@ def write_result(run, checkpoint: str | Path, write: Callable[[], tuple]) -> tup
     error says how to write the result from the checkpoint instead of running everything again.
     """
     try:
-        run.save(checkpoint, KIND)
+        run.save(checkpoint, STATE_KIND_CHECKPOINT)
         unsaved = None
     except WriteError as exc:  # the disk may be full already: the result is still tried
         unsaved = exc
