@@ -26,6 +26,16 @@ LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light
 TORCH_FIXTURES = json.loads((FIXTURES / "torch_fixtures.json").read_text())
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slow` (minutes or gigabytes) run only with ONNXAFF_SLOW=1."""
+    if os.environ.get("ONNXAFF_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set ONNXAFF_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def parse(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
     onnx.checker.check_model(model)

@@ -477,8 +477,7 @@ def _big_model(folder) -> str:
     return save(model, folder / "big.onnx")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("ONNXAFF_SLOW") != "1", reason="set ONNXAFF_SLOW=1 (about 5 GB of memory)")
+@pytest.mark.slow  # about 5 GB of memory
 def test_external_weights_over_2gb(capfd, tmp_path):
     """Loading, shape inference, hashing and the runtime session never put the weights into one protobuf
     (it cannot exceed 2 GB); onnxruntime reads them where they lie. The identity block makes the site's

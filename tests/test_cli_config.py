@@ -2,12 +2,12 @@
 
 import click
 import pytest
-from conftest import run_cli
 
 from onnxaff.analysis import AnalysisConfig
 from onnxaff.cli import cli
 from onnxaff.cli.config import FLAGS, RunOptions, run_options
 from onnxaff.errors import ConfigError
+from tests.conftest import run_cli
 
 
 @pytest.fixture
