@@ -47,7 +47,8 @@ def parse_directions(value) -> int | str:
 
 class NetworkNLC:
     def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP,
-                 threads: int | None = None, directions: int | str = DIRECTIONS):
+                 threads: int | None = None, directions: int | str = DIRECTIONS,
+                 graph_optimization: str = "all"):
         self.inputs, self.step, self.limit = inputs, step, examples
         self.directions = parse_directions(directions)
         self.reason = None
@@ -57,7 +58,8 @@ class NetworkNLC:
         self.output_names = [o.name for o in graph.output if o.type.tensor_type.elem_type in (1, 11)]
         if not self.output_names:
             self.reason = self.reason or "the model has no float outputs"
-        self.runner = Runner(loaded, loaded.model, device=device, threads=threads) if self.reason is None else None
+        self.runner = Runner(loaded, loaded.model, device=device, threads=threads,
+                             graph_optimization=graph_optimization) if self.reason is None else None
         if self.runner is None:
             self.output_names = []  # nothing to fetch from the analysed model either
         self.jv2 = dict.fromkeys(self.output_names, 0.0)

@@ -32,11 +32,20 @@ def ort():
     return onnxruntime
 
 
-def _options(threads: int | None = None):
-    so = ort().SessionOptions()
+# onnxruntime's graph optimisation levels by the names the config takes; "all" is onnxruntime's default.
+GRAPH_OPTIMIZATIONS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED", "basic": "ORT_ENABLE_BASIC",
+                       "disable": "ORT_DISABLE_ALL"}
+
+
+def _options(threads: int | None = None, graph_optimization: str = "all"):
+    """Session options. Threads and optimisation level change float32 results at the rounding level only
+    (reduction order, fused kernels): docs/reproducibility.md measures by how much per metric."""
+    rt = ort()
+    so = rt.SessionOptions()
     so.log_severity_level = _log_severity()
     if threads:
         so.intra_op_num_threads = threads
+    so.graph_optimization_level = getattr(rt.GraphOptimizationLevel, GRAPH_OPTIMIZATIONS[graph_optimization])
     return so
 
 
@@ -91,10 +100,10 @@ class Runner:
     """
 
     def __init__(self, loaded: LoadedModel, model: onnx.ModelProto, device: str = "auto", threads: int | None = None,
-                 io_binding: bool | None = None):
+                 io_binding: bool | None = None, graph_optimization: str = "all"):
         providers = providers_for(device)
         rt = ort()
-        options = _options(threads)
+        options = _options(threads, graph_optimization)
         if CUDA not in providers:
             # onnxruntime's memory pattern (one block planned from the first run) nearly doubles the peak of an
             # augmented graph: ResNet-18, batch 64: 785 MiB with it, 409 without (the plain model: 442 with it),

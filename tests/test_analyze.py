@@ -77,9 +77,10 @@ def test_signature_contract(activation_case, tmp_path):
             assert s["metrics"][m]["chunks"] == 8 and 0 < s["metrics"][m]["mean"] <= 1
     assert d["summary"]["affinity"]["sites"] == 3
     assert read_signature(tmp_path / "s.json").scores() == sig.scores()
-    # chunk scores do not depend on the batch size
+    # chunk scores do not depend on the batch size, beyond float32 rounding: a CPU without AVX2 computes the last
+    # elements of a batch with scalar code, which rounds differently (scores move by about 1e-8)
     again = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, batch_size=7)
-    np.testing.assert_allclose(again.scores(), sig.scores(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(again.scores(), sig.scores(), rtol=0, atol=1e-6)
 
 
 MANIFEST = TORCH_FIXTURES

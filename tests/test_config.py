@@ -195,7 +195,12 @@ def test_run_state_merge_of_shards_is_one_run():
     for metric in ("affinity", "cka"):
         assert [s["metrics"][metric]["values"] for s in merged.sites] == [s["metrics"][metric]["values"]
                                                                           for s in one.sites]
-    assert merged.network["nlc"] == one.network["nlc"] and merged.data["samples"] == one.data["samples"] == 256
+    # The shards' float64 sums are added in another grouping than one run's: equal to the last bits only by luck.
+    for key in ("examples", "form", "status", "step"):
+        assert merged.network["nlc"][key] == one.network["nlc"][key]
+    for name, value in one.network["nlc"]["values"].items():
+        assert merged.network["nlc"]["values"][name] == pytest.approx(value, rel=1e-12)
+    assert merged.data["samples"] == one.data["samples"] == 256
     assert merged.data["merged_from"]["shards"] == 3
 
 

@@ -1,4 +1,5 @@
-"""The documentation names real things: every test docs/reliability.md cites exists."""
+"""The documentation names real things: every test docs/reliability.md cites exists; the tolerance table of
+docs/reproducibility.md is the one the study wrote."""
 
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ def test_every_cited_test_exists():
                if not (ROOT / "tests" / f"{f}.py").exists()
                or not re.search(rf"def {t}\b", (ROOT / "tests" / f"{f}.py").read_text(encoding="utf-8"))]
     assert not missing, missing
+
+
+def test_the_reproducibility_table_is_the_studys():
+    """Each figure of docs/reproducibility.md's table is traceable to tests/golden/tolerances.json."""
+    from tests.golden.compare import load
+    from tests.golden.perturb import BEGIN, DOC, END, table
+
+    text = DOC.read_text(encoding="utf-8")
+    assert BEGIN in text and END in text
+    assert text.split(BEGIN, 1)[1].split(END, 1)[0].strip() == table(load("tolerances.json"))

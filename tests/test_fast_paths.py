@@ -40,9 +40,11 @@ def test_numpy_reduction_gives_the_same_signature(reduce, limit):
     for metric in ("affinity", "cka"):
         a, b = _values(graph, metric), _values(host, metric)
         assert len(a) == len(b) == 10 and all(len(x) == len(y) >= 1 for x, y in zip(a, b, strict=True))
-        # float32 sums in a different order: features agree to ~1e-7 relative, scores to well under 1e-5
+        # float32 sums in a different order: features agree to ~1e-7 relative, scores to 4.5e-6 here (the spread
+        # of the reduction path in docs/reproducibility.md); the convolution kernels, and so that figure, differ
+        # between CPUs (AVX2 and AVX-512 block channels differently)
         for x, y in zip(a, b, strict=True):
-            np.testing.assert_allclose(x, y, rtol=0, atol=1e-5)
+            np.testing.assert_allclose(x, y, rtol=0, atol=5e-5)
 
 
 def test_numpy_reduction_on_a_transformer():

@@ -17,6 +17,7 @@ from onnxaff.graph.pairs import parse_block_kinds
 from onnxaff.graph.rewrite import REDUCTIONS
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
 from onnxaff.network import parse_directions
+from onnxaff.runtime import GRAPH_OPTIMIZATIONS
 
 DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
@@ -82,6 +83,7 @@ class AnalysisConfig:
     pairs: tuple[tuple[str, str], ...] = ()
     blocks: tuple[str, ...] = ()
     threads: int | None = None
+    graph_optimization: str = "all"
     nlc_directions: int | str = NLC_DIRECTIONS
 
     def __post_init__(self):
@@ -102,6 +104,7 @@ class AnalysisConfig:
             put(name, _whole(name, getattr(self, name), least, what, optional=True))
         _choice("reduce", self.reduce, REDUCTIONS, "reduction")
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
+        _choice("graph_optimization", self.graph_optimization, tuple(GRAPH_OPTIMIZATIONS), "graph optimisation level")
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")
         _choice("layout", self.layout, ("auto", "channels_first", "channels_last"), "layout")
         if not isinstance(self.progress, bool):

@@ -51,7 +51,8 @@ class Analysis:
     def __init__(self, model, data: str, config: AnalysisConfig | None = None, **options):
         self.config = config = AnalysisConfig.of(config, **options)
         self.plan = plan = Plan.build(model, data, config)
-        self.runner = Runner(plan.loaded, plan.augmented, device=config.device, threads=config.threads)
+        self.runner = Runner(plan.loaded, plan.augmented, device=config.device, threads=config.threads,
+                             graph_optimization=config.graph_optimization)
         states = [SiteState(s, plan.outputs[s.index], ChunkBuffer(config.chunk_size)) for s in plan.ok_sites]
         for st in states:
             if st.outputs.jvp is not None:
@@ -61,7 +62,8 @@ class Analysis:
         # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
         # as shard boundaries are), so the merged parts use exactly one run's examples.
         self.network = (NetworkNLC(plan.loaded, plan.inputs, config.device, examples=max(0, NLC_EXAMPLES - plan.start),
-                                   threads=config.threads, directions=config.nlc_directions)
+                                   threads=config.threads, directions=config.nlc_directions,
+                                   graph_optimization=config.graph_optimization)
                         if plan.needs_jvp else None)
         self.names = list(plan.names) + (self.network.output_names if self.network is not None else [])
         self.live = RunState(
@@ -273,7 +275,8 @@ class Analysis:
                                     "start": self.start, "stop": self.stop}
         return {
             "model": plan.model_info, "data": description, "options": plan.options,
-            "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__},
+            "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__,
+                        "threads": self.config.threads, "graph_optimization": self.config.graph_optimization},
             "metrics": {m.name: metric_info(m, plan.registry[type(m).name].origin)
                         for m in plan.metrics + plan.track_metrics},
             "warnings": list(plan.warnings),

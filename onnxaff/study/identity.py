@@ -11,7 +11,7 @@ from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
 
 # Options that change how fast a run goes, never its numbers: a signature made with others is still current.
-_SPEED_ONLY = ("progress", "device", "chunk_workers", "threads")
+_SPEED_ONLY = ("progress", "device", "chunk_workers", "threads", "graph_optimization")
 
 
 def file_digest(path: Path) -> str | None:

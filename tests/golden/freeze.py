@@ -1,8 +1,10 @@
 """Every number of the shipped models' runs, written to numbers.json, so a refactor can prove it changed none.
 
 Two runs per shipped network on its shipped digits: the demo's (default metrics) and one with every
-built-in metric and `--blocks all`. Rerun this script only when a change of numbers is intended, and
-say why in the commit: `python tests/golden/freeze.py`.
+built-in metric and `--blocks all`. numbers.json also records the environment that froze them. Rerun this
+only when a change of numbers is intended, and say why in the commit: `python -m tests.golden.freeze [MODEL ...]`
+from the repository root.
+How closely another machine reproduces them is measured by `python -m tests.golden.perturb` (tolerances.json).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ RUNS = {"demo": {}, "all": {"metrics": ALL_METRICS, "blocks": ["residual", "atte
 
 
 def _numbers(entry: dict) -> dict:
-    """A metric entry's numbers: mean, std and per-chunk values (None where there is no number)."""
+    """A metric entry's numbers and flags: mean, std and per-chunk values (None where there is no number)."""
     def clean(v):
         return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
-    return {k: ([clean(x) for x in entry[k]] if isinstance(entry.get(k), list) else clean(entry.get(k)))
-            for k in ("mean", "std", "values", "status")}
+    out = {k: ([clean(x) for x in entry[k]] if isinstance(entry.get(k), list) else clean(entry.get(k)))
+           for k in ("mean", "std", "values", "status")}
+    out["flags"] = list(entry.get("flags") or [])
+    return out
 
 
 def numbers(sig) -> dict:
@@ -35,7 +39,9 @@ def numbers(sig) -> dict:
     return {"sites": sites, "stages": stages, "network": sig.network}
 
 
-def run_all(models=None) -> dict:
+def run_all(models=None, **runtime) -> dict:
+    """{"model/run": numbers} of the shipped models; `runtime` (threads, graph_optimization, reduce_in) as
+    analyze takes them: what another machine changes."""
     from onnxaff import analyze
     from onnxaff_models import shipped_models
 
@@ -44,12 +50,18 @@ def run_all(models=None) -> dict:
         if models and model.name not in models:
             continue
         for run, options in RUNS.items():
-            sig = analyze(model.path, str(model.data), progress=False, chunk_workers=0, **options)
-            out[f"{model.name}/{run}"] = numbers(sig)
+            sig = analyze(model.path, str(model.data), progress=False, chunk_workers=0, **options, **runtime)
+            out[f"{model.name}/{run}"] = json.loads(json.dumps(numbers(sig)))  # through JSON, as the file goes
     return out
 
 
 if __name__ == "__main__":
-    result = run_all(sys.argv[1:] or None)
-    (HERE / "numbers.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(result)} runs to {HERE / 'numbers.json'}")
+    from tests.golden.environment import environment
+
+    models = sys.argv[1:] or None
+    runs = run_all(models)
+    if models:  # some models refrozen: the others' runs stay as they were
+        runs = {**json.loads((HERE / "numbers.json").read_text())["runs"], **runs}
+    frozen = {"environment": environment(), "runs": runs}
+    (HERE / "numbers.json").write_text(json.dumps(frozen, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(runs)} runs to {HERE / 'numbers.json'}")
