@@ -111,8 +111,14 @@ class R2(Metric):
         return r2_in_sample(chunk.x, chunk.y, chunk.rounding)
 
     def caveat(self, rows, dx, dy):
+        """With n ≤ d + 1 an affine map fits every row exactly when X's fitted directions span the rows, so the
+        value says nothing about linearity. It is exactly 1 only then: X's dead features and its directions at
+        rounding level (onnxaff.metrics.rank) are not fitted, and with them it reads below 1 (0.99981 on
+        ResNet-18's layer4, whose dead channels leave fewer than n − 1 live directions)."""
         if dx + 1 >= rows:
-            return f"in-sample R² is trivially 1: d + 1 = {dx + 1} ≥ {rows} rows per chunk; see r2_heldout"
+            return (f"in-sample R² is no linearity measure here: with d + 1 = {dx + 1} ≥ {rows} rows per chunk an "
+                    f"affine map fits every row (R² = 1) unless X's dead and rounding-level directions, which are not "
+                    f"fitted, leave fewer than {rows - 1} (then R² < 1); see r2_heldout")
         return None
 
 
