@@ -6,7 +6,8 @@ from onnxaff.terminal import table, wrapped
 from onnxaff.text import printable
 
 # One letter per flag in the terminal table (a legend line follows it); the signature keeps the names.
-FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "constant_output": "C"}
+FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "rank_ambiguous": "A",
+              "constant_output": "C"}
 STAT_HEADER = ["signature", "sites", "mean", "median", "min", "max", "std", "near-linear"]
 
 
