@@ -260,12 +260,12 @@ class SiteState:
         self.solo = None
 
     def flags_and_ci(self, m: Metric, values: list[float], partial: bool) -> dict:
-        """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry."""
+        """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range."""
         pooled = serving(m).pooled
         rows = self.rows if pooled else (self.chunk_rows or self.rows)
         d = max(self.dims) if self.dims else 0
         flags = metric_flags(m, rows, d, partial, self._seen_by(m, pooled), self.scale)
-        ci = None if pooled else entry_ci(values, self.halves.get(m.name))
+        ci = None if pooled else entry_ci(values, self.halves.get(m.name), m.range)
         return {"flags": flags, "ci95": ci}
 
     def _seen_by(self, m: Metric, pooled: bool) -> set[str]:

@@ -155,14 +155,25 @@ def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str], scale
     return flags
 
 
-def entry_ci(values: list[float], halves: list[float] | None) -> list[float] | None:
-    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the one chunk."""
+def entry_ci(values: list[float], halves: list[float] | None,
+             bounds: tuple[float, float] = (-math.inf, math.inf)) -> list[float] | None:
+    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the one chunk; clipped to
+    the metric's declared range (`bounds`): a t interval is symmetric and reached past R²'s 1 ([0.99871,
+    1.00110] on one site), where no score can lie."""
     if len(values) >= 2:
-        return list(mean_ci(values))
-    if len(values) == 1 and halves is not None and len(halves) >= 2:
+        lo, hi = mean_ci(values)
+    elif len(values) == 1 and halves is not None and len(halves) >= 2:
         h = float(t975(len(halves) - 1) * np.std(halves, ddof=1))
-        return [values[0] - h, values[0] + h]
-    return None
+        lo, hi = values[0] - h, values[0] + h
+    else:
+        return None
+    return clip_interval(lo, hi, bounds)
+
+
+def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> list[float]:
+    """[lo, hi] within [bounds]; still lo ≤ hi when the whole interval lies past one bound."""
+    a, b = float(bounds[0]), float(bounds[1])
+    return [min(max(float(lo), a), b), max(min(float(hi), b), a)]
 
 
 # --- where people look: one warning line per flag kind ---
