@@ -5,12 +5,12 @@ relative rounding (`Chunk.rounding`), and two correct reductions (onnxruntime's 
 differ by that much. A direction of the standardised X whose singular value is at that level is rounding
 noise: fitting it moved r2 of the shipped CNNs' stem sites by 0.014–0.040 between the two paths.
 
-The numbers are measured (docs/statistics.md, "Rank cutoff"): on the shipped CNN stems (P = 784, d = 16)
-the two paths' standardised X differ by ‖ΔZ‖₂ ≤ 3.6·rounding·s₀, so by Weyl's inequality no singular value
-moves by more than that; real directions lie at ≥ 85·rounding·s₀, the noise floor at ≤ 2.3 (graph) and
-≤ 0.11 (host mean). NOISE bounds the move with a margin of 2.2; the cutoff sits at twice NOISE, so a direction
-outside [cutoff − NOISE, cutoff + NOISE] (times rounding·s₀) gets the same decision from either path, and one
-inside is flagged `rank_ambiguous`.
+The numbers are measured (benchmarks/rank_spectra.py, docs/statistics.md "Rank cutoff"): on the shipped
+models the two paths' standardised X differ by ‖ΔZ‖₂ ≤ 3.6·rounding·s₀ (the CNN stems, P = 784, d = 16), so by
+Weyl's inequality no singular value moves by more than that; real directions lie at ≥ 41·rounding·s₀ (≥ 85
+on the stems), the noise floor at ≤ 2.3 (graph) and ≤ 0.11 (host mean). NOISE bounds the move with a margin
+of 2.2; the cutoff sits at twice NOISE, so a direction outside [cutoff − NOISE, cutoff + NOISE] (times
+rounding·s₀) gets the same decision from either path, and one inside is flagged `rank_ambiguous`.
 """
 
 from __future__ import annotations
