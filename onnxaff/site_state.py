@@ -26,8 +26,9 @@ from onnxaff.graph.rewrite import SiteOutputs
 from onnxaff.graph.sites import Site
 from onnxaff.metrics import Chunk, ChunkPair, JvpStats, Metric, Moments, plugin_output
 from onnxaff.metrics.dispatch import any_serving, serving
+from onnxaff.metrics.rank import FLOAT32_EPS
 from onnxaff.scoring import ChunkScorer
-from onnxaff.stats import HALVES, chunk_diagnostics, chunk_scale, entry_ci, metric_flags
+from onnxaff.stats import HALVES, RANK_FLAGS, chunk_diagnostics, chunk_scale, entry_ci, metric_flags, moments_rank
 
 
 def readonly(a: np.ndarray) -> np.ndarray:
@@ -37,10 +38,12 @@ def readonly(a: np.ndarray) -> np.ndarray:
     return v
 
 
-def readonly_moments(m: Moments) -> Moments:
-    """A copy of the pooled moments whose arrays are read-only views (the live ones stay untouched)."""
+def readonly_moments(m: Moments, rounding: float | None = None) -> Moments:
+    """A copy of the pooled moments whose arrays are read-only views (the live ones stay untouched), with the
+    site's rounding when given."""
     return dataclasses.replace(m, mean_x=readonly(m.mean_x), mean_y=readonly(m.mean_y), m_xx=readonly(m.m_xx),
-                               m_yy=readonly(m.m_yy), m_xy=readonly(m.m_xy))
+                               m_yy=readonly(m.m_yy), m_xy=readonly(m.m_xy),
+                               rounding=m.rounding if rounding is None else rounding)
 
 
 def _least(a: float | None, b: float | None) -> float | None:
@@ -48,11 +51,11 @@ def _least(a: float | None, b: float | None) -> float | None:
 
 
 def _chunk_state(c: Chunk | None) -> dict | None:
-    return None if c is None else {"x": c.x, "y": c.y}
+    return None if c is None else {"x": c.x, "y": c.y, "rounding": c.rounding}
 
 
 def _chunk_from(d: dict | None) -> Chunk | None:
-    return None if d is None else Chunk(readonly(d["x"]), readonly(d["y"]))
+    return None if d is None else Chunk(readonly(d["x"]), readonly(d["y"]), d.get("rounding", FLOAT32_EPS))
 
 
 class Pending(NamedTuple):
@@ -91,12 +94,23 @@ class SiteState:
     scale: float | None = None  # the smallest chunk variance (stats.chunk_scale): what each metric's ε is judged by
     solo: Chunk | None = None  # the first chunk, kept while it is the only one: a one-chunk ci95 needs its rows
     halves: dict[str, list[float]] = field(default_factory=dict)  # half-sample scores of a run's only chunk
+    # The features' relative rounding (onnxaff.graph.rewrite.feature_rounding), which every Chunk and the Moments
+    # carry to the metrics; None until known (a symbolic P is read off the first batch: `note_shapes`).
+    rounding: float | None = None
 
-    def output_names(self) -> list[str]:
-        names = [self.outputs.x, self.outputs.y]
-        if self.jvp is not None:
-            names += list(self.outputs.jvp.names.values())
-        return names
+    def __post_init__(self):
+        if self.rounding is None and self.outputs is not None:
+            self.rounding = self.outputs.rounding
+
+    @property
+    def chunk_rounding(self) -> float:
+        return FLOAT32_EPS if self.rounding is None else self.rounding
+
+    def note_rounding(self, rounding: float | None) -> None:
+        """A batch's rounding (a symbolic P resolved from its shapes): the largest seen is kept, so a run whose
+        batches differ in size cuts at the coarsest."""
+        if rounding is not None:
+            self.rounding = rounding if self.rounding is None else max(self.rounding, rounding)
 
     def add_jvp(self, n: int, arrays: list[np.ndarray]) -> None:
         if self.jvp is None or self.nonfinite_rows:
@@ -129,10 +143,12 @@ class SiteState:
     def score(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer) -> None:
         self.chunks += 1
         self.chunk_rows = x.shape[0]
-        chunk = Chunk(readonly(x), readonly(y))
+        chunk = Chunk(readonly(x), readonly(y), self.chunk_rounding)
         if not self.tracks and any_serving(metrics, "site_chunks"):
             scale = chunk_scale(chunk.x, chunk.y)  # once a chunk: the diagnostics and the site's minimum
-            self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=self.chunks == 1, scale=scale)
+            # The rank test costs about what r2 costs a chunk: every chunk, when a metric it concerns is asked.
+            rank = any(getattr(m, "rank_sensitive", False) for m in metrics)
+            self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=rank, scale=scale, rounding=chunk.rounding)
             self.scale = _least(self.scale, scale)
             self.solo = chunk if self.chunks == 1 else None
         self._submit(chunk, self.previous, metrics, scorer)
@@ -218,7 +234,7 @@ class SiteState:
             return {}
         moments = self.moments.total() if self.moments is not None and self.moments.n >= 2 else None
         traces = self.jvp.traces() if self.jvp is not None else None
-        return {"moments": None if moments is None else readonly_moments(moments),
+        return {"moments": None if moments is None else readonly_moments(moments, self.chunk_rounding),
                 "jvp": None if traces is None else JvpStats(self.jvp.form, *traces)}
 
     def _half_samples(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
@@ -229,7 +245,7 @@ class SiteState:
             return
         rng = np.random.default_rng(0)
         picks = [np.sort(rng.choice(self.solo.n, self.solo.n // 2, replace=False)) for _ in range(HALVES)]
-        halves = [Chunk(readonly(self.solo.x[i]), readonly(self.solo.y[i])) for i in picks]
+        halves = [Chunk(readonly(self.solo.x[i]), readonly(self.solo.y[i]), self.solo.rounding) for i in picks]
         jobs = [(m, h) for m in metrics if serving(m).half_samples and not self._not_applicable(m)
                 and m.name in self.values for h in halves]
         if not jobs:
@@ -244,13 +260,21 @@ class SiteState:
         self.solo = None
 
     def flags_and_ci(self, m: Metric, values: list[float], partial: bool) -> dict:
-        """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry."""
+        """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range."""
         pooled = serving(m).pooled
         rows = self.rows if pooled else (self.chunk_rows or self.rows)
         d = max(self.dims) if self.dims else 0
-        flags = metric_flags(m, rows, d, partial, self.seen, self.scale)
-        ci = None if pooled else entry_ci(values, self.halves.get(m.name))
+        flags = metric_flags(m, rows, d, partial, self._seen_by(m, pooled), self.scale)
+        ci = None if pooled else entry_ci(values, self.halves.get(m.name), m.range)
         return {"flags": flags, "ci95": ci}
+
+    def _seen_by(self, m: Metric, pooled: bool) -> set[str]:
+        """What the flags of `m` read: a pooled rank-sensitive metric's rank flags come from the pooled X (the
+        spectrum it inverts), not from single chunks."""
+        if not (pooled and getattr(m, "rank_sensitive", False) and self.moments is not None and self.moments.n >= 2):
+            return self.seen
+        found = moments_rank(self.moments.total().cov_x(), self.chunk_rounding)
+        return self.seen if found is None else (self.seen - set(RANK_FLAGS)) | found
 
     def entry(self, m: Metric, partial: bool) -> dict:
         values = self.values.get(m.name, [])
@@ -303,7 +327,7 @@ class SiteState:
             "jvp": None if self.jvp is None else self.jvp.to_state(), "tracks": self.tracks,
             "unscored": [{"chunk": _chunk_state(c), "previous": _chunk_state(p)} for c, p in self.unscored],
             "seen": sorted(self.seen), "scale": self.scale, "solo": _chunk_state(self.solo),
-            "halves": {k: list(v) for k, v in self.halves.items()},
+            "halves": {k: list(v) for k, v in self.halves.items()}, "rounding": self.rounding,
             "partial": self.partial, "finished": self.finished,
         }
 
@@ -324,6 +348,7 @@ class SiteState:
         self.scale = d.get("scale")
         self.solo = _chunk_from(d.get("solo"))
         self.halves = {k: list(v) for k, v in d.get("halves", {}).items()}
+        self.note_rounding(d.get("rounding"))
         self.partial, self.finished = d.get("partial", False), d.get("finished", False)
 
     @classmethod
@@ -365,6 +390,7 @@ class SiteState:
         self.nonfinite_rows += other.nonfinite_rows
         self.seen |= other.seen
         self.scale = _least(self.scale, other.scale)
+        self.note_rounding(other.rounding)
         self.halves = (self.halves or other.halves) if self.chunks + other.chunks == 1 else {}
         self.solo = (self.solo or other.solo) if self.chunks + other.chunks == 1 else None
         self.chunks += other.chunks

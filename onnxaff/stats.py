@@ -13,6 +13,7 @@ import numpy as np
 from scipy.special import stdtrit
 
 from onnxaff.metrics.dispatch import serving
+from onnxaff.metrics.rank import FLOAT32_EPS, rank_verdict, relative_singular_values
 
 HALVES = 8  # half-samples for a one-chunk interval
 
@@ -59,8 +60,8 @@ def half_sample_ci(fn: Callable[[np.ndarray, np.ndarray], float], x: np.ndarray,
 # --- flags ---
 
 EPS_RATIO = 1e-3  # ε over the mean variance above which the absolute ε moves the affinity by ≳ 0.002 (see docs)
-FLOAT32_NOISE = float(np.finfo(np.float32).eps)
-RANK_TEST_MAX_D = 512  # the rank test costs O(nd² + d³) once per site: 25 s at d = 2048, n = 4096 on 2 cores
+RANK_TEST_MAX_D = 512  # the rank test costs O(nd² + d³) a chunk: 25 s at d = 2048, n = 4096 on 2 cores
+RANK_FLAGS = ("rank_deficient", "rank_ambiguous")
 
 # The rows per chunk each metric needs, and which chunk properties matter to it, are the metric's own
 # declarations (rows_per_dim, regularised, rank_sensitive: onnxaff.metrics.Metric), from
@@ -91,11 +92,13 @@ def eps_dominated(eps: float, scale: float | None) -> bool:
 
 
 def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True,
-                      scale: float | None = None) -> set[str]:
-    """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X.
+                      scale: float | None = None, rounding: float = FLOAT32_EPS) -> set[str]:
+    """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X
+    (or one whose rank two correct reductions could decide differently: `rank_ambiguous`).
 
-    rank=False skips the O(nd²) rank test (the caller runs it on a site's first chunk only); `scale`, the
-    chunk's chunk_scale when the caller has it already.
+    rank=False skips the O(nd²) rank test (the caller runs it only when a rank-sensitive metric is asked);
+    `scale`, the chunk's chunk_scale when the caller has it already; `rounding`, the features' (Chunk.rounding),
+    which sets r2's cutoff (onnxaff.metrics.rank).
     """
     found = set()
     n, d = x.shape
@@ -111,12 +114,24 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: boo
     live = sd > 0
     if n > d and live.any() and d <= RANK_TEST_MAX_D:  # n ≤ d: rank-deficient by construction (`few_rows`)
         z = xc[:, live] / sd[live]
-        w = np.linalg.eigvalsh(z.T @ z)  # squared singular values: same cutoff as r2's, squared
-        if w[0] <= (live.sum() * FLOAT32_NOISE) ** 2 * w[-1]:  # r2's cutoff: see plugins/r2.py
-            found.add("rank_deficient")
+        w = np.linalg.eigvalsh(z.T @ z)  # squared singular values: r2's cutoff, with a Gram's floor
+        found |= rank_verdict(relative_singular_values(w), rounding, gram_dim=w.size)
     elif not live.any():
         found.add("rank_deficient")
     return found
+
+
+def moments_rank(cov_x: np.ndarray, rounding: float) -> set[str] | None:
+    """The rank flags of the pooled X (r2_pooled's correlation matrix), or None past RANK_TEST_MAX_D."""
+    d = cov_x.shape[0]
+    if d > RANK_TEST_MAX_D:
+        return None
+    sd = np.sqrt(np.clip(np.diag(cov_x), 0.0, None))
+    live = sd > 0
+    if not live.any():
+        return {"rank_deficient"}
+    w = np.linalg.eigvalsh(cov_x[np.ix_(live, live)] / np.outer(sd[live], sd[live]))
+    return rank_verdict(relative_singular_values(w), rounding, gram_dim=w.size)
 
 
 def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str], scale: float | None = None) -> list[str]:
@@ -133,21 +148,32 @@ def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str], scale
     if getattr(metric, "regularised", False) and (
             eps_dominated(getattr(metric, "eps", 1e-6), scale) if scale is not None else "eps_dominated" in seen):
         flags.append("eps_dominated")
-    if "rank_deficient" in seen and getattr(metric, "rank_sensitive", False):
-        flags.append("rank_deficient")
+    if getattr(metric, "rank_sensitive", False):
+        flags += [f for f in RANK_FLAGS if f in seen]
     if "constant_output" in seen:
         flags.append("constant_output")
     return flags
 
 
-def entry_ci(values: list[float], halves: list[float] | None) -> list[float] | None:
-    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the one chunk."""
+def entry_ci(values: list[float], halves: list[float] | None,
+             bounds: tuple[float, float] = (-math.inf, math.inf)) -> list[float] | None:
+    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the one chunk; clipped to
+    the metric's declared range (`bounds`): a t interval is symmetric and reached past R²'s 1 ([0.99871,
+    1.00110] on one site), where no score can lie."""
     if len(values) >= 2:
-        return list(mean_ci(values))
-    if len(values) == 1 and halves is not None and len(halves) >= 2:
+        lo, hi = mean_ci(values)
+    elif len(values) == 1 and halves is not None and len(halves) >= 2:
         h = float(t975(len(halves) - 1) * np.std(halves, ddof=1))
-        return [values[0] - h, values[0] + h]
-    return None
+        lo, hi = values[0] - h, values[0] + h
+    else:
+        return None
+    return clip_interval(lo, hi, bounds)
+
+
+def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> list[float]:
+    """[lo, hi] within [bounds]; still lo ≤ hi when the whole interval lies past one bound."""
+    a, b = float(bounds[0]), float(bounds[1])
+    return [min(max(float(lo), a), b), max(min(float(hi), b), a)]
 
 
 # --- where people look: one warning line per flag kind ---
@@ -159,6 +185,9 @@ _FLAG_TEXT = {
     "eps_dominated": ("have activations so small that the metric's absolute ε (the paper's 1e-6) moves the score",
                       "a metric whose ε is relative to the covariance does not have this (docs/statistics.md)"),
     "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
+    "rank_ambiguous": ("have a direction of X at r2's rank cutoff, which another correct reduction of the same "
+                       "data could fit or drop", "their R² may differ by 1e-2 between reduce_in graph and numpy "
+                       "(docs/statistics.md)"),
     "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),
 }
 

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.metrics import Chunk, ChunkPair, Metric, Moments, Needs
+from onnxaff.metrics import (
+    FLOAT32_EPS,
+    Chunk,
+    ChunkPair,
+    Metric,
+    Moments,
+    Needs,
+    rank_cutoff,
+    relative_singular_values,
+)
 from onnxaff_plugins.linalg import as_rows
 from onnxaff_plugins.pooled import pooled_variant
 
-# Features come out of float32 inference: a direction of the (standardised) X whose standard deviation is
-# below d·eps(float32) of the largest one's is at the rounding level of the features themselves.
-FLOAT32_NOISE = float(np.finfo(np.float32).eps)
 
+def _fit(x: np.ndarray, y: np.ndarray, rounding: float = FLOAT32_EPS) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares W, b of Y ≈ XW + b, minimum-norm over X's directions above the features' rounding.
 
-def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares W, b of Y ≈ XW + b, minimum-norm over X's directions above float32 rounding.
-
-    The same cutoff as `r2_pooled`, on X with each feature scaled to unit spread (R² does not change under it;
-    constant features carry nothing): a numerically rank-deficient X otherwise lets the fit chase rounding
-    noise, and in-sample R² then moved with float rounding alone (0.71 vs 0.83 vs 0.66 on one stem site).
+    The same cutoff as `r2_pooled` (onnxaff.metrics.rank: rank_cutoff(rounding) of the largest singular value),
+    on X with each feature scaled to unit spread (R² does not change under it; constant features carry
+    nothing): a numerically rank-deficient X otherwise lets the fit chase rounding noise, and in-sample R² then
+    moved with float rounding alone (0.71 vs 0.83 vs 0.66 on one stem site; 0.014–0.040 between onnxruntime's
+    mean and a host mean while the cutoff ignored that a mean over P positions rounds sqrt(P) times more).
     """
     mx, my = x.mean(axis=0), y.mean(axis=0)
     xc = x - mx
@@ -27,7 +34,7 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     w = np.zeros((x.shape[1], y.shape[1]))
     if live.any():
         z = xc[:, live] / sd[live]
-        coef, *_ = np.linalg.lstsq(z, y - my, rcond=live.sum() * FLOAT32_NOISE)
+        coef, *_ = np.linalg.lstsq(z, y - my, rcond=rank_cutoff(rounding))
         w[live] = coef / sd[live, None]
     return w, my - mx @ w
 
@@ -50,9 +57,9 @@ def _r2(y: np.ndarray, pred: np.ndarray, reference_mean: np.ndarray) -> float:
     return float(np.mean(out))
 
 
-def r2_in_sample(x: np.ndarray, y: np.ndarray) -> float:
+def r2_in_sample(x: np.ndarray, y: np.ndarray, rounding: float = FLOAT32_EPS) -> float:
     x, y = as_rows(x), as_rows(y)
-    w, b = _fit(x, y)
+    w, b = _fit(x, y, rounding)
     # A constant column is predicted exactly (its centred values are 0, so its weights are): use its own value.
     pred = np.where(np.ptp(y, axis=0) == 0, y, x @ w + b)
     return _r2(y, pred, y.mean(axis=0))
@@ -60,7 +67,7 @@ def r2_in_sample(x: np.ndarray, y: np.ndarray) -> float:
 
 def r2_held_out(train: Chunk, test: Chunk) -> float:
     """Fit on one chunk, score on the next (against the test chunk's own mean)."""
-    w, b = _fit(as_rows(train.x), as_rows(train.y))
+    w, b = _fit(as_rows(train.x), as_rows(train.y), train.rounding)
     x, y = as_rows(test.x), as_rows(test.y)
     return _r2(y, x @ w + b, y.mean(axis=0))
 
@@ -68,7 +75,8 @@ def r2_held_out(train: Chunk, test: Chunk) -> float:
 def r2_pooled(m: Moments) -> float:
     """From moments: residual covariance Σ_Y − Σ_YX Σ_X⁺ Σ_XY; R²_j = 1 − res_jj/(Σ_Y)_jj.
 
-    Σ_X⁺ drops eigenvalues under (d·eps32)²·λ_max of the correlation matrix of X. A rank-deficient Σ_X
+    Σ_X⁺ drops eigenvalues under cutoff²·λ_max of the correlation matrix of X, the cutoff r2's
+    (onnxaff.metrics.rank, from the moments' rounding, with the floor of a float64 Gram). A rank-deficient Σ_X
     (common: a stem conv's channels are mixes of a few signals) otherwise has eigenvalues at 1e-14 of the
     largest, pure rounding, and inverting them let 1e-16 changes of the moments move R² by 1e-4. The cutoff
     is taken after scaling each X feature to unit variance (R² does not change under it): on Σ_X itself it
@@ -85,7 +93,7 @@ def r2_pooled(m: Moments) -> float:
     corr = sx[np.ix_(live, live)] / np.outer(sd[live], sd[live])
     cross = sxy[live] / sd[live, None]
     w, v = np.linalg.eigh(corr)
-    keep_dirs = w > (corr.shape[0] * FLOAT32_NOISE) ** 2 * max(w[-1], 0.0) if w.size else w > 0
+    keep_dirs = relative_singular_values(w) >= rank_cutoff(m.rounding, gram_dim=w.size) if w.size else w > 0
     proj = cross.T @ v[:, keep_dirs]
     res = sy - (proj / w[keep_dirs]) @ proj.T
     return float(np.mean(1.0 - np.diag(res)[keep] / var[keep]))
@@ -100,11 +108,17 @@ class R2(Metric):
     rank_sensitive = True
 
     def compute(self, chunk: Chunk) -> float:
-        return r2_in_sample(chunk.x, chunk.y)
+        return r2_in_sample(chunk.x, chunk.y, chunk.rounding)
 
     def caveat(self, rows, dx, dy):
+        """With n ≤ d + 1 an affine map fits every row exactly when X's fitted directions span the rows, so the
+        value says nothing about linearity. It is exactly 1 only then: X's dead features and its directions at
+        rounding level (onnxaff.metrics.rank) are not fitted, and with them it reads below 1 (0.99981 on
+        ResNet-18's layer4, whose dead channels leave fewer than n − 1 live directions)."""
         if dx + 1 >= rows:
-            return f"in-sample R² is trivially 1: d + 1 = {dx + 1} ≥ {rows} rows per chunk; see r2_heldout"
+            return (f"in-sample R² is no linearity measure here: with d + 1 = {dx + 1} ≥ {rows} rows per chunk an "
+                    f"affine map fits every row (R² = 1) unless X's dead and rounding-level directions, which are not "
+                    f"fitted, leave fewer than {rows - 1} (then R² < 1); see r2_heldout")
         return None
 
 

@@ -56,11 +56,19 @@ def test_r2_affine_and_independent(rng):
     assert r2_held_out(Chunk(x, z), Chunk(x2, rng.standard_normal((512, 3)))) < 0.02
 
 
-def test_r2_caveat_when_d_exceeds_n():
+def test_r2_caveat_when_d_exceeds_n_agrees_with_the_value(rng):
+    """n ≤ d + 1: R² is 1 when X's live directions span the rows, below 1 when dead features leave fewer (as on
+    ResNet-18's layer4, 0.99981 under a caveat that said "trivially 1"); the caveat says both."""
     from onnxaff_plugins.r2 import R2
 
-    assert "trivially 1" in R2().caveat(rows=64, dx=128, dy=128)
+    note = R2().caveat(rows=64, dx=128, dy=128)
+    assert "R² = 1" in note and "R² < 1" in note and "fewer than 63" in note and "trivially" not in note
     assert R2().caveat(rows=512, dx=64, dy=64) is None
+    x = rng.standard_normal((64, 128))
+    y = np.tanh(rng.standard_normal((64, 8)))
+    assert r2_in_sample(x, y) == pytest.approx(1.0, abs=1e-9)  # 128 live directions span the 64 rows
+    x[:, 40:] = 0.0  # dead channels: 40 live directions for 64 rows
+    assert r2_in_sample(x, y) < 1 - 1e-3
 
 
 def test_extras():

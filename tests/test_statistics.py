@@ -9,7 +9,7 @@ from onnxaff.collect import ChunkBuffer
 from onnxaff.metrics import resolve
 from onnxaff.scoring import ChunkScorer
 from onnxaff.site_state import SiteState
-from onnxaff.stats import half_sample_ci, mean_ci, rows_needed
+from onnxaff.stats import entry_ci, half_sample_ci, mean_ci, rows_needed
 from onnxaff_plugins.affinity import Affinity
 from onnxaff_plugins.cka import CKA
 
@@ -119,6 +119,28 @@ def test_one_chunk_gets_a_half_sampling_interval(rng):
     for name, entry in e.items():
         lo, hi = entry["ci95"]
         assert lo < entry["mean"] < hi and hi - lo > 1e-4, name
+
+
+def test_ci95_is_clipped_to_the_metrics_declared_range(rng):
+    """A t interval is symmetric: around an R² of 0.999 from two chunks it reached past 1 ([0.99871, 1.00110] on
+    one site), where no R² lies. Every ci95 stays in the metric's range; the other side is left as it was."""
+    from onnxaff.report.text import fmt_score
+
+    x = gaussian(rng, 4 * 64, 3)
+    y = x @ rng.standard_normal((3, 3))
+    y[64:128] += 0.05 * rng.standard_normal((64, 3))  # one chunk a little off linear: a wide interval near 1
+    e = entries(x, y, 64, ["r2", "r2_heldout", "cka"])
+    for name, entry in e.items():
+        lo, hi = entry["ci95"]
+        assert lo <= entry["mean"] <= hi <= 1.0, name
+        free = mean_ci(entry["values"])
+        assert lo == pytest.approx(max(free[0], 0.0 if name != "r2_heldout" else -np.inf)), name
+    assert e["r2"]["ci95"][1] == 1.0 and mean_ci(e["r2"]["values"])[1] > 1.0  # the case the clip is for
+    half = mean_ci(e["r2"]["values"])[1] - e["r2"]["mean"]
+    assert fmt_score(e["r2"], chunks=False, ci=True) == f"{e['r2']['mean']:.4f}±{half:.4f}"  # the unclipped side
+    assert entry_ci([0.999], [0.9995, 1.0, 0.998], (0.0, 1.0))[1] == 1.0  # one chunk: half-samples, clipped too
+    assert entry_ci([2.0, 2.001], None, (0.0, 1.0)) == [1.0, 1.0]  # past a bound altogether: still lo ≤ hi
+    assert entry_ci([0.2, 0.3], None) == list(mean_ci([0.2, 0.3]))  # no declared range: as before
 
 
 def test_mean_ci_is_the_student_t_interval():

@@ -147,8 +147,7 @@ def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:
     """The output names a batch fetches, and which of them feed each site and each residual stage."""
     names, slices, stage_slices, stage_probes = [], [], [], []
     for s in ok_sites:
-        out = outputs[s.index]
-        own = [out.x, out.y] + (list(out.jvp.names.values()) if out.jvp is not None else [])
+        own = outputs[s.index].names
         slices.append(slice(len(names), len(names) + len(own)))
         names += own
     for stage in stages:  # a residual stage: its tracks' features side by side as X (h⁰ … h^L)

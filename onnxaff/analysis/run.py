@@ -29,7 +29,7 @@ from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
-from onnxaff.graph.rewrite import numpy_features
+from onnxaff.graph.rewrite import feature_rounding, numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
@@ -198,7 +198,13 @@ class Analysis:
         arrays = self.runner.run(self.names, batch)
         block, host = self.cursor // plan.unit, plan.host_reduce
         for st, part in zip(self.states, plan.slices, strict=True):
-            x, y, *jvp = arrays[part]
+            x, y, *rest = arrays[part]
+            out = st.outputs
+            split = len(rest) - len(out.shapes or ())
+            jvp, shapes = rest[:split], rest[split:]
+            if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
+                st.note_rounding(feature_rounding(st.site, plan.config.reduce, out.doubles,
+                                                  tuple(shapes) if shapes else (x.shape, y.shape)))
             if host is not None:
                 x, y = numpy_features(x, st.site, host), numpy_features(y, st.site.side("y"), host)
             st.add(x, y, plan.metrics, scorer, block=block)

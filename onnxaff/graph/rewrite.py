@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.sites import Site, sanitize
 from onnxaff.graph.view import GraphView
+from onnxaff.metrics.rank import FLOAT32_EPS
 
 REDUCTIONS = ("mean", "reference", "positions", "flatten")
 _FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE}
@@ -29,6 +30,15 @@ class SiteOutputs:
     y: str
     dim: int | None  # D when shapes are static, else None
     jvp: object = None  # JvpOutputs when NLC statistics were requested and can be built
+    rounding: float | None = None  # the features' relative rounding (feature_rounding); None: P is symbolic
+    shapes: tuple[str, str] | None = None  # graph mode with a symbolic P: outputs giving X's and Y's shapes per batch
+    doubles: tuple[bool, bool] = (False, False)  # X, Y are float64 tensors (reduced in float64)
+
+    @property
+    def names(self) -> list[str]:
+        """Every output this site fetches, in the order a batch's arrays come back (x, y, jvp…, shapes…)."""
+        jvp = list(self.jvp.names.values()) if self.jvp is not None else []
+        return [self.x, self.y, *jvp, *(self.shapes or ())]
 
 
 class _Namer:
@@ -180,6 +190,40 @@ def feature_dim(site: Site, mode: str) -> int | None:
     return prod(shape[1:])
 
 
+def positions(site: Site, mode: str, shape=None) -> int | None:
+    """P, how many values of the tensor one feature averages: 1 where nothing is averaged (rank ≤ 2, `positions`,
+    `flatten`). `shape`: a run-time shape instead of the static one; None when a needed dim is symbolic."""
+    shape = site.input_shape if shape is None else [int(d) for d in shape]
+    rank, axis = site.rank, site.feature_axis
+    if shape is None or rank is None:
+        return None
+    if rank <= 2 or mode in ("positions", "flatten"):
+        return 1
+    axes = range(2, rank) if mode == "reference" else [a for a in range(1, rank) if a != axis]
+    dims = [shape[a] for a in axes]
+    return int(np.prod(dims)) if all(isinstance(d, int) for d in dims) else None
+
+
+def feature_rounding(site: Site, mode: str, doubles: tuple[bool, bool] = (False, False),
+                     shapes: tuple = (None, None)) -> float | None:
+    """The relative rounding of a site's features, the larger of X's and Y's (what Chunk.rounding carries).
+
+    A float32 mean over P values (GlobalAveragePool, ReduceMean, a host mean) rounds about sqrt(P)·eps32 of the
+    values it averages, and two correct reductions differ by that much: it depends on P, not on the path, so
+    both paths decide X's rank alike (onnxaff.metrics.rank). A float64 tensor is reduced in float64; its
+    features still get eps32, the level every cutoff stays above (the metrics' float64 Gram matrices need the
+    margin). None when P is symbolic (`shapes`, run-time shapes of X and Y, resolve it).
+    """
+    worst = FLOAT32_EPS
+    for side, double, shape in zip(("x", "y"), doubles, shapes, strict=True):
+        p = positions(site.side(side), mode, shape)
+        if p is None:
+            return None
+        eps = float(np.finfo(np.float64 if double else np.float32).eps)
+        worst = max(worst, eps * float(np.sqrt(p)))
+    return worst
+
+
 def augment_model(
     model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False, jvp: bool = False,
     view: GraphView | None = None,
@@ -204,8 +248,9 @@ def augment_model(
         if not site.ok:
             continue
         prefix = f"onnxaff/{site.index}.{sanitize(site.id)}"
-        names = []
+        names, doubles = [], []
         for side, tensor in (("x", site.input), ("y", site.output)):
+            doubles.append(builder.view.elem_type(tensor) == TensorProto.DOUBLE)
             inner = builder.raw(tensor, f"{prefix}.{side}") if raw else builder.features(
                 tensor, site.side(side), reduce, f"{prefix}.{side}"
             )
@@ -219,11 +264,28 @@ def augment_model(
             names.append(inner)
         dim = None if raw else feature_dim(site, reduce)
         jvp_outputs = add_jvp(builder, site, prefix) if jvp else None
-        outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs)
+        rounding = feature_rounding(site, reduce, tuple(doubles))
+        shapes = None
+        if rounding is None and not raw:  # raw arrays carry their shapes; reduced features need them told
+            shapes = tuple(_shape_output(builder, t, f"{prefix}.{side}", exported, new_outputs)
+                           for side, t in (("x", site.input), ("y", site.output)))
+        outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs, rounding, shapes, tuple(doubles))
         groups += [position] * (len(builder.new_nodes) - len(groups))
     augmented.graph.output.extend(new_outputs)
     _schedule(augmented, builder, groups)
     return augmented, outputs
+
+
+def _shape_output(builder: GraphBuilder, tensor: str, prefix: str, exported: dict, new_outputs: list) -> str:
+    """An int64 output with `tensor`'s shape (a Shape node: no data is read), shared between sites."""
+    key = ("shape", tensor)
+    if key not in builder.cache:
+        builder.cache[key] = builder.node("Shape", [tensor], prefix)
+    out = builder.cache[key]
+    if out not in exported:
+        exported[out] = out
+        new_outputs.append(helper.make_tensor_value_info(out, TensorProto.INT64, [None]))
+    return out
 
 
 SINK = "onnxaff/sink/"

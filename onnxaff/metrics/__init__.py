@@ -21,10 +21,12 @@ from onnxaff.metrics.loader import (
 )
 from onnxaff.metrics.output import plugin_output
 from onnxaff.metrics.params import parse_spec, parse_value
+from onnxaff.metrics.rank import FLOAT32_EPS, rank_cutoff, rank_verdict, relative_singular_values
 from onnxaff.metrics.types import NEEDS, Chunk, ChunkPair, JvpStats, Moments, Needs, Tracks
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "NEEDS", "Chunk", "ChunkPair", "JvpStats", "Metric", "Moments", "Needs", "Registered",
-    "Tracks", "default_metrics", "file_fingerprint", "load_plugin_file", "metric_info", "parse_spec", "parse_value",
-    "plugin_output", "primary_metric", "registry", "resolve", "stage_metrics",
+    "ENTRY_POINT_GROUP", "FLOAT32_EPS", "NEEDS", "Chunk", "ChunkPair", "JvpStats", "Metric", "Moments", "Needs",
+    "Registered", "Tracks", "default_metrics", "file_fingerprint", "load_plugin_file", "metric_info", "parse_spec",
+    "parse_value", "plugin_output", "primary_metric", "rank_cutoff", "rank_verdict", "registry",
+    "relative_singular_values", "resolve", "stage_metrics",
 ]

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from onnxaff.metrics.rank import FLOAT32_EPS
+
 
 class Needs(str, Enum):
     """Which input a metric's compute() takes; str-valued, so a signature's `needs` stays the plain word."""
@@ -30,10 +32,16 @@ NEEDS = tuple(n.value for n in Needs)
 
 @dataclass(frozen=True)
 class Chunk:
-    """n paired rows of one site's features, float64: X [n, dx], Y [n, dy]."""
+    """n paired rows of one site's features, float64: X [n, dx], Y [n, dy].
+
+    `rounding`: the features' relative rounding, the larger of X's and Y's (eps32·sqrt(P) for means over P
+    positions, onnxaff.graph.rewrite.feature_rounding): the level below which a direction of X is rounding
+    noise (onnxaff.metrics.rank). A plugin that builds a Chunk of unreduced float32 values can leave it.
+    """
 
     x: np.ndarray
     y: np.ndarray
+    rounding: float = FLOAT32_EPS
 
     @property
     def n(self) -> int:
@@ -76,7 +84,10 @@ class JvpStats:
 
 @dataclass
 class Moments:
-    """Count, means and co-moment sums of paired rows; merges exactly (Chan, Golub & LeVeque 1979)."""
+    """Count, means and co-moment sums of paired rows; merges exactly (Chan, Golub & LeVeque 1979).
+
+    `rounding` as on Chunk (the site's, set when the core hands the moments to a metric; a merge keeps the
+    larger)."""
 
     dx: int
     dy: int
@@ -86,6 +97,7 @@ class Moments:
     m_xx: np.ndarray = None  # Σ (x − m_x)(x − m_x)ᵀ
     m_yy: np.ndarray = None
     m_xy: np.ndarray = None
+    rounding: float = FLOAT32_EPS
 
     def __post_init__(self):
         if self.mean_x is None:
@@ -114,12 +126,14 @@ class Moments:
             self.m_xx + other.m_xx + w * np.outer(dx, dx),
             self.m_yy + other.m_yy + w * np.outer(dy, dy),
             self.m_xy + other.m_xy + w * np.outer(dx, dy),
+            max(self.rounding, other.rounding),
         )
 
     def update(self, x: np.ndarray, y: np.ndarray) -> None:
         merged = self.merge(Moments.of(x, y))
         self.n, self.mean_x, self.mean_y = merged.n, merged.mean_x, merged.mean_y
         self.m_xx, self.m_yy, self.m_xy = merged.m_xx, merged.m_yy, merged.m_xy
+        self.rounding = merged.rounding
 
     def to_state(self) -> dict:
         return {"dx": self.dx, "dy": self.dy, "n": self.n, "mean_x": self.mean_x, "mean_y": self.mean_y,

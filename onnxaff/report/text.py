@@ -6,7 +6,8 @@ from onnxaff.terminal import table, wrapped
 from onnxaff.text import printable
 
 # One letter per flag in the terminal table (a legend line follows it); the signature keeps the names.
-FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "constant_output": "C"}
+FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "rank_ambiguous": "A",
+              "constant_output": "C"}
 STAT_HEADER = ["signature", "sites", "mean", "median", "min", "max", "std", "near-linear"]
 
 
@@ -28,9 +29,9 @@ def fmt_score(entry: dict | None, chunks: bool = True, ci: bool = False) -> str:
     if entry.get("std") is None:  # pooled metrics: one value over all rows
         return f"{entry['mean']:.4f} (pooled)"
     spread = f"±{entry['std']:.4f}"
-    if ci:  # the ci95 is symmetric (t or half-sampling, onnxaff.stats)
+    if ci:  # symmetric about the mean (t or half-sampling) until clipped to the metric's range: the longer side
         lo, hi = entry.get("ci95") or (None, None)
-        spread = f"±{(hi - lo) / 2:.4f}" if lo is not None and hi is not None else ""
+        spread = f"±{max(hi - entry['mean'], entry['mean'] - lo):.4f}" if lo is not None and hi is not None else ""
     if not chunks:
         return f"{entry['mean']:.4f}{spread}{mark}"
     return f"{entry['mean']:.4f}{spread} ({entry['chunks']}){mark}"
