@@ -117,3 +117,35 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | Path, what: str):
+    """Hold an advisory lock (flock on `lock`, created if need be) while the block runs: two runs on one
+    checkpoint or study folder would delete each other's temporaries and lose a state. A second holder is refused
+    in one line naming the first's PID. The lock file stays (removing it would let a third run slip in)."""
+    import fcntl
+
+    lock = Path(lock)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise WriteError(f"cannot create the lock file {lock}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise OnnxaffError(f"{what} is in use by another onnxaff run (PID {pid}); wait for it to end or stop "
+                               "it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def lock_beside(path: str | Path) -> Path:
+    """The lock file of a checkpoint: hidden, beside it."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
