@@ -117,3 +117,46 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@contextlib.contextmanager
+def exclusive(lock: str | Path, what: str):
+    """Hold an advisory lock (flock on the file `lock`, created for the while) while the block runs: two runs on
+    one checkpoint or study folder would delete each other's temporaries and lose a state. A second holder is
+    refused in one line naming the first's PID. The file is removed while still locked; a run that locked a
+    removed file tries again, so two runs never hold two files."""
+    import fcntl
+
+    lock = Path(lock)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise WriteError(f"cannot create the lock file {lock}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise OnnxaffError(f"{what} is in use by another onnxaff run (PID {pid}); wait for it to end or stop "
+                               "it") from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the file was removed by the run that held it: lock the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)  # releases the lock
+
+
+def lock_beside(path: str | Path) -> Path:
+    """The lock file of a checkpoint: hidden, beside it."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"

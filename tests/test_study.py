@@ -88,7 +88,7 @@ def test_changed_options_data_or_model_redo_what_they_touch_and_force_redoes_all
     onnx.save(model, paths[1])
     _, _, err = run_cli(capfd, "study", *paths, "--data", "synthetic:gaussian:n=500", "--out", out, *FAST,
                         "--chunk-size", "100")
-    assert err.count("skipped") == 2 and "[2/3] b: analysing (the model file changed)" in err
+    assert err.count("skipped") == 2 and "[2/3] b: analysing (the model or its weights changed)" in err
     _, _, err = run_cli(capfd, "study", *paths, "--data", "synthetic:gaussian:n=500", "--out", out, *FAST,
                         "--chunk-size", "100", "--force")
     assert err.count("analysing (--force)") == 3

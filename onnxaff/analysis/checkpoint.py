@@ -117,12 +117,18 @@ def run_key(data_spec: str, description: dict, total: int, options: dict, model_
         describe["file"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
     data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
     numeric = {k: v for k, v in options.items() if k not in ("device",)}
-    model = model_info["sha256"]
-    if external := model_info.get("external_data"):
-        model = hashlib.sha256(json.dumps([model, external], sort_keys=True).encode()).hexdigest()
+    model = model_key(model_info["sha256"], model_info.get("external_data"))
     plugins = [{"path": p, "sha256": sha256_of(p) if Path(p).is_file() else None} for p in options["plugins"]]
     return {"model_sha256": model, "data_sha256": data, "options": numeric, "total": total, "unit": unit,
             "plugins": plugins, "metrics": dict(metrics)}
+
+
+def model_key(sha256: str, external: list | None) -> str:
+    """The model's identity: its .onnx file's sha256, combined with its weight files' when it has external data
+    (the .onnx then holds no weights). Checkpoints, parts and study signatures all compare this."""
+    if not external:
+        return sha256
+    return hashlib.sha256(json.dumps([sha256, external], sort_keys=True).encode()).hexdigest()
 
 
 def key_mismatch(mine: dict, theirs: dict) -> str | None:

@@ -39,6 +39,9 @@ from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
 
+# A second signal within this many seconds of the first is the same request again (the state is still saved).
+REPEAT_SECONDS = 1.0
+
 
 class Analysis:
     """A prepared run: a Plan, the runtime sessions that execute it and the live RunState it fills.
@@ -226,10 +229,16 @@ class Analysis:
         if threading.current_thread() is not threading.main_thread():
             return {}
 
+        first_at = [0.0]
+
         def handler(signum, frame):
-            if self._stop_signal is not None:  # a second signal: stop now, without saving
+            if self._stop_signal is None:
+                self._stop_signal = scorer.stop_signal = signum
+                first_at[0] = time.monotonic()
+            # `timeout`, schedulers and process groups send a signal twice at once, and SIGTERM never means
+            # "hurry" (SIGKILL follows if anything): only a later Ctrl-C stops now, without saving.
+            elif signum == signal.SIGINT and time.monotonic() - first_at[0] > REPEAT_SECONDS:
                 raise KeyboardInterrupt
-            self._stop_signal = scorer.stop_signal = signum
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 

@@ -83,13 +83,20 @@ def _run_ray(model, data, out, outputs, opts: RunOptions):
 
 
 def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
+    from onnxaff.files import check_writable, exclusive, lock_beside
+
+    check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
+    with exclusive(lock_beside(checkpoint), f"the checkpoint {checkpoint}"):  # held to the result's last write
+        return _run_locked(model, data, out, outputs, checkpoint, opts)
+
+
+def _run_locked(model, data, out, outputs, checkpoint: str, opts: RunOptions):
     from onnxaff.analysis import Analysis
     from onnxaff.analysis.checkpoint import prepare as prepare_checkpoint
     from onnxaff.analysis.checkpoint import write_result
-    from onnxaff.files import check_writable, refuse_overwrite
+    from onnxaff.files import refuse_overwrite
     from onnxaff.shards import write_part
 
-    check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
     prepare_checkpoint(checkpoint)  # a file there that is not a checkpoint is refused, never replaced
     run = Analysis(model, data, opts.analysis)
     refuse_overwrite(outputs, _weight_files(run.loaded))

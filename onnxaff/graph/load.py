@@ -76,7 +76,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _external_locations(model: onnx.ModelProto) -> list[str]:
+def external_locations_of(model: onnx.ModelProto) -> list[str]:
     locations = []
     for tensor in iter_tensors(model.graph):
         if external_data_helper.uses_external_data(tensor):
@@ -233,7 +233,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     _check_text(model, path.name)
     _check_external(model, path)  # before the checker, which opens the files
     _check_inputs(model, path.name)
-    locations = _external_locations(model)
+    locations = external_locations_of(model)
     try:
         # By path: the checker then also validates external data references and large models.
         onnx.checker.check_model(str(path))
@@ -250,7 +250,7 @@ def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel
     """Wrap an in-memory model (tests, API users); it must carry its weights inline."""
     _check_text(model, model.graph.name or "model")
     _check_inputs(model, model.graph.name or "model")
-    loaded = LoadedModel(model=model, path=None, external_locations=_external_locations(model))
+    loaded = LoadedModel(model=model, path=None, external_locations=external_locations_of(model))
     if loaded.external_locations:
         raise OnnxaffError("an in-memory model cannot reference external data; load it by path")
     _check_tensors(model, model.graph.name or "model")
@@ -296,7 +296,7 @@ def _check_tensors(model: onnx.ModelProto, name: str) -> None:
 def _infer(model: onnx.ModelProto, path: Path | None) -> tuple[onnx.ModelProto, bool]:
     """Shape inference that never fails the load: sites without shapes are skipped later, with a reason."""
     try:
-        if path is not None and (path.stat().st_size > _INFER_BY_PATH_BYTES or _external_locations(model)):
+        if path is not None and (path.stat().st_size > _INFER_BY_PATH_BYTES or external_locations_of(model)):
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "inferred.onnx"
                 onnx.shape_inference.infer_shapes_path(str(path), str(out))

@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import math
 import numbers
+import os
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -28,6 +29,7 @@ class Registered:
     cls: type[Metric]
     origin: str  # "entry point <dist>: module:attr" or "file <path>"
     path: Path | None = None  # the plugin file (--plugin); None: the class's module file
+    helpers: tuple[Path, ...] = ()  # modules of the user's own that the plugin file imports (not installed ones)
 
     @property
     def source(self) -> Path | None:
@@ -40,8 +42,12 @@ class Registered:
 
     @property
     def fingerprint(self) -> str | None:
-        """sha256 of the metric's source file: a saved run continued after a plugin changed is refused."""
-        return file_fingerprint(self.source)
+        """sha256 of the metric's source file (and of the plugin's own helper modules): a saved run continued,
+        or a study signature reused, after that code changed is refused."""
+        if not self.helpers:
+            return file_fingerprint(self.source)
+        parts = [file_fingerprint(self.source)] + [[str(h), file_fingerprint(h)] for h in self.helpers]
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def file_fingerprint(path: str | Path | None) -> str | None:
@@ -83,16 +89,21 @@ def _check(cls, origin: str) -> None:
         raise OnnxaffError(f"{what} declares default {cls.default!r:.80}; it must be None or a whole number")
 
 
-def _add(found: dict[str, Registered], cls, origin: str, path: Path | None = None) -> None:
+def _add(found: dict[str, Registered], cls, origin: str, path: Path | None = None, helpers: tuple = ()) -> None:
     _check(cls, origin)
     if cls.name in found:
         if found[cls.name].cls is cls:
             return  # the same class listed twice (editable installs list entry points twice)
         raise OnnxaffError(f"two metrics are named {cls.name!r}: {found[cls.name].origin} and {origin}")
-    found[cls.name] = Registered(cls, origin, path)
+    found[cls.name] = Registered(cls, origin, path, helpers)
 
 
 def load_plugin_file(path: str | Path) -> list[type[Metric]]:
+    return _load_plugin(path)[0]
+
+
+def _load_plugin(path: str | Path) -> tuple[list[type[Metric]], tuple[Path, ...]]:
+    """The plugin's Metric classes and the helper modules of its own it imports (their code is the metric's too)."""
     path = Path(path)
     if not path.is_file():
         raise OnnxaffError(f"plugin file not found: {path}")
@@ -111,7 +122,29 @@ def load_plugin_file(path: str | Path) -> list[type[Metric]]:
     ]
     if not classes:
         raise OnnxaffError(f"plugin file {path} defines no Metric subclass")
-    return classes
+    return classes, _helper_files(module, path)
+
+
+def _helper_files(module, path: Path) -> tuple[Path, ...]:
+    """Source files of the modules a plugin's names come from, leaving out Python's, installed packages' and
+    onnxaff's own (the onnxaff version stands for those). One level: what the plugin itself imports."""
+    import sysconfig
+
+    installed = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    installed.add(os.path.realpath(Path(__file__).parent.parent))
+    files = set()
+    for value in vars(module).values():
+        try:  # a plugin's names may be any object, one whose attributes raise too
+            name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        except Exception:
+            continue
+        source = getattr(sys.modules.get(name) if isinstance(name, str) else None, "__file__", None)
+        if not source or os.path.realpath(source) == os.path.realpath(path):
+            continue
+        real = os.path.realpath(source)
+        if not any(real.startswith(folder + os.sep) for folder in installed):
+            files.add(Path(real))
+    return tuple(sorted(files))
 
 
 def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Registered]:
@@ -131,8 +164,9 @@ def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Regist
             raise OnnxaffError(f"metric entry point {ep.name!r} ({origin}) failed to load: {exc}") from None
         _add(found, cls, origin)
     for path in plugin_files:
-        for cls in load_plugin_file(path):
-            _add(found, cls, f"file {path}", Path(path))
+        classes, helpers = _load_plugin(path)
+        for cls in classes:
+            _add(found, cls, f"file {path}", Path(path), helpers)
     if not found:
         raise OnnxaffError("no metrics are registered: install onnxaff (pip install -e .) so its entry points exist")
     return found

@@ -1,5 +1,5 @@
-"""What a signature was made from (model file, data, options that change numbers): a rerun skips a model
-whose signature records this very identity."""
+"""What a signature was made from (model and weights, data, options, code): a rerun skips a model whose signature
+records this very identity. The model and metric-code parts are the ones a checkpoint's key compares."""
 
 from __future__ import annotations
 
@@ -15,28 +15,68 @@ _SPEED_ONLY = ("progress", "device", "chunk_workers", "threads", "graph_optimiza
 
 
 def file_digest(path: Path) -> str | None:
+    """sha256 of a regular file; None for anything else (a FIFO or /dev/zero would never end) or unreadable."""
     from onnxaff.graph.load import sha256_of
 
     try:
-        return sha256_of(path)
+        return sha256_of(path) if Path(path).is_file() else None
     except OSError:
         return None
 
 
+def model_identity(path: Path) -> str | None:
+    """The model's key as a checkpoint computes it: the .onnx file's sha256, with its external weight files'."""
+    import onnx
+
+    from onnxaff.analysis.checkpoint import model_key
+    from onnxaff.graph.load import external_locations_of
+
+    digest = file_digest(path)
+    if digest is None:
+        return None
+    try:
+        locations = external_locations_of(onnx.load(str(path), load_external_data=False))
+    except Exception:  # not a model: its analysis says why
+        return digest
+    external = []
+    for loc in locations:
+        weights = path.parent / loc
+        try:
+            external.append({"location": loc, "bytes": weights.stat().st_size, "sha256": file_digest(weights)})
+        except OSError:
+            external.append({"location": loc, "bytes": None, "sha256": None})  # its analysis says why
+    return model_key(digest, external)
+
+
 def data_identity(spec: str) -> str:
-    """A digest of the data a spec names: a file by path, size and time; a folder by every file's; else the spec."""
+    """A digest of the data a spec names: a file by path, size and time; a folder by every image the loader would
+    read (the same walk: linked class folders entered); else the spec."""
+    from onnxaff.data.images import list_images
+
     path = Path(spec)
     if path.is_file():
         st = path.stat()
         parts = [str(path.resolve()), st.st_size, st.st_mtime_ns]
     elif path.is_dir():
         parts = [str(path.resolve())]
-        for f in sorted(p for p in path.rglob("*") if p.is_file()):
-            st = f.stat()
-            parts.append([f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
+        for f in list_images(path):
+            try:
+                st = f.stat()
+                parts.append([f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
+            except OSError:
+                parts.append([f.relative_to(path).as_posix(), None])
     else:
         parts = [spec]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def code_identity(fingerprints: dict) -> str:
+    """A digest of the code behind the numbers: each metric's fingerprint (as a checkpoint records it) and the
+    onnxaff version (everything around the metrics)."""
+    import onnxaff
+
+    return hashlib.sha256(json.dumps({"metrics": fingerprints, "onnxaff": onnxaff.__version__},
+                                     sort_keys=True).encode()).hexdigest()
 
 
 def options_identity(options: dict) -> str:
@@ -49,7 +89,7 @@ def options_identity(options: dict) -> str:
 
 
 def stale_reason(path: Path, key: dict) -> str | None:
-    """None when the signature at `path` was made from this very model, data and options; else why not."""
+    """None when the signature at `path` was made from this very model, data, options and code; else why not."""
     if not path.exists():
         return "no signature yet"
     try:
@@ -57,8 +97,9 @@ def stale_reason(path: Path, key: dict) -> str | None:
     except OnnxaffError as exc:
         return f"its signature is unreadable ({exc})"
     made = sig.runtime.get("study") or {}
-    for field_, what in (("model_sha256", "the model file changed"), ("data", "the data changed"),
-                         ("options", "the options changed")):
+    for field_, what in (("model_sha256", "the model or its weights changed"), ("data", "the data changed"),
+                         ("options", "the options changed"),
+                         ("code", "the metric code or the onnxaff version changed")):
         if made.get(field_) != key[field_]:
             return what
     return None

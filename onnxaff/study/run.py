@@ -9,12 +9,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaff.analysis.checkpoint import is_checkpoint
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
 from onnxaff.errors import ConfigError, Interrupted, OnnxaffError, first_line
-from onnxaff.files import write_text_atomic
+from onnxaff.files import check_writable, exclusive, refuse_overwrite, write_text_atomic
 from onnxaff.metrics import default_metrics, registry, resolve
+from onnxaff.metrics.loader import code_fingerprints, stage_metrics
 from onnxaff.signature import Signature, read_signature, write_json_atomic
-from onnxaff.study.identity import data_identity, file_digest, options_identity, stale_reason
+from onnxaff.study.identity import (
+    code_identity,
+    data_identity,
+    file_digest,
+    model_identity,
+    options_identity,
+    stale_reason,
+)
 from onnxaff.study.models import StudyModel
 
 CLUSTERS = 3
@@ -48,6 +57,9 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
     from onnxaff.analysis import Analysis, AnalysisConfig
 
     config = AnalysisConfig(**options)
+    if checkpoint.exists() and not is_checkpoint(checkpoint):  # never replaced: it is someone's file
+        raise OnnxaffError(f"{checkpoint} is where the study keeps this model's checkpoint, and holds a file that "
+                           "is not one; move it away or label the model otherwise (LABEL=MODEL)")
     run = Analysis(model.path, data, config)
     if checkpoint.exists():
         try:
@@ -75,17 +87,31 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
     from onnxaff.analysis import AnalysisConfig
 
     _check_run(models, data, executor, checkpoint_every)
-    metrics = list(options.get("metrics") or default_metrics(registry(options.get("plugins") or ())))
+    available = registry(options.get("plugins") or ())
+    metrics = list(options.get("metrics") or default_metrics(available))
     options = {**options, "metrics": metrics}
     AnalysisConfig(**options)  # every option checked once, before any model is read
-    resolve(metrics, options.get("plugins") or ())  # and every metric spec
+    used = resolve(metrics, available=available)  # and every metric spec
+    code = code_identity({**code_fingerprints(used, available),
+                          **{name: available[name].fingerprint for name in stage_metrics(available)}})
     _check_data_files(models, data)
     folder = Path(out)
+    refuse_overwrite(study_outputs(folder, models), study_inputs(models, data, options))
     sig_dir = _make_folder(folder / "signatures", folder)
+    with exclusive(folder / ".onnxaff-study.lock", f"the study folder {folder}"):
+        for _, path in study_outputs(folder, models):
+            check_writable(path)  # once, before any model: not after analysing them all
+        return _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, force, executor, shards,
+                           ray_address, checkpoint_every, clusters, echo, render)
+
+
+def _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, force, executor, shards,
+                ray_address, checkpoint_every, clusters, echo, render) -> StudyResult:
+    metrics = options["metrics"]
     digests = {m.label: file_digest(m.path) for m in models}
     accuracies = _accuracies(models, digests, accuracy)
-    run = _Run(models, sig_dir, options, _plan(models, data, sig_dir, digests, options, force), checkpoint_every,
-               force, echo or (lambda line: None))
+    run = _Run(models, sig_dir, options, _plan(models, data, sig_dir, digests, options, code, force),
+               checkpoint_every, force, echo or (lambda line: None))
     started = time.perf_counter()
     with _ray_tasks(run, executor, shards, ray_address) as run.pending:
         for k, model in enumerate(models, 1):
@@ -96,6 +122,21 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
     run.echo(f"{len(run.sigs)} of {len(models)} models in the study ({len(run.skipped)} up to date, "
              f"{len(run.failed)} failed) in {_clock(time.perf_counter() - started)}")
     return result
+
+
+def study_outputs(folder: Path, models: list[StudyModel]) -> list[tuple[str, Path]]:
+    """Every file a study writes, as refuse_overwrite takes them."""
+    sig_dir = folder / "signatures"
+    return [("the study's compare.json", folder / "compare.json"), ("the study's report.html", folder / "report.html"),
+            *[(f"the signature of {m.label}", sig_dir / f"{m.label}.json") for m in models],
+            *[(f"the checkpoint of {m.label}", sig_dir / f"{m.label}.ckpt.npz") for m in models]]
+
+
+def study_inputs(models: list[StudyModel], data: str | None, options: dict) -> list[tuple[str, str | Path]]:
+    """Every file a study reads (models, data, plugins), as refuse_overwrite takes them."""
+    specs = {m.data or data for m in models} - {None}
+    return [*[(f"the model {m.label}", m.path) for m in models], *[("the data", s) for s in sorted(specs)],
+            *[("the plugin", p) for p in options.get("plugins") or ()]]
 
 
 def _check_data_files(models: list[StudyModel], data: str | None) -> None:
@@ -125,7 +166,7 @@ def _check_run(models: list[StudyModel], data: str | None, executor: str, checkp
         raise ConfigError("data", "the study needs data: give {option}")
 
 
-def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: dict, options: dict,
+def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: dict, options: dict, code: str,
           force: bool) -> dict[str, tuple]:
     """label -> (its data, the identity its signature records, why it must be analysed: None when up to date)."""
     opt_key = options_identity(options)
@@ -135,8 +176,9 @@ def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: di
         model_data = model.data or data
         if model_data not in data_keys:
             data_keys[model_data] = data_identity(model_data)
-        key = {"model_sha256": digests[model.label], "data": data_keys[model_data], "options": opt_key}
-        reason = "unreadable" if digests[model.label] is None else (
+        identity = model_identity(model.path) if digests[model.label] is not None else None
+        key = {"model_sha256": identity, "data": data_keys[model_data], "options": opt_key, "code": code}
+        reason = "unreadable" if identity is None else (
             "--force" if force else stale_reason(sig_dir / f"{model.label}.json", key))
         plan[model.label] = (model_data, key, reason)
     return plan
@@ -205,8 +247,8 @@ def _study_model(run: _Run, k: int, model: StudyModel) -> None:
     checkpoint = run.sig_dir / f"{model.label}.ckpt.npz"
     _, key, reason = run.plan[model.label]
     if reason == "unreadable":
-        return run.fail(head, model.label, f"cannot read {model.path}" + ("" if model.path.exists()
-                                                                           else " (no such file)"))
+        why = "" if model.path.is_file() else " (not a regular file)" if model.path.exists() else " (no such file)"
+        return run.fail(head, model.label, f"cannot read {model.path}{why}")
     if reason is None:
         run.sigs[model.label] = _label(read_signature(target), model)
         run.skipped.append(model.label)
