@@ -104,7 +104,8 @@ class SyntheticSource(DataSource):
             a = rng.uniform(*self._range(spec), size=shape)
         else:
             a = rng.normal(self.params.get("mean", 0.0), self.params.get("std", 1.0), size=shape)
-        return a.astype(spec.dtype)
+        with np.errstate(over="ignore"):  # past the dtype's range: ±inf, which flags the sites, not a numpy warning
+            return a.astype(spec.dtype)
 
     def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
         end = self.n if stop is None else min(stop, self.n)
