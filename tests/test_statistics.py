@@ -345,3 +345,18 @@ def test_site_nlc_of_relu_does_not_depend_on_the_input_scale(scale, tmp_path):
         sig = onnxaff.analyze(str(tmp_path / "relu.onnx"), str(tmp_path / "x.npy"), metrics=["nlc"], progress=False)
         values.append(sig.sites[0]["metrics"]["nlc"]["mean"])
     assert values[1] == pytest.approx(values[0], rel=2e-3)
+
+
+def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
+    """The warning said "the paper's 1e-6" for `affinity:eps=0.01` too."""
+    from onnxaff.stats import flag_warnings
+
+    x = gaussian(rng, 512, 6)
+    names = ["affinity", "affinity:eps=0.01"]
+    e = entries(x, np.maximum(x, 0), 256, metrics=names)
+    (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(names)) if "absolute ε" in w]
+    assert "ε (0.01)" in line and "paper" not in line, line
+    small = 1e-2 * gaussian(rng, 512, 6)
+    e = entries(small, np.maximum(small, 0), 256, metrics=["affinity"])
+    (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(["affinity"])) if "absolute ε" in w]
+    assert "(the paper's 1e-6)" in line, line
