@@ -544,3 +544,15 @@ def test_sites_of_a_scalar_input_model(capfd, tmp_path):
     code, out, err = run_cli(capfd, "sites", model)
     assert "internal error" not in err and "Traceback" not in err, err
     assert code == 0 and "scalar tensor: no batch axis" in out, (out, err)
+
+
+@pytest.mark.parametrize("dim", [0, -3])
+def test_zero_or_negative_declared_dims_are_not_called_symbolic(capfd, tmp_path, dim):
+    """A declared dim of 0 or −3 was reported as "symbolic dims"."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", dim])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    line = one_line_error(analyze(capfd, save(model, tmp_path / "m.onnx"), SYNTH, tmp_path / "s.json"),
+                          f"declares a dim of {dim} after the batch axis (a size must be positive)")
+    assert "symbolic" not in line and "--input-shape x=D" in line

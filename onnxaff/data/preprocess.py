@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from onnxaff.data.source import InputSpec
+from onnxaff.data.source import InputSpec, unknown_dims_text
 from onnxaff.errors import ConfigError, OnnxaffError
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
@@ -179,7 +179,9 @@ def _crop_size(spec: InputSpec, layout: str, hw: tuple, crop, resize, fit) -> tu
         names = ("C", "H", "W") if layout == "NCHW" else ("H", "W", "C")
         dims = "x".join(str(d) if isinstance(d, int) and d > 0 else n
                         for d, n in zip(spec.shape[1:], names, strict=True))
-        raise OnnxaffError(f"model input {spec.describe()} has a symbolic image height/width: give the size with "
+        what = "has a symbolic image height/width" if not any(isinstance(d, int) and d <= 0 for d in spec.shape[1:]) \
+            else unknown_dims_text(spec.shape[1:])
+        raise OnnxaffError(f"model input {spec.describe()} {what}: give the size with "
                            f"--input-shape {spec.name}={dims} or --crop HxW")
     return h, w
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.data.source import DataSource, InputSpec
+from onnxaff.data.source import DataSource, InputSpec, unknown_dims_text
 from onnxaff.errors import ConfigError, OnnxaffError
 
 KINDS = ("gaussian", "uniform", "grid")
@@ -66,7 +66,7 @@ class SyntheticSource(DataSource):
             unknown = [d for d in shape if not isinstance(d, int) or d <= 0]
             if unknown:
                 raise OnnxaffError(
-                    f"model input {spec_.describe()} has symbolic dims after the batch axis; "
+                    f"model input {spec_.describe()} {unknown_dims_text(shape)}; "
                     f"give them with --input-shape {spec_.name}=" + "x".join(
                         str(d) if isinstance(d, int) and d > 0 else "D" for d in shape)
                 )
