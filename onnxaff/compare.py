@@ -15,6 +15,7 @@ from scipy.spatial.distance import squareform
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
+from onnxaff.text import printable
 
 DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
                    "along the optimal warping path, no window, no z-normalisation")
@@ -74,7 +75,7 @@ def run_labels(sigs: list[Signature]) -> list[str]:
     explicit = [s.model.get("label") for s in sigs]
     given = [x for x in explicit if x]
     if len(set(given)) != len(given):
-        raise OnnxaffError(f"label {next(x for x in given if given.count(x) > 1)!r} is given twice")
+        raise OnnxaffError(f"label '{printable(next(x for x in given if given.count(x) > 1))}' is given twice")
     out = []
     for s, base, label in zip(sigs, bases, explicit, strict=True):
         if label:
