@@ -15,6 +15,7 @@ from scipy.spatial.distance import squareform
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
+from onnxaff.text import printable
 
 DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
                    "along the optimal warping path, no window, no z-normalisation")
@@ -74,7 +75,7 @@ def run_labels(sigs: list[Signature]) -> list[str]:
     explicit = [s.model.get("label") for s in sigs]
     given = [x for x in explicit if x]
     if len(set(given)) != len(given):
-        raise OnnxaffError(f"label {next(x for x in given if given.count(x) > 1)!r} is given twice")
+        raise OnnxaffError(f"label '{printable(next(x for x in given if given.count(x) > 1))}' is given twice")
     out = []
     for s, base, label in zip(sigs, bases, explicit, strict=True):
         if label:
@@ -137,18 +138,24 @@ BASELINES = {"depth (sites)": ("stats", "depth_sites"), "depth (weighted layers)
 
 
 def read_table(path: str | Path, what: str) -> dict[str, str]:
-    """A two-column CSV (model name or sha256, value); a header row is allowed."""
+    """A two-column CSV (model name or sha256, value); a header row and a UTF-8 byte order mark are allowed.
+
+    A name listed twice is refused: which row was meant cannot be guessed (the last one used to win silently).
+    """
     path = Path(path)
     if not path.exists():
         raise OnnxaffError(f"{what} file not found: {path}")
     if not path.is_file():  # a FIFO would be waited on forever
         raise OnnxaffError(f"{what} path is not a regular file: {path}")
-    table = {}
+    table, first = {}, {}
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            for row in csv.reader(f, strict=True):
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            for number, row in enumerate(csv.reader(f, strict=True), 1):
                 if len(row) >= 2 and row[0].strip() and not row[0].startswith("#"):
-                    table[row[0].strip()] = row[1].strip()
+                    key = row[0].strip()
+                    if key in first:
+                        raise OnnxaffError(f"{path}: {what} file lists {key!r} twice (rows {first[key]} and {number})")
+                    first[key], table[key] = number, row[1].strip()
     except UnicodeDecodeError as exc:
         raise OnnxaffError(f"{path}: {what} file is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     except csv.Error as exc:
@@ -156,6 +163,17 @@ def read_table(path: str | Path, what: str) -> dict[str, str]:
     except OSError as exc:
         raise OnnxaffError(f"cannot read {path}: {exc.strerror or exc}") from None
     return table
+
+
+def accuracy_value(name: str, text: str) -> float:
+    """A model's accuracy from its table cell: a finite number (nan or inf would make every statistic nan)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise OnnxaffError(f"accuracy of {name} is not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise OnnxaffError(f"accuracy of {name} is not a finite number: {text!r}")
+    return value
 
 
 def _flag_counts(sig: Signature, metric: str) -> tuple[int, int]:
@@ -169,9 +187,11 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
     """(R², Pearson r, slope, intercept) of the least-squares line y ≈ a·x + b."""
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan"), float("nan"), float("nan"), float("nan")
-    r = float(np.corrcoef(x, y)[0, 1])
-    slope, intercept = np.polyfit(x, y, 1)
-    return r * r, r, float(slope), float(intercept)
+    sx, sy = np.abs(x).max(), np.abs(y).max()  # fitted in units of the largest value: 1e308 would overflow
+    r = float(np.corrcoef(x / sx, y / sy)[0, 1])
+    slope, intercept = np.polyfit(x / sx, y / sy, 1)
+    with np.errstate(over="ignore"):
+        return r * r, r, float(slope * sy / sx), float(intercept * sy)
 
 
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
@@ -186,10 +206,7 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
         key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)
         if key is None:
             raise OnnxaffError(f"no accuracy for model {name} (sha256 {s.model.get('sha256', '?')[:12]}…)")
-        try:
-            acc = float(accuracy[key])
-        except ValueError:
-            raise OnnxaffError(f"accuracy of {name} is not a number: {accuracy[key]!r}") from None
+        acc = accuracy_value(name, accuracy[key])
         stats = signature_stats(s.scores(metric), s.metrics.get(metric))
         features = {f"{metric} {k}": v for k, v in stats.items() if k not in ("sites", "near_linear") and v is not None}
         for label, (section, field) in BASELINES.items():

@@ -14,6 +14,7 @@ signature would silently miss a site. The frameworks are optional: a missing one
 
 from __future__ import annotations
 
+import numbers
 import os
 import warnings
 from collections import Counter
@@ -147,10 +148,24 @@ def sklearn_site_kinds(model) -> list[str]:
     return kinds + ([out] if out else [])
 
 
+def _check_n_features(model, n_features) -> None:
+    """A feature count skl2onnx would build a model on: positive, an int64 ONNX dim onnxruntime can allocate,
+    and the fitted estimator's own (a wrong one exports a model that fails on every batch)."""
+    if isinstance(n_features, bool) or not isinstance(n_features, numbers.Integral) or \
+            not 1 <= n_features <= 2**31 - 1:
+        raise OnnxaffError(f"from_sklearn: n_features must be a whole number from 1 to {2**31 - 1}, "
+                           f"got {n_features!r}")
+    fitted = getattr(model, "n_features_in_", None)
+    if isinstance(fitted, numbers.Integral) and fitted != n_features:
+        raise OnnxaffError(f"from_sklearn: n_features is {n_features} but the estimator was fitted on {fitted} "
+                           "features (n_features_in_)")
+
+
 def from_sklearn(model, n_features: int, path: str | os.PathLike, *, opset: int = OPSET, input_name: str = "input",
                  strict: bool = True) -> Export:
     """Convert a fitted estimator with skl2onnx (float32 input [batch, n_features], probabilities as a plain
     tensor rather than a ZipMap of dicts), then check its activations."""
+    _check_n_features(model, n_features)
     skl2onnx = _need("skl2onnx", "skl2onnx")
     from skl2onnx.common.data_types import FloatTensorType
 

@@ -80,6 +80,11 @@ class NetworkNLC:
     def _add(self, n: int, batch: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
         xs = {spec.name: batch[spec.name].astype(np.float64) for spec in self.inputs}
         flat = np.concatenate([x.reshape(n, -1) for x in xs.values()], axis=1)
+        if not np.isfinite(flat).all():  # no direction to differentiate along; NaN sums make the result say so
+            for name in self.output_names:
+                self.jv2[name] = math.nan
+            self.examples += n
+            return
         centred = flat - flat.mean(axis=0)
         if flat.shape[1] < n - 1:  # D eigen-directions of the scatter, scaled to their sd, and the self term
             lam, vec = np.linalg.eigh(centred.T @ centred)
@@ -161,5 +166,5 @@ def jvp_result(d: dict, metric) -> dict:
     if "directions" in d:  # wide inputs only; inputs with D < n − 1 take every direction whatever it says
         out["directions"] = d["directions"]
     if nonfinite:
-        out["reason"] = f"NaN/Inf in output(s) {', '.join(nonfinite)} or their finite differences: no value"
+        out["reason"] = f"NaN/Inf in the data, output(s) {', '.join(nonfinite)} or their finite differences: no value"
     return out

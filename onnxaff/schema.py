@@ -49,6 +49,8 @@ _KINDS = {
     "number?": (lambda v: v is None or _is_number(v), f"{_FINITE} or null"),
     "whole": (_is_whole, "expected a whole number"),
     "whole?": (lambda v: v is None or _is_whole(v), "expected a whole number or null"),
+    "count?": (lambda v: v is None or (_is_whole(v) and v >= 0), "expected a whole number ≥ 0 or null"),
+    "spread?": (lambda v: v is None or (_is_number(v) and v >= 0), "expected a finite number ≥ 0 or null"),
     "bool": (lambda v: isinstance(v, bool), "expected true or false"),
 }
 
@@ -72,19 +74,33 @@ def _items(values: list, kind: str, where: str) -> None:
             raise _Bad(f"{where}[{k}]", problem)
 
 
-def _check_scores(entry: dict, where: str) -> None:
+def _within(value, bounds, where: str) -> None:
+    """A score inside its metric's declared range (every score is checked against it when computed, so one
+    outside was edited by hand); the same 1e-9 (relative beyond 1) of rounding as scoring allows."""
+    if value is None or not bounds:
+        return
+    low, high = bounds
+    if (low is not None and value < low - 1e-9 * max(1.0, abs(low))) or \
+            (high is not None and value > high + 1e-9 * max(1.0, abs(high))):
+        shown = ", ".join("∞" if b is None else f"{b:g}" for b in bounds)
+        raise _Bad(where, f"{value:g} is outside the metric's range [{shown}]")
+
+
+def _check_scores(entry: dict, where: str, ranges: dict) -> None:
     """One site's (or stage's) `metrics`: per metric, the numbers the tables and plots read."""
     for name, score in entry.items():
         at = f"{where}.{printable(name)}"
         if not isinstance(score, dict):
             raise _Bad(at, "expected an object")
-        _field(score, "mean", "number?", at, required=False)
-        _field(score, "std", "number?", at, required=False)
-        _field(score, "chunks", "whole?", at, required=False)
+        _within(_field(score, "mean", "number?", at, required=False), ranges.get(name), f"{at}.mean")
+        _field(score, "std", "spread?", at, required=False)
+        _field(score, "chunks", "count?", at, required=False)
         _field(score, "status", "text", at, required=False)
         _field(score, "partial", "bool", at, required=False)
         if (values := _field(score, "values", "list", at, required=False)) is not None:
             _items(values, "number?", f"{at}.values")
+            for k, v in enumerate(values):
+                _within(v, ranges.get(name), f"{at}.values[{k}]")
         if (ci := _field(score, "ci95", "list?", at, required=False)) is not None:
             _items(ci, "number", f"{at}.ci95")
             if len(ci) != 2 or ci[0] > ci[1]:
@@ -93,19 +109,20 @@ def _check_scores(entry: dict, where: str) -> None:
             _items(flags, "text", f"{at}.flags")
 
 
-def _check_entries(d: dict, key: str, required: bool, extra: dict[str, str]) -> None:
+def _check_entries(d: dict, key: str, required: bool, extra: dict[str, str], ranges: dict) -> None:
     entries = _field(d, key, "list", "", required=required) or []
     for k, entry in enumerate(entries):
         at = f"{key}[{k}]"
         if not isinstance(entry, dict):
             raise _Bad(at, "expected an object")
-        _field(entry, "index", "whole", at)
+        if _field(entry, "index", "whole", at) != k and key == "sites":  # reports and merges look sites up by it
+            raise _Bad(f"{at}.index", f"expected {k} (sites are numbered in their order)")
         _field(entry, "id", "text", at)
         _field(entry, "status", "text", at)
         _field(entry, "dim", "whole?", at, required=False)
         for name, kind in extra.items():
             _field(entry, name, kind.rstrip("!"), at, required=kind.endswith("!"))
-        _check_scores(_field(entry, "metrics", "object", at), f"{at}.metrics")
+        _check_scores(_field(entry, "metrics", "object", at), f"{at}.metrics", ranges)
 
 
 def check(d) -> None:
@@ -123,6 +140,7 @@ def check(d) -> None:
             _field(stats, key, "number?", "model.stats", required=False)
     for key in ("data", "options", "runtime"):
         _field(d, key, "object", "")
+    ranges = {}
     for name, info in _field(d, "metrics", "object", "").items():
         if not isinstance(info, dict):
             raise _Bad(f"metrics.{printable(name)}", "expected an object")
@@ -133,12 +151,13 @@ def check(d) -> None:
             if len(bounds) != 2:
                 raise _Bad(f"{at}.range", "expected two bounds")
             _items(bounds, "number?", f"{at}.range")
+            ranges[name] = bounds
     _check_entries(d, "sites", True, {"kind": "text!", "group": "text", "op_types": "list",
-                                      "input_shape": "list?"})
+                                      "input_shape": "list?"}, ranges)
     for k, site in enumerate(d["sites"]):
         if site.get("op_types"):
             _items(site["op_types"], "text", f"sites[{k}].op_types")
-    _check_entries(d, "stages", False, {"length": "whole!"})
+    _check_entries(d, "stages", False, {"length": "whole!"}, ranges)
     if (warnings := _field(d, "warnings", "list", "", required=False)) is not None:
         _items(warnings, "text", "warnings")
     _field(d, "network", "object", "", required=False)

@@ -182,7 +182,7 @@ _FLAG_TEXT = {
     "few_rows": ("have fewer rows per chunk than their dimension needs",
                  "raise --chunk-size and the number of examples, or see docs/statistics.md"),
     "partial": ("were scored on one partial chunk (fewer rows than --chunk-size)", "give more examples"),
-    "eps_dominated": ("have activations so small that the metric's absolute ε (the paper's 1e-6) moves the score",
+    "eps_dominated": ("have activations so small that the metric's absolute ε ({eps}) moves the score",
                       "a metric whose ε is relative to the covariance does not have this (docs/statistics.md)"),
     "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
     "rank_ambiguous": ("have a direction of X at r2's rank cutoff, which another correct reduction of the same "
@@ -190,6 +190,12 @@ _FLAG_TEXT = {
                        "(docs/statistics.md)"),
     "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),
 }
+
+
+def _eps_text(names: list[str], metrics) -> str:
+    """The ε of the flagged metrics as the user set it: the paper's 1e-6 only where that is the one in use."""
+    eps = sorted({float(getattr(m, "eps", 1e-6)) for m in metrics if m.name in names} or {1e-6})
+    return "the paper's 1e-6" if eps == [1e-6] else ", ".join(f"{e:g}" for e in eps)
 
 
 def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
@@ -212,7 +218,8 @@ def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
         parts = [f"{name} {hit} of {total}" for name, (hit, total) in counts.items() if hit]
         if parts:
             extra = f" (up to {worst[0]:,} rows for d = {worst[1]:,})" if worst else ""
-            lines.append(f"{'; '.join(parts)} sites {what}{extra}; {todo}")
+            text = what.format(eps=_eps_text([n for n, (hit, _) in counts.items() if hit], metrics))
+            lines.append(f"{'; '.join(parts)} sites {text}{extra}; {todo}")
     return lines
 
 

@@ -506,3 +506,53 @@ def test_external_weights_over_2gb(capfd, tmp_path):
     assert [(e["location"], e["bytes"]) for e in big["model"]["external_data"]] == [("big.weights", BIG_N * BIG_K * 4)]
     assert site["metrics"]["affinity"]["values"] == pytest.approx(ref["sites"][0]["metrics"]["affinity"]["values"],
                                                                   abs=1e-12)
+
+
+@pytest.mark.parametrize("data", ["nan", "std=1e38"])
+def test_network_nlc_on_nonfinite_data_has_no_value_and_says_why(capfd, tmp_path, relu_model, data):
+    """`--metrics nlc` on NaN data, or on synthetic data past float32's range, was `LinAlgError: Eigenvalues did
+    not converge` (an internal error), with a numpy overflow warning for the synthetic data."""
+    if data == "nan":
+        x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+        x[3, 1] = np.nan
+        np.save(tmp_path / "nan.npy", x)
+        source = tmp_path / "nan.npy"
+    else:
+        source = f"{SYNTH},{data}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, _, err = run_cli(capfd, "analyze", relu_model, "--data", source, "--out", tmp_path / "s.json",
+                               "--metrics", "nlc", "--quiet")
+    assert code == 0, err
+    assert "internal error" not in err and "RuntimeWarning" not in err
+    sig = json.loads((tmp_path / "s.json").read_text())
+    assert sig["sites"][0]["status"] == "flagged"
+    nlc = sig["network"]["nlc"]
+    assert nlc["values"]["y"] is None and "NaN/Inf" in nlc["reason"]
+
+
+def test_model_without_graph_inputs(capfd, tmp_path):
+    """A graph computing from constants only: `analyze` was `internal error: StopIteration`."""
+    text = HEADER + ' g () => (float[2] y) { c = Constant<value = float[2] {1.0, -1.0}>() y = Relu(c) }'
+    model = save(parse(text), tmp_path / "noin.onnx")
+    one_line_error(analyze(capfd, model, SYNTH, tmp_path / "s.json"), "the model has no inputs")
+
+
+def test_sites_of_a_scalar_input_model(capfd, tmp_path):
+    """`sites` on a model whose input is a scalar was `internal error: TypeError` in feature_dim."""
+    model = save(parse(HEADER + " g (float x) => (float y) { y = Relu(x) }"), tmp_path / "scalar.onnx")
+    code, out, err = run_cli(capfd, "sites", model)
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert code == 0 and "scalar tensor: no batch axis" in out, (out, err)
+
+
+@pytest.mark.parametrize("dim", [0, -3])
+def test_zero_or_negative_declared_dims_are_not_called_symbolic(capfd, tmp_path, dim):
+    """A declared dim of 0 or −3 was reported as "symbolic dims"."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", dim])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", dim])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    line = one_line_error(analyze(capfd, save(model, tmp_path / "m.onnx"), SYNTH, tmp_path / "s.json"),
+                          f"declares a dim of {dim} after the batch axis (a size must be positive)")
+    assert "symbolic" not in line and "--input-shape x=D" in line

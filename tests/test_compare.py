@@ -1,6 +1,7 @@
 """DTW, clustering, correlation and the reports."""
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import onnxaff
 from onnxaff.compare import compare, correlate, dtw_distance
 from onnxaff.report.html import comparison_page, correlation_page, single_page
 from onnxaff.signature import Signature
-from tests.conftest import run_cli
+from tests.conftest import one_line_error, run_cli
 
 
 def test_dtw_basics(rng):
@@ -178,3 +179,41 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     left = json.loads((tmp_path / "corr.json").read_text())
     assert {r["model"]: r["flagged"] for r in left["rows"]} == dict.fromkeys("abcde", 0)
     assert {r["model"]: r["scored"] for r in left["rows"]} == {"a": 3, "b": 2, "c": 4, "d": 4, "e": 4}
+
+
+def _correlate_cli(capfd, tmp_path, accuracy_text: str, encoding: str = "utf-8"):
+    accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
+    paths = [fake_signature(n, [2 * acc - 1, 2 * acc - 0.9], params=1000 * (k + 1)).write(tmp_path / f"{n}.json")
+             for k, (n, acc) in enumerate(accuracy.items())]
+    (tmp_path / "acc.csv").write_text(accuracy_text, encoding=encoding)
+    return run_cli(capfd, "correlate", *paths, "--accuracy", tmp_path / "acc.csv", "--out", tmp_path / "corr.json")
+
+
+ROWS = "a,0.70\nb,0.74\nc,0.79\nd,0.81\ne,0.76\n"
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_correlate_refuses_a_non_finite_accuracy(capfd, tmp_path, bad):
+    """nan/inf made every statistic nan, and nothing said why."""
+    one_line_error(_correlate_cli(capfd, tmp_path, ROWS.replace("0.79", bad)),
+                   f"accuracy of c is not a finite number: {bad!r}")
+
+
+def test_correlate_refuses_a_model_listed_twice(capfd, tmp_path):
+    """The last of two rows for a model silently won."""
+    one_line_error(_correlate_cli(capfd, tmp_path, ROWS + "b,0.99\n"), "accuracy file lists 'b' twice (rows 2 and 6)")
+
+
+def test_correlate_reads_an_accuracy_file_with_a_byte_order_mark(capfd, tmp_path):
+    """A UTF-8 BOM (Excel's CSV) was part of the first name: "no accuracy for model a"."""
+    code, _, err = _correlate_cli(capfd, tmp_path, ROWS, encoding="utf-8-sig")
+    assert code == 0, err
+
+
+def test_correlate_of_huge_accuracies_does_not_overflow(capfd, tmp_path):
+    """Accuracies near 1e308 overflowed the fit: R² printed as 0.0000 for an exactly linear statistic."""
+    rows = "".join(f"{k},{v * 1e307:.17g}\n" for k, v in zip("abcde", (0.70, 0.74, 0.79, 0.81, 0.76), strict=True))
+    code, out, err = _correlate_cli(capfd, tmp_path, rows)
+    assert code == 0, err
+    fit = json.loads((tmp_path / "corr.json").read_text())["table"]["all"]["affinity mean"]
+    assert fit["r2"] == pytest.approx(1.0, abs=1e-9) and math.isfinite(fit["slope"])

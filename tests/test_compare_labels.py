@@ -87,3 +87,18 @@ def test_demo_of_one_model_says_what_it_wrote(tmp_path, capfd):
     assert code == 0, err
     assert (tmp_path / "d" / "report.html").exists() == ("report.html" in stdout)
     assert (tmp_path / "d" / "signatures" / "sk_mlp_relu.json").exists()
+
+
+def test_a_label_that_is_not_utf8_is_shown_as_its_bytes(tmp_path, capfd):
+    """A label given twice, or a study label that is not UTF-8, printed Python's 'm\\udcff'."""
+    from tests.test_compare import fake_signature
+
+    paths = [fake_signature(n, [0.5, 0.6, 0.7], 100).write(tmp_path / f"{n}.json") for n in "ab"]
+    label = b"m\xff".decode("utf-8", "surrogateescape")  # what the command line gives Python
+    code, _, err = run_cli(capfd, "compare", f"{label}={paths[0]}", f"{label}={paths[1]}", "--out", tmp_path / "c.md")
+    assert code == 2 and err == "onnxaff: error: label 'm\\xff' is given twice\n", err
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"")
+    code, _, err = run_cli(capfd, "study", f"{label}={model}", "--data", "synthetic:gaussian:n=8",
+                           "--out", tmp_path / "study")
+    assert code == 2 and "model label 'm\\xff'" in err and "udcff" not in err, err

@@ -6,6 +6,7 @@ tensorflow-cpu + tf2onnx) and are skipped elsewhere; the checks that need no fra
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -176,3 +177,20 @@ def test_from_keras_round_trips(tmp_path):
     proto = onnx.load(tmp_path / "k.onnx")
     got = next(iter(run(proto, {proto.graph.input[0].name: x}).values()))
     np.testing.assert_allclose(got, model(x, training=False).numpy(), **TOL)
+
+
+@pytest.mark.parametrize(("n_features", "fragment"), [
+    (-3, "n_features must be a whole number from 1 to 2147483647, got -3"),
+    (0, "n_features must be a whole number from 1 to 2147483647, got 0"),
+    (10**12, "got 1000000000000"), (True, "got True"), (2.5, "got 2.5"),
+    (7, "n_features is 7 but the estimator was fitted on 10 features (n_features_in_)")])
+def test_from_sklearn_checks_n_features(tmp_path, n_features, fragment):
+    """Negative, zero and huge feature counts, and one the fitted estimator contradicts, went to skl2onnx."""
+    from onnxaff.export import from_sklearn
+
+    class Fitted:
+        n_features_in_ = 10
+
+    with pytest.raises(OnnxaffError, match=re.escape(fragment)):
+        from_sklearn(Fitted(), n_features, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()

@@ -174,6 +174,39 @@ def test_16_bit_images_are_scaled_by_their_bit_depth(tmp_path, write, channels):
     assert want.mean() > 0.3 and np.abs(got - want).max() <= 1 / 255 + 1e-6
 
 
+def test_float_tiffs_in_0_1_are_intensities(tmp_path):
+    """A 32-bit float TIFF (Pillow mode F) with values in [0, 1] was clipped to 0–255 as if 8-bit: all black."""
+    from tests.test_images import image_model
+
+    a = np.random.default_rng(2).random((24, 40)).astype(np.float32)
+    deep, flat = tmp_path / "deep", tmp_path / "flat"
+    deep.mkdir()
+    flat.mkdir()
+    Image.fromarray(a, "F").save(deep / "x.tif")
+    Image.fromarray(np.round(a * 255).astype(np.uint8)).save(flat / "x.png")
+    model = image_model(["N", 1, 16, 16])
+    _, got = _batch(model, deep, preprocess="raw")
+    _, want = _batch(model, flat, preprocess="raw")
+    assert want.mean() > 0.3 and np.abs(got - want).max() <= 1 / 255 + 1e-6
+
+
+@pytest.mark.parametrize("values", ["0-100", "negative", "nan"])
+def test_float_tiffs_outside_0_1_are_skipped_with_the_reason(tmp_path, values):
+    """Values in 0–100 went in unscaled (anything above 255 clipped): which scale was meant cannot be told."""
+    from tests.test_images import image_model
+
+    a = np.random.default_rng(2).random((24, 40)).astype(np.float32)
+    a = {"0-100": a * 100, "negative": a - 0.5, "nan": np.where(a > 0.9, np.nan, a)}[values]
+    root = tmp_path / "imgs"
+    root.mkdir()
+    Image.fromarray(a.astype(np.float32), "F").save(root / "a.tif")
+    Image.fromarray(np.full((20, 20), 99, np.uint8)).save(root / "b.png")
+    source, batch = _batch(image_model(["N", 1, 16, 16]), root, preprocess="raw")
+    assert batch.shape[0] == 1
+    (path, reason), = source.skipped
+    assert Path(path).name == "a.tif" and "float image with values outside [0, 1]" in reason, reason
+
+
 # --- linked folders ---
 
 def test_linked_class_folders_and_files_are_followed_and_loops_skipped(tmp_path):

@@ -372,3 +372,45 @@ def test_npz_header_declaring_a_huge_array(capfd, tmp_path):
     code, out, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", tmp_path / "d.npz", "--quiet",
                              "--out", tmp_path / "s.json")
     assert code == 2 and err.startswith("onnxaff: error: ") and len(err.splitlines()) == 1, err
+
+
+# Accuracy tables for correlate: every cell a number, text, nan/inf, a huge value or empty, rows repeated,
+# a byte order mark, bytes that are not UTF-8: a correlation with finite accuracies, or one line.
+
+def _correlate_signatures(folder: Path) -> list[str]:
+    from onnxaff.signature import Signature
+
+    paths = []
+    for k in range(4):
+        sites = [{"index": i, "id": f"s{i}", "kind": "relu", "status": "ok",
+                  "metrics": {"affinity": {"mean": 0.5 + 0.1 * k + 0.01 * i}}} for i in range(3)]
+        sig = Signature(model={"name": f"m{k}", "sha256": f"{k}" * 64, "stats": {"parameters": 100 * (k + 1)}},
+                        data={}, options={}, runtime={}, metrics={"affinity": {}}, sites=sites)
+        paths.append(str(sig.write(folder / f"m{k}.json")))
+    return paths
+
+
+CELLS = st.one_of(st.floats(), st.sampled_from(["nan", "inf", "-inf", "1e308", "-1e308", "", "0x1", "1_0", " 0.5 ",
+                                                "﻿0.5"]),
+                  st.text(max_size=6))
+NAMES = st.one_of(st.sampled_from(["m0", "m1", "m2", "m3", "﻿m0", "M1", "0" * 64]), st.text(max_size=4))
+
+
+@FUZZ_FILES
+@given(cells=st.lists(CELLS, min_size=4, max_size=4), extra=st.lists(st.tuples(NAMES, CELLS), max_size=3),
+       bom=st.booleans(), flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), max_size=2))
+def test_correlate_accuracy_tables(capfd, cells, extra, bom, flips):
+    rows = [*((f"m{k}", cell) for k, cell in enumerate(cells)), *extra]
+    text = "".join(f"{name},{value}\n" for name, value in rows)
+    blob = bytearray(("﻿" if bom else "").encode() + text.encode("utf-8", "surrogatepass"))
+    for where, mask in flips:
+        if blob:
+            blob[int(where * len(blob))] ^= mask
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = _correlate_signatures(Path(tmp))
+        (Path(tmp) / "acc.csv").write_bytes(bytes(blob))
+        out = Path(tmp) / "corr.json"
+        one_line_or_success(capfd, ["correlate", *paths, "--accuracy", Path(tmp) / "acc.csv", "--out", out], out)
+        if out.exists():
+            result = json.loads(out.read_text())
+            assert all(np.isfinite(r["accuracy"]) for r in result["rows"])

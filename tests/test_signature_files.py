@@ -18,6 +18,7 @@ from tests.test_compare import fake_signature
 def base() -> dict:
     d = fake_signature("m", [0.5, 0.6, 0.7, 0.8, 0.9], 10).to_dict()
     d["stages"] = [{"index": 0, "id": "stage", "length": 2, "status": "ok", "metrics": {"lss": {"mean": 1.1}}}]
+    d["metrics"]["affinity"]["range"] = [0, 1]
     return d
 
 
@@ -70,6 +71,18 @@ CASES = {
     "stage-length": (edited(_set("stages[0].length", "two")), "stages[0].length: expected a whole number"),
     "sites-missing": (edited(_set("sites", DELETE)), "sites: missing"),
     "version": (edited(_set("schema_version", 2)), "schema_version: version 2 is not 1"),
+    # impossible values that used to pass: a mean outside the metric's declared range, negative counts and spreads,
+    # a site numbered out of its place
+    "mean-outside-range": (edited(_set("sites[1].metrics.affinity.mean", 7.5)),
+                           "sites[1].metrics.affinity.mean: 7.5 is outside the metric's range [0, 1]"),
+    "value-outside-range": (edited(_set("sites[1].metrics.affinity.values", [0.5, -0.25])),
+                            "sites[1].metrics.affinity.values[1]: -0.25 is outside the metric's range [0, 1]"),
+    "chunks-negative": (edited(_set("sites[1].metrics.affinity.chunks", -3)),
+                        "sites[1].metrics.affinity.chunks: expected a whole number ≥ 0 or null"),
+    "std-negative": (edited(_set("sites[1].metrics.affinity.std", -1)),
+                     "sites[1].metrics.affinity.std: expected a finite number ≥ 0 or null"),
+    "index-out-of-place": (edited(_set("sites[0].index", 5)),
+                           "sites[0].index: expected 0 (sites are numbered in their order)"),
     "not-object": ("[1, 2]", "schema: not an onnxaff signature (missing schema field)"),
     "fields-missing": ('{"schema": "onnxaff.signature", "schema_version": 1}', "model: missing"),
     "site-not-object": (edited(_set("sites", [3])), "sites[0]: expected an object"),

@@ -348,3 +348,37 @@ def test_terminal_table_shows_each_scores_ci95(capfd, tmp_path):
             assert float(mean) == pytest.approx(e["mean"], abs=5e-5) and e["chunks"] == 4
             assert float(half) == pytest.approx((e["ci95"][1] - e["ci95"][0]) / 2, abs=5e-5)
             assert abs(float(half) - e["std"]) > 5e-5  # not the std
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e-6, 1e3])
+def test_site_nlc_of_relu_does_not_depend_on_the_input_scale(scale, tmp_path):
+    """ReLU's NLC is scale-free; an absolute finite-difference step smoothed the kink at small scales
+    (1.058 at std 1e-3, 0.853 at 1e-6 against 1.212)."""
+    import onnx
+
+    import onnxaff
+    from tests.builders import chain
+
+    onnx.save(chain("Relu", width=64), tmp_path / "relu.onnx")
+    x = np.random.default_rng(0).standard_normal((2048, 64)).astype(np.float32)
+    values = []
+    for s in (1.0, scale):
+        np.save(tmp_path / "x.npy", x * np.float32(s))
+        sig = onnxaff.analyze(str(tmp_path / "relu.onnx"), str(tmp_path / "x.npy"), metrics=["nlc"], progress=False)
+        values.append(sig.sites[0]["metrics"]["nlc"]["mean"])
+    assert values[1] == pytest.approx(values[0], rel=2e-3)
+
+
+def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
+    """The warning said "the paper's 1e-6" for `affinity:eps=0.01` too."""
+    from onnxaff.stats import flag_warnings
+
+    x = gaussian(rng, 512, 6)
+    names = ["affinity", "affinity:eps=0.01"]
+    e = entries(x, np.maximum(x, 0), 256, metrics=names)
+    (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(names)) if "absolute ε" in w]
+    assert "ε (0.01)" in line and "paper" not in line, line
+    small = 1e-2 * gaussian(rng, 512, 6)
+    e = entries(small, np.maximum(small, 0), 256, metrics=["affinity"])
+    (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(["affinity"])) if "absolute ε" in w]
+    assert "(the paper's 1e-6)" in line, line

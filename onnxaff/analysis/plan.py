@@ -96,6 +96,8 @@ class Plan:
         metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))
         fingerprints = code_fingerprints(metrics + track_metrics, available)
         inputs = model_inputs(loaded.model)
+        if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes
+            raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images)
         fixed = {i.fixed_batch for i in inputs} - {None}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from onnxaff.data.source import InputSpec
+from onnxaff.data.source import InputSpec, unknown_dims_text
 from onnxaff.errors import ConfigError, OnnxaffError
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
@@ -179,7 +179,9 @@ def _crop_size(spec: InputSpec, layout: str, hw: tuple, crop, resize, fit) -> tu
         names = ("C", "H", "W") if layout == "NCHW" else ("H", "W", "C")
         dims = "x".join(str(d) if isinstance(d, int) and d > 0 else n
                         for d, n in zip(spec.shape[1:], names, strict=True))
-        raise OnnxaffError(f"model input {spec.describe()} has a symbolic image height/width: give the size with "
+        what = "has a symbolic image height/width" if not any(isinstance(d, int) and d <= 0 for d in spec.shape[1:]) \
+            else unknown_dims_text(spec.shape[1:])
+        raise OnnxaffError(f"model input {spec.describe()} {what}: give the size with "
                            f"--input-shape {spec.name}={dims} or --crop HxW")
     return h, w
 
@@ -295,14 +297,29 @@ def bit_depth(img) -> int:
 
 def to_8bit(img):
     """16-bit (and 32-bit integer) images scaled to 0–255 by their bit depth: Pillow's convert clips them at
-    255, which turns nearly every pixel white. Rounded, so a 16-bit image gives exactly its 8-bit rendering."""
+    255, which turns nearly every pixel white. Rounded, so a 16-bit image gives exactly its 8-bit rendering.
+    Float images (mode F) are intensities in [0, 1], scaled by 255 (convert clipped them: all black)."""
     from PIL import Image
 
+    if img.mode == "F":
+        return Image.fromarray(_float_to_8bit(np.asarray(img, dtype=np.float64)), "L")
     if not (img.mode.startswith("I;16") or img.mode == "I"):
         return img
     a = np.asarray(img).astype(np.float64)
     top = float((1 << bit_depth(img)) - 1)
     return Image.fromarray(np.clip(np.round(a * (255.0 / top)), 0, 255).astype(np.uint8), "L")
+
+
+def _float_to_8bit(a: np.ndarray) -> np.ndarray:
+    """[0, 1] → 0–255; any other value is refused (the file skipped with the reason): 0–100, 0–255 or a signed
+    range cannot be told apart from the values alone, and clipping would change the image without a word."""
+    finite = np.isfinite(a)
+    if not finite.all() or a.min(initial=0.0) < 0.0 or a.max(initial=0.0) > 1.0:
+        low, high = (float(a[finite].min()), float(a[finite].max())) if finite.any() else (math.nan, math.nan)
+        nonfinite = f", {int((~finite).sum())} NaN/Inf" if not finite.all() else ""
+        raise ValueError(f"float image with values outside [0, 1] (min {low:g}, max {high:g}{nonfinite}): "
+                         "onnxaff reads float images as intensities in [0, 1]")
+    return np.round(a * 255.0).astype(np.uint8)
 
 
 def crop_pixels(img, p: Preprocess) -> np.ndarray:

@@ -49,6 +49,14 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
     return specs
 
 
+def unknown_dims_text(dims) -> str:
+    """Why dims cannot be used as sizes: a declared 0 or negative dim is impossible, not symbolic."""
+    bad = [d for d in dims if isinstance(d, int) and d <= 0]
+    if bad:
+        return f"declares a dim of {', '.join(map(str, bad))} after the batch axis (a size must be positive)"
+    return "has symbolic dims after the batch axis"
+
+
 def check_example_shape(spec: InputSpec, shape: tuple, what: str) -> None:
     """A clear error when data does not fit an input's static dims (symbolic dims accept anything)."""
     want = spec.example_shape()

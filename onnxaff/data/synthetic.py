@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.data.source import DataSource, InputSpec
+from onnxaff.data.source import DataSource, InputSpec, unknown_dims_text
 from onnxaff.errors import ConfigError, OnnxaffError
 
 KINDS = ("gaussian", "uniform", "grid")
@@ -66,7 +66,7 @@ class SyntheticSource(DataSource):
             unknown = [d for d in shape if not isinstance(d, int) or d <= 0]
             if unknown:
                 raise OnnxaffError(
-                    f"model input {spec_.describe()} has symbolic dims after the batch axis; "
+                    f"model input {spec_.describe()} {unknown_dims_text(shape)}; "
                     f"give them with --input-shape {spec_.name}=" + "x".join(
                         str(d) if isinstance(d, int) and d > 0 else "D" for d in shape)
                 )
@@ -104,7 +104,8 @@ class SyntheticSource(DataSource):
             a = rng.uniform(*self._range(spec), size=shape)
         else:
             a = rng.normal(self.params.get("mean", 0.0), self.params.get("std", 1.0), size=shape)
-        return a.astype(spec.dtype)
+        with np.errstate(over="ignore"):  # past the dtype's range: ±inf, which flags the sites, not a numpy warning
+            return a.astype(spec.dtype)
 
     def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
         end = self.n if stop is None else min(stop, self.n)

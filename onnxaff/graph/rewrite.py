@@ -171,7 +171,7 @@ def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
 def feature_dim(site: Site, mode: str) -> int | None:
     """D of a site's features from its static shape, or None if a needed dim is symbolic."""
     shape, rank, axis = site.input_shape, site.rank, site.feature_axis
-    if shape is None or rank is None:
+    if shape is None or rank is None or rank == 0:  # a scalar has no batch axis (the site is skipped)
         return None
 
     def prod(dims):
@@ -184,7 +184,7 @@ def feature_dim(site: Site, mode: str) -> int | None:
     if rank == 2:
         return prod([shape[1]])
     if mode in ("mean", "positions"):
-        return prod([shape[axis]])
+        return prod([shape[axis]]) if axis is not None else None
     if mode == "reference":
         return prod([shape[1]])
     return prod(shape[1:])

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.text import printable
 
 LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
@@ -27,7 +28,7 @@ class StudyModel:
 
 def _check_label(label: str, where: str) -> str:
     if not LABEL.match(label):
-        raise OnnxaffError(f"model label {label!r} ({where}) must be letters, digits and _ . + - "
+        raise OnnxaffError(f"model label '{printable(label)}' ({printable(where)}) must be letters, digits and _ . + - "
                            "(it names the signature file); give one as LABEL=MODEL")
     return label
 
@@ -73,8 +74,8 @@ def resolve_models(specs: list[str]) -> list[StudyModel]:
     for label, path, spec in found:
         _check_label(label, spec)
         if label in seen:
-            raise OnnxaffError(f"two models are labelled {label!r} ({seen[label]} and {path}); "
-                               "label them apart with LABEL=MODEL")
+            raise OnnxaffError(f"two models are labelled '{printable(label)}' ({printable(seen[label])} and "
+                               f"{printable(path)}); label them apart with LABEL=MODEL")
         seen[label] = path
         models.append(StudyModel(label, path))
     if not models:

@@ -305,6 +305,8 @@ def _start_ray(address: str | None) -> bool:
 
 def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] | None) -> dict[str, float]:
     """Each model's accuracy (its own, or the table's by label or file sha256), checked before any analysis."""
+    from onnxaff.compare import accuracy_value  # scipy only when a table is read
+
     out = {m.label: m.accuracy for m in models if m.accuracy is not None}
     if table is None:
         return out
@@ -312,10 +314,7 @@ def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] |
         key = next((k for k in (m.label, digests.get(m.label)) if k is not None and k in table), None)
         if key is None:
             raise OnnxaffError(f"the accuracy file has no row for {m.label} (by label or sha256)")
-        try:
-            out[m.label] = float(table[key])
-        except ValueError:
-            raise OnnxaffError(f"accuracy of {m.label} is not a number: {table[key]!r}") from None
+        out[m.label] = accuracy_value(m.label, table[key])
     return out
 
 
