@@ -25,8 +25,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
+from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, plugin_output
 
+MAX_WORKERS = 256  # scoring threads; more only multiply the chunks held in memory
 POLL_SECONDS = 0.05  # how often a wait for a metric looks at the stop flag
 _busy_lock = threading.Lock()
 _busy = 0  # scoring threads inside metric code right now (stuck ones stay counted)
@@ -101,7 +103,11 @@ class ChunkScorer:
     def _start(self) -> None:
         while len(self._threads) < max(1, self.workers):
             t = threading.Thread(target=self._work, name=f"onnxaff-chunk-{len(self._threads)}", daemon=True)
-            t.start()
+            try:
+                t.start()
+            except RuntimeError as exc:  # "can't start new thread": the system's thread or memory limit
+                raise OnnxaffError(f"cannot start scoring thread {len(self._threads) + 1} ({exc}); lower "
+                                   "--chunk-workers") from None
             self._threads.append(t)
 
     def _work(self) -> None:

@@ -46,6 +46,16 @@ def printable(text) -> str:
     return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
 
 
+def label(text, limit: int = 80) -> str:
+    """A printable name short enough for a figure: the middle of a long one elided (`abc…xyz`). Drawing every
+    glyph of a 200,000-character title took minutes and gigabytes; tables and text keep the whole name."""
+    text = printable(text)
+    if len(text) <= limit:
+        return text
+    keep = (limit - 1) // 2
+    return f"{text[:keep]}…{text[-keep:]}"
+
+
 def csv_cell(value) -> str | float | int:
     """A CSV cell: numbers stay numbers (a negative score is not a formula); text is printable and gets a
     leading `'` when a spreadsheet would run it as a formula."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from onnxaff.metrics import Chunk, Metric, Needs
 from onnxaff_plugins.linalg import (
+    ASSIGNMENT_SECONDS_PER_ROW3,
     EPS,
     as_rows,
     ledoit_wolf_shrinkage,
@@ -222,6 +223,11 @@ class Affinity(Metric):
         if shrinkage == "ledoit_wolf":
             self.rows_per_dim = self.rows_per_dim_strict = 32
         self.regularised = not relative_eps  # a relative ε scales with the data: tiny activations do not drown
+
+    def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
+        if max(dx, dy) <= 1:
+            return None  # on the line the matching is a sort
+        return ASSIGNMENT_SECONDS_PER_ROW3 * rows**3, "the exact assignment (cubic in the rows)"
 
     def compute(self, chunk: Chunk) -> float:
         return affinity_score(chunk.x, chunk.y, eps=self.eps, shrinkage=self.shrinkage, method=self.method,

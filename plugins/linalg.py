@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 EPS = 1e-6  # the paper's regulariser added to every covariance
+# scipy's linear_sum_assignment on random clouds: 1.2 s for 1,024 rows, ~70 s for 4,096 (cubic; measured).
+ASSIGNMENT_SECONDS_PER_ROW3 = 1.1e-9
 
 
 def as_rows(a: np.ndarray) -> np.ndarray:

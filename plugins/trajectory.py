@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from onnxaff.metrics import Metric, Needs, Tracks
-from onnxaff_plugins.linalg import squared_distances
+from onnxaff_plugins.linalg import ASSIGNMENT_SECONDS_PER_ROW3, squared_distances
 
 # A sample whose net displacement is below this fraction of its path length has no usable LSS:
 # the ratio would be infinite (a closed loop, or a sample that does not move) or past float64 resolution.
@@ -135,3 +135,6 @@ class OTScore(_StageScore):
     higher_is_more_linear = True  # 1 = the stage moves examples as the optimal transport map would
     range = (0.0, 1.0)
     score = staticmethod(ot_score)
+
+    def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
+        return ASSIGNMENT_SECONDS_PER_ROW3 * rows**3, "the exact assignment (cubic in the rows)"

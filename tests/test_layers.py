@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [  # top to bottom, as in docs/architecture.md
     ("foundations", ["onnxaff/errors.py", "onnxaff/text.py", "onnxaff/files.py", "onnxaff/progress.py",
-                     "onnxaff/terminal.py"]),
+                     "onnxaff/terminal.py", "onnxaff/memory.py"]),
     ("metric API", ["onnxaff/metrics/"]),
     ("graph", ["onnxaff/graph/", "onnxaff/export.py"]),
     ("data", ["onnxaff/data/"]),

@@ -18,6 +18,7 @@ from onnxaff.graph.rewrite import REDUCTIONS
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
 from onnxaff.network import parse_directions
 from onnxaff.runtime import GRAPH_OPTIMIZATIONS
+from onnxaff.scoring import MAX_WORKERS
 
 DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
@@ -102,6 +103,9 @@ class AnalysisConfig:
                                   ("chunk_workers", 0, "0 or a positive whole number"),
                                   ("threads", 1, "a positive whole number")):
             put(name, _whole(name, getattr(self, name), least, what, optional=True))
+        if self.chunk_workers is not None and self.chunk_workers > MAX_WORKERS:
+            raise ConfigError("chunk_workers", f"{{option}} {self.chunk_workers} is more scoring threads than can "
+                              f"help (each holds chunks in memory); at most {MAX_WORKERS}")
         _choice("reduce", self.reduce, REDUCTIONS, "reduction")
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
         _choice("graph_optimization", self.graph_optimization, tuple(GRAPH_OPTIMIZATIONS), "graph optimisation level")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import onnx
 
 from onnxaff.analysis.assemble import no_usable
+from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
@@ -73,6 +74,7 @@ class Plan:
     options: dict
     model_info: dict
     fingerprints: dict  # {metric name: sha256 of its code} of every metric used, as loaded (the run's key)
+    slow_chunks: tuple[str, ...] = ()  # warnings (also in `warnings`) a person should read before the run starts
 
     @property
     def needs_jvp(self) -> bool:
@@ -106,6 +108,7 @@ class Plan:
         warnings = list(getattr(source, "warnings", []))  # e.g. links an image walk met
         if batch_size != config.batch_size:
             warnings.append(f"the model's batch size is fixed at {batch_size}: batches of {batch_size}")
+        check_batches(source, inputs, batch_size)  # before the first batch is drawn (an unknown rank's probe)
         if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
             first = next((b for b in source.batches(batch_size) if next(iter(b.values())).shape[0]), None)
             if first is None:
@@ -116,6 +119,11 @@ class Plan:
             raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
         stages = _stage_entries(loaded.view, listed.stages, config.layout, first_index=len(sites))
         track_sites = [t for stage in stages if stage["status"] == "ok" for t in stage["probes"]]
+        probes = [stage["probes"] for stage in stages if stage["status"] == "ok"]
+        examples = max(1, len(source) // (config.shard[1] if config.shard else 1))
+        check_sites(ok_sites, probes, metrics, config, examples)
+        slow = slow_chunk_warnings(ok_sites, metrics, track_metrics if probes else [], probes, config, examples)
+        warnings += slow
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
                                            raw=config.reduce_in == "numpy",
                                            jvp=any(serving(m).end_input == "jvp" for m in metrics),
@@ -132,7 +140,7 @@ class Plan:
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
                    unit=unit, start=start, stop=stop, options=config.signature_options(batch_size, asked),
-                   model_info=model_info, fingerprints=fingerprints)
+                   model_info=model_info, fingerprints=fingerprints, slow_chunks=tuple(slow))
 
 
 def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric], list[str]]:

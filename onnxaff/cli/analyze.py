@@ -100,6 +100,8 @@ def _run_locked(model, data, out, outputs, checkpoint: str, opts: RunOptions):
     prepare_checkpoint(checkpoint)  # a file there that is not a checkpoint is refused, never replaced
     run = Analysis(model, data, opts.analysis)
     refuse_overwrite(outputs, _weight_files(run.loaded))
+    for w in run.plan.slow_chunks:  # said before the hours, not after
+        echo_err(f"warning: {w}")
     if opts.resume:
         if not Path(checkpoint).exists():
             raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")

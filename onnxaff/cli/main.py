@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("onnxaff: interrupted", err=True)
         _exit_interrupted()
+    except MemoryError as exc:  # the last defence: runs that cannot fit are refused before they allocate
+        detail = f" ({printable(exc)})" if str(exc) else ""
+        click.echo(f"onnxaff: error: out of memory{detail}; lower --batch-size, --chunk-size or --limit", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug: still one line, the traceback on request
         if os.environ.get("ONNXAFF_DEBUG"):
             traceback.print_exc()

@@ -1,6 +1,7 @@
 """`.npy` / `.npz` arrays: one array per model input, keyed by input name, examples on axis 0.
 
-Only the arrays the model's inputs need are read, and a member stored without compression is memory-mapped.
+Only the arrays the model's inputs need are read: a member stored without compression is memory-mapped, a
+compressed one is decompressed as a stream, only as far as the rows asked for (a 4 MB archive may hold 4 GiB).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from onnxaff.data.source import DataSource, InputSpec, cast_for, check_example_shape
 from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.memory import check_fits
 
 # A file without its format's magic is not an array file: numpy would call it pickled data and refuse that.
 _MAGIC = {".npy": (b"\x93NUMPY", "NumPy"), ".npz": (b"PK", "zip")}
@@ -72,10 +74,11 @@ def _member(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
         if declared == 0:
             return np.empty(shape, dtype=dtype, order=order)
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
-            data = f.read(declared)
-            if len(data) != declared:
-                raise EOFError(f"member {info.filename} ends after {len(data)} of {declared} bytes")
-            return np.frombuffer(data, dtype=dtype).reshape(shape, order=order)
+            if fortran and len(shape) > 1:  # rows are not contiguous: the whole member, if it fits
+                check_fits([(declared, f"member {info.filename} of {path.name} (Fortran order, read whole)",
+                             "save it in C order (np.ascontiguousarray) or uncompressed (np.savez)")])
+                return _read_exactly(f, declared, info).view(dtype).reshape(shape, order=order)
+            return Streamed(path, info, offset, tuple(shape), dtype)
     with open(path, "rb") as raw:  # the local header's name and extra fields sit before the member's bytes
         raw.seek(info.header_offset)
         local = raw.read(30)
@@ -84,6 +87,58 @@ def _member(path: Path, info: zipfile.ZipInfo) -> np.ndarray:
         name_len, extra_len = struct.unpack("<HH", local[26:30])
     start = info.header_offset + 30 + name_len + extra_len + offset
     return np.memmap(path, dtype=dtype, mode="r", offset=start, shape=tuple(shape), order=order)
+
+
+def _read_exactly(f, count: int, info: zipfile.ZipInfo) -> np.ndarray:
+    data = f.read(count)
+    if len(data) != count:
+        raise EOFError(f"member {info.filename} ends after {len(data)} of {count} bytes")
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+class Streamed:
+    """A compressed C-order member read row by row as slices ask for them: forward reads continue the open
+    stream, a read before its position starts it again. Only `[i:j]` slices along the first axis are served."""
+
+    def __init__(self, path: Path, info: zipfile.ZipInfo, offset: int, shape: tuple, dtype: np.dtype):
+        self.path, self.info, self.offset, self.shape, self.dtype = path, info, offset, shape, dtype
+        self.ndim = len(shape)
+        self.row_bytes = math.prod(shape[1:]) * dtype.itemsize
+        self._zip = self._stream = None
+        self._row = 0
+
+    def _seek(self, row: int) -> None:
+        if self._stream is None or row < self._row:
+            self.close()
+            self._zip = zipfile.ZipFile(self.path)
+            self._stream = self._zip.open(self.info)
+            self._stream.read(self.offset)
+            self._row = 0
+        while self._row < row:  # skip forward a bounded block at a time
+            step = max(1, min(row - self._row, (16 << 20) // max(1, self.row_bytes)))
+            _read_exactly(self._stream, step * self.row_bytes, self.info)
+            self._row += step
+
+    def __getitem__(self, key) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("a streamed member is read by row ranges only")
+        start, stop, _ = key.indices(self.shape[0])
+        count = max(0, stop - start)
+        if count == 0 or self.row_bytes == 0:
+            return np.empty((count, *self.shape[1:]), self.dtype)
+        return _guarded(self.path, lambda: self._rows(start, count))
+
+    def _rows(self, start: int, count: int) -> np.ndarray:
+        self._seek(start)
+        data = _read_exactly(self._stream, count * self.row_bytes, self.info)
+        self._row += count
+        return data.view(self.dtype).reshape(count, *self.shape[1:])
+
+    def close(self) -> None:
+        for f in (self._stream, self._zip):
+            if f is not None:
+                f.close()
+        self._zip = self._stream = None
 
 
 class ArraySource(DataSource):

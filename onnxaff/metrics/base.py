@@ -40,6 +40,11 @@ class Metric:
     def compute(self, sample) -> float:  # pragma: no cover - the interface
         raise NotImplementedError
 
+    def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
+        """(predicted seconds a chunk of this size takes, what takes them) where that can grow large, or None:
+        the core warns before the run when a chunk would take long, instead of leaving the user waiting."""
+        return None
+
     def caveat(self, rows: int, dx: int, dy: int) -> str | None:
         """A note on how to read this metric's value for a site of this size (or None)."""
         return None

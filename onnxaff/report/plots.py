@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.cluster import hierarchy  # noqa: E402
 
-from onnxaff.text import printable  # noqa: E402
+from onnxaff.text import label  # noqa: E402
 
 # Names are text: `$x\y$` must not go through mathtext (it raised) nor LaTeX, whatever the user's matplotlibrc says.
 _PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
@@ -51,8 +51,8 @@ def histograms(named: dict[str, list[float]], metric: str) -> str:
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
     for ax, (name, values) in zip(axes.ravel(), named.items(), strict=False):
         ax.hist(values, bins=20, range=(min(0.0, min(values)), max(1.0, max(values))), color="#4c72b0")
-        ax.set_title(printable(name), fontsize=9)
-        ax.set_xlabel(printable(metric), fontsize=8)
+        ax.set_title(label(name), fontsize=9)
+        ax.set_xlabel(label(metric), fontsize=8)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     fig.tight_layout()
@@ -62,13 +62,13 @@ def histograms(named: dict[str, list[float]], metric: str) -> str:
 @_plain_text
 def heatmap(names: list[str], distances: np.ndarray, order: list[int], title: str) -> str:
     d = distances[np.ix_(order, order)]
-    labels = [printable(names[i]) for i in order]
+    labels = [label(names[i]) for i in order]
     fig, ax = plt.subplots(figsize=(1.0 + 0.5 * len(names), 0.8 + 0.5 * len(names)))
     im = ax.imshow(d, cmap="viridis")
     ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     fig.colorbar(im, ax=ax, fraction=0.046)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(label(title, 160), fontsize=9)
     return _uri(fig)
 
 
@@ -97,7 +97,7 @@ def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None
             return cluster_colour(found.pop()) if len(found) == 1 else "#999999"
 
         kwargs["link_color_func"] = link_colour
-    tree = hierarchy.dendrogram(linkage, labels=[printable(name) for name in names], ax=ax, leaf_rotation=90,
+    tree = hierarchy.dendrogram(linkage, labels=[label(name) for name in names], ax=ax, leaf_rotation=90,
                                 **kwargs)
     if clusters is not None:  # by leaf index, not label text: two names may print alike
         for label, leaf in zip(ax.get_xticklabels(), tree["leaves"], strict=True):
@@ -126,7 +126,7 @@ def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit:
     xmid, ymid = (min(x) + max(x)) / 2, (min(y) + max(y)) / 2
     for xi, yi, lab in zip(x, y, labels, strict=True):
         right, high = xi > xmid, yi > ymid
-        ax.annotate(printable(lab), (xi, yi), fontsize=7, xytext=(-3 if right else 3, -3 if high else 3),
+        ax.annotate(label(lab), (xi, yi), fontsize=7, xytext=(-3 if right else 3, -3 if high else 3),
                     textcoords="offset points", ha="right" if right else "left", va="top" if high else "bottom",
                     annotation_clip=True)
     if np.isfinite(fit.get("slope", np.nan)):
@@ -137,6 +137,6 @@ def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit:
     ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # at most 5 labels: GFLOPs, parameters never run together
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
     ax.tick_params(axis="x", labelsize=7, labelrotation=30)
-    ax.set_xlabel(printable(xlabel), fontsize=8)
+    ax.set_xlabel(label(xlabel, 160), fontsize=8)
     ax.set_ylabel("accuracy", fontsize=8)
     return _uri(fig)

@@ -1,0 +1,104 @@
+"""What a planned run will hold in memory and how long its slowest metric takes a chunk, known before any batch.
+
+Estimated from the declared or resolved shapes, so a run that cannot fit is refused in one line that says how
+much it would take and what to lower, before the source draws a batch or a site buffers a row (the figures
+are lower bounds: onnxruntime's own intermediate tensors come on top).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from onnxaff.graph.rewrite import feature_dim
+from onnxaff.memory import check_fits, size
+from onnxaff.metrics.dispatch import serving
+from onnxaff.stats import HALVES
+
+FLOAT64 = 8
+HELD = 3  # a site's chunk as buffered batches, as the float64 chunk metrics read, and as the previous/first chunk
+SLOW_CHUNK_SECONDS = 10.0  # a metric slower than this a chunk is announced with its predicted time
+
+
+def example_shapes(source, inputs) -> dict[str, tuple]:
+    """Each input's shape after the batch axis: the source's own (synthetic, arrays), else the declared one."""
+    shapes = dict(getattr(source, "shapes", None) or {})
+    for k, v in (source.describe().get("arrays") or {}).items() if source.describe().get("kind") == "arrays" else ():
+        shapes.setdefault(k, tuple(v["shape"][1:]))
+    return {i.name: tuple(shapes.get(i.name, i.example_shape())) for i in inputs}
+
+
+def check_batches(source, inputs, batch_size: int) -> None:
+    """Refuse a batch that cannot be held (twice: as drawn, and as cast and made contiguous for onnxruntime)."""
+    parts = []
+    for spec, shape in zip(inputs, example_shapes(source, inputs).values(), strict=True):
+        if not all(isinstance(d, int) and d > 0 for d in shape):
+            continue  # a symbolic dim the source fills in: its data says
+        per_example = math.prod(shape) * np.dtype(spec.dtype).itemsize
+        dims = "x".join(map(str, shape))
+        parts.append((2 * batch_size * per_example,
+                      f"a batch of {batch_size} examples of input {spec.name} ({spec.dtype.name}[{dims}], "
+                      f"{size(per_example)} each)",
+                      "lower --batch-size, or the input's shape (--input-shape), or its data"))
+    check_fits(parts)
+
+
+def _dims(site, reduce: str) -> tuple[int | None, int | None]:
+    return feature_dim(site, reduce), feature_dim(site.side("y"), reduce)
+
+
+def check_sites(sites, stage_probes, metrics, config, examples: int) -> None:
+    """Refuse chunk buffers (and pooled d×d moments) that cannot be held: rows × features × 8 bytes × copies
+    for every site, plus the half-sample copies of the largest one-chunk site."""
+    rows = config.chunk_size if config.reduce == "positions" else max(2, min(config.chunk_size, examples))
+    moments = any(serving(m).end_input == "moments" for m in metrics)
+    parts, widest = [], (0, "")
+    for s in sites:
+        dx, dy = _dims(s, config.reduce)
+        if dx is None or dy is None:
+            continue
+        chunk = rows * (dx + dy) * FLOAT64
+        widest = max(widest, (chunk, s.id))
+        parts.append((HELD * chunk, f"site {s.id}'s {rows:,}-row chunks of {dx:,} + {dy:,} features",
+                      "lower --chunk-size (or --reduce mean for fewer features)"))
+        if moments:
+            parts.append((3 * (dx + dy) ** 2 * FLOAT64, f"site {s.id}'s pooled moments ({dx + dy:,}² float64)",
+                          "leave the pooled-moment metrics out of --metrics, or --reduce mean for fewer features"))
+    for probes in stage_probes:
+        d = [feature_dim(p, config.reduce) for p in probes]
+        if None not in d:
+            parts.append((HELD * rows * sum(d) * FLOAT64, f"a residual stage's {rows:,}-row chunks of {sum(d):,} "
+                          "features", "lower --chunk-size"))
+    if widest[0]:
+        parts.append((HALVES // 2 * widest[0], f"the one-chunk interval's {HALVES} half-samples of site {widest[1]}",
+                      "lower --chunk-size"))
+    check_fits(parts)
+
+
+def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, examples: int) -> list[str]:
+    """One line per metric whose declared cost makes a chunk take long: the predicted time, and what scales."""
+    rows = max(2, min(config.chunk_size, examples))
+    chunks = max(1, examples // rows)
+    lines = []
+    for m in metrics + track_metrics:
+        dims = ([_dims(s, config.reduce) for s in sites] if m in metrics else
+                [(sum(feature_dim(p, config.reduce) or 0 for p in probes),) * 2 for probes in stage_probes])
+        costs = [m.chunk_seconds(rows, dx or 0, dy or 0) for dx, dy in dims]
+        costs = [c for c in costs if c is not None]
+        if not costs or max(c[0] for c in costs) < SLOW_CHUNK_SECONDS:
+            continue
+        seconds = max(c[0] for c in costs)
+        total = sum(c[0] for c in costs) * chunks
+        lines.append(f"metric {m.name}: {max(costs)[1]} takes about {_duration(seconds)} a {rows:,}-row chunk, "
+                     f"about {_duration(total)} for {chunks} chunk(s) × {len(costs)} site(s); a smaller --chunk-size "
+                     f"with more chunks scales (or a metric on pooled moments)")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
