@@ -369,6 +369,23 @@ def test_site_nlc_of_relu_does_not_depend_on_the_input_scale(scale, tmp_path):
     assert values[1] == pytest.approx(values[0], rel=2e-3)
 
 
+def test_site_nlc_does_not_depend_on_the_batch_size(tmp_path):
+    """The step's scale is each example's own RMS: a batch-wide RMS made the NLC move with the batching."""
+    import onnx
+
+    import onnxaff
+    from tests.builders import chain
+
+    onnx.save(chain("Relu", width=16), tmp_path / "relu.onnx")
+    x = np.random.default_rng(1).standard_normal((512, 16)).astype(np.float32)
+    x[:256] *= np.float32(1e-3)  # small examples first: a batch of 512 mixes them with the large, one of 64 does not
+    np.save(tmp_path / "x.npy", x)
+    values = [onnxaff.analyze(str(tmp_path / "relu.onnx"), str(tmp_path / "x.npy"), metrics=["nlc"], progress=False,
+                              batch_size=b).sites[0]["metrics"]["nlc"]["mean"] for b in (7, 64, 512)]
+    # float64 sums grouped by batch: equal to the last digits (1e-6 covers float32 tail kernels)
+    assert values[0] == pytest.approx(values[1], rel=1e-6) and values[1] == pytest.approx(values[2], rel=1e-6)
+
+
 def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
     """The warning said "the paper's 1e-6" for `affinity:eps=0.01` too."""
     from onnxaff.stats import flag_warnings

@@ -3,7 +3,7 @@
 The site's nodes are cloned twice, fed x + h and x − h, so the runtime computes the derivative
 where the activation lives and only per-batch reductions leave it:
 
-- elementwise sites: σ'(x) ≈ (σ(x+h) − σ(x−h))/2h with h = δ(|x| + s), s = min(1, RMS of the batch's x):
+- elementwise sites: σ'(x) ≈ (σ(x+h) − σ(x−h))/2h with h = δ(|x| + s), s = min(1, RMS of the example's x):
   relative to the site's scale, so a kink near 0 is not smoothed over at small scales (a fixed h = δ(1+|x|)
   made ReLU's NLC 1.06 at std 1e-3 and 0.85 at 1e-6 instead of 1.21); the same h as before at scales ≥ 1.
   Then the batch's per-element sum of σ'² plus per-element mean and centred sum of squares of X and Y
@@ -71,9 +71,13 @@ def _batch_moments(builder, t: str, prefix: str) -> tuple[str, str]:
 
 
 def _scale(builder, x: str, site: Site, prefix: str) -> str:
-    """min(1, RMS of the batch's x) as a scalar, floored at TINY: the size of the step where |x| is small."""
+    """min(1, RMS of each example's x), floored at TINY, shaped to broadcast over the example: the size of the
+    step where |x| is small. Per example, not per batch, so the NLC does not depend on how examples are batched
+    (batch size, shards, a resumed run)."""
     elem = builder.view.elem_type(x)
-    ms = builder.reduce("ReduceMean", builder.node("Mul", [x, x], prefix), list(range(site.side("x").rank)), prefix)
+    square = builder.node("Mul", [x, x], prefix)
+    rank = site.side("x").rank
+    ms = builder.reduce("ReduceMean", square, list(range(1, rank)), prefix, keepdims=1) if rank > 1 else square
     rms = builder.node("Max", [builder.node("Sqrt", [ms], prefix), builder.scalar(TINY, elem, prefix)], prefix)
     return builder.node("Min", [rms, builder.scalar(1.0, elem, prefix)], prefix)
 
