@@ -203,6 +203,38 @@ def test_a_metric_writing_into_its_input_changes_no_other_metric(model, tmp_path
     assert max(affinity) < 0.99, affinity  # a vandalised chunk (X = Y) would score 1
 
 
+# Past the read-only flag: through `.base`, by setting the flag back, by replacing a frozen field. Each metric gets
+# its own copy, so these change only the vandal's own input (they may succeed: nobody else sees it).
+SNEAKY = [  # (class, name, needs, argument, the write)
+    ("ThroughBase", "through_base", "chunk", "chunk", "chunk.x.base[...] = 0"),
+    ("FlagBack", "flag_back", "chunk", "chunk", "chunk.y.flags.writeable = True\n        chunk.y[...] = 1"),
+    ("Replace", "replace", "chunk", "chunk", "object.__setattr__(chunk, 'x', chunk.y)"),
+    ("PairBase", "pair_base", "chunk_pair", "pair", "pair[0].x.base[...] = 0"),
+    ("PooledBase", "pooled_base", "moments", "m", "m.m_xx.base[...] = 0\n        object.__setattr__(m, 'n', 1)"),
+]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_metric_writing_past_the_read_only_flag_changes_no_other_metric(model, tmp_path, workers):
+    body = "".join(f'''
+class {cls}(Metric):
+    name = "{name}"
+    range = (0.0, 1.0)
+    needs = "{needs}"
+
+    def compute(self, {arg}):
+        {write}
+        return 0.5
+''' for cls, name, needs, arg, write in SNEAKY)
+    path = write_plugin(tmp_path / "sneaky.py", body)
+    clean = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled"]
+    kw = dict(data="synthetic:gaussian:n=512", chunk_size=64, batch_size=32, progress=False, chunk_workers=workers)
+    ref = onnxaff.analyze(str(model), metrics=clean, **kw)
+    sig = onnxaff.analyze(str(model), metrics=[name for _, name, *_ in SNEAKY] + clean, plugins=[path], **kw)
+    for metric in clean:
+        assert values(sig, metric) == values(ref, metric), metric
+
+
 # --- scores are checked before they are stored ---
 
 LIARS = '''

@@ -414,3 +414,115 @@ def test_correlate_accuracy_tables(capfd, cells, extra, bom, flips):
         if out.exists():
             result = json.loads(out.read_text())
             assert all(np.isfinite(r["accuracy"]) for r in result["rows"])
+
+
+# Damaged checkpoints: `analyze --resume` on a real small checkpoint whose counters, members or arrays were edited.
+
+CKPT_METRICS = "affinity,cka,r2_heldout,r2_pooled,nlc"  # chunk, chunk-pair, pooled and NLC collectors
+_CKPT_BASE = None
+
+
+def checkpoint_base(tmp: Path) -> tuple[dict, Path, Path]:
+    """(a checkpoint's state, model, data): BASES[0] on 256 examples, stopped by SIGINT in its third batch of 32.
+    Made once, in a folder of its own (the checkpoint key holds the data file's mtime)."""
+    import signal
+
+    from onnxaff.analysis import Analysis
+    from onnxaff.analysis.checkpoint import load_state
+    from onnxaff.errors import Interrupted
+
+    global _CKPT_BASE
+    if _CKPT_BASE is None:
+        home = Path(tempfile.mkdtemp(prefix="onnxaff-ckpt-fuzz-"))
+        model, data = home / "m.onnx", home / "d.npz"
+        model.write_bytes(BLOBS[0])
+        data.write_bytes(_npz({"x": np.random.default_rng(1).standard_normal((256, 8)).astype(np.float32)}))
+        run = Analysis(str(model), str(data), metrics=CKPT_METRICS.split(","), chunk_size=32, batch_size=32,
+                       progress=False)
+        original, count = run.runner.run, [0]
+
+        def runner(names, feed):
+            count[0] += 1
+            if count[0] == 3:
+                signal.raise_signal(signal.SIGINT)
+            return original(names, feed)
+
+        run.runner.run = runner
+        with pytest.raises(Interrupted):
+            run.run(home / "c.npz")
+        _CKPT_BASE = load_state(home / "c.npz"), model, data
+        assert _CKPT_BASE[0]["cursor"] == 96 and _CKPT_BASE[0]["sites"][0]["unscored"]
+    state, model, data = _CKPT_BASE
+    return copy.deepcopy(state), model, data
+
+
+def resume(capfd, tmp: Path, state: dict, model: Path, data: Path) -> tuple[int, str, str]:
+    from onnxaff.analysis.checkpoint import save_state
+
+    save_state(tmp / "c.npz", state)
+    out = tmp / "s.json"
+    result = run_cli(capfd, "analyze", model, "--data", data, "--metrics", CKPT_METRICS, "--chunk-size", 32,
+                     "--batch-size", 32, "--quiet", "--checkpoint", tmp / "c.npz", "--resume", "--out", out)
+    code, stdout, stderr = result
+    if code == 0:
+        sig = read_signature(out)  # the schema's checks
+        assert sig.data["samples"] == 256, "a resumed run skipped examples"
+    else:
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), stderr
+        assert "internal error" not in stderr and not out.exists()
+    return result
+
+
+def test_the_unmutated_checkpoint_resumes(capfd):
+    with tempfile.TemporaryDirectory() as tmp:
+        assert resume(capfd, Path(tmp), *checkpoint_base(Path(tmp)))[0] == 0
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("cursor", 10**12, "cursor: 1000000000000 is outside the window [0, 256)"),
+    ("cursor", 64, "used: 96 used, 0 dropped and 0 unreadable examples do not add up to the 64"),
+    ("used", 10**6, "used: 1000000 used"),
+    ("used", 3.5, "used: expected a whole number"),
+    ("sites.0.rows", 640, "sites[0].rows"),
+    ("sites.0.chunks", 7, "sites[0].chunks"),
+    ("sites.0.chunk_rows", 31, "sites[0].chunk_rows"),
+    ("sites.0.index", 1, "sites[0].index: 1, this run's site 0"),
+    ("sites.0.buffer.size", 64, "sites[0].chunks: 3 chunks of 64"),
+    ("sites.0.moments.current.n", 33, "sites[0].moments.n: the moments count 97 rows, the site 96"),
+    ("sites.0.jvp.y.n", 10**6, "sites[0].jvp.y.n"),
+    ("sites.0.values.affinity", [0.5] * 9, "sites[0].values.affinity"),
+    ("network.examples", 4096, "network.examples"),
+])
+def test_counters_that_disagree_are_refused_naming_the_field(capfd, field, value, named):
+    with tempfile.TemporaryDirectory() as tmp:
+        state, model, data = checkpoint_base(Path(tmp))
+        *path, last = field.split(".")
+        node = state
+        for key in path:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[last] = value
+        code, _, stderr = resume(capfd, Path(tmp), state, model, data)
+        assert code == 2 and "is damaged: " + named in stderr, stderr
+
+
+ARRAYS = st.sampled_from([np.zeros((3, 16)), np.zeros((32, 5)), np.full((32, 16), np.nan), np.zeros(16, np.int64),
+                          np.zeros((0,)), np.ones((16, 16, 1))])
+STATE_VALUES = st.one_of(JSON_VALUES, st.integers(-(10**13), 10**13), ARRAYS, st.just(True))
+
+
+@FUZZ_FILES
+@given(data=st.data(), changes=st.integers(1, 3))
+def test_checkpoint_structure(capfd, data, changes):
+    with tempfile.TemporaryDirectory() as tmp:
+        state, model, data_file = checkpoint_base(Path(tmp))
+        for _ in range(changes):
+            kept = {k: v for k, v in state.items() if k not in ("key", "signature", "sites_base", "stages_base")}
+            positions = [(state, k) for k in kept] + _positions(kept, [])[len(kept):]
+            node, key = positions[data.draw(st.integers(0, len(positions) - 1))]
+            value = copy.deepcopy(data.draw(STATE_VALUES))  # never the strategy's own list (a cycle)
+            if isinstance(value, str) and value == "DELETE":
+                del node[key]
+            else:
+                node[key] = value
+        resume(capfd, Path(tmp), state, model, data_file)

@@ -273,7 +273,7 @@ def test_damaged_checkpoint_and_unwritable_checkpoint_path(rescnn, tmp_path, cap
     state = load_state(ckpt)
     del state["sites"][0]["buffer"]
     save_state(ckpt, state)
-    with pytest.raises(OnnxaffError, match=r"checkpoint .* is damaged \(KeyError"):
+    with pytest.raises(OnnxaffError, match=r"checkpoint .* is damaged: sites\[0\]\.buffer: missing"):
         analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
     # The checkpoint's folder is checked before the run, not at the first Ctrl-C.
     missing = tmp_path / "gone" / "c.npz"

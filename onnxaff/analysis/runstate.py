@@ -12,6 +12,7 @@ from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
 from onnxaff.analysis.checkpoint import code_mismatch, key_mismatch
+from onnxaff.analysis.statecheck import check_same_run, check_state
 from onnxaff.collect import ChunkBuffer
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, registry, resolve
@@ -66,8 +67,9 @@ class RunState:
     def from_state(cls, d: dict, live: RunState | None = None, label: str = "the state") -> RunState:
         """The one reader of the saved format. With `live` (the live state of the same prepared run, for --resume),
         `live`'s collectors are restored in place and become the returned state's: they keep the site/outputs links
-        a saved state lacks. A state of another window or site count is refused (`label` names it) before anything
-        of `live` changes."""
+        a saved state lacks. A state whose counters disagree (statecheck), or of another window or site count, is
+        refused (`label` names it) before anything of `live` changes."""
+        check_state(d, label)
         state = cls(
             kind=d["kind"], key=d["key"], cursor=d["cursor"], start=d["start"], stop=d["stop"],
             shard=None if d["shard"] is None else tuple(d["shard"]), used=d["used"], dropped=d["dropped"],
@@ -85,6 +87,7 @@ class RunState:
                                    f"this run [{live.start}, {live.stop}) (another --shard)")
             if (len(d["sites"]), len(d["stages"])) != (len(live.sites), len(live.stages)):
                 raise OnnxaffError(f"{label} has {len(d['sites'])} sites, this run {len(live.sites)}")
+            check_same_run(d, live, label)
             state.sites, state.stages = live.sites, live.stages
         for st, saved in zip(state.sites + state.stages, d["sites"] + d["stages"], strict=True):
             st.restore(saved)

@@ -100,8 +100,8 @@ def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None
     tree = hierarchy.dendrogram(linkage, labels=[label(name) for name in names], ax=ax, leaf_rotation=90,
                                 **kwargs)
     if clusters is not None:  # by leaf index, not label text: two names may print alike
-        for label, leaf in zip(ax.get_xticklabels(), tree["leaves"], strict=True):
-            label.set_color(cluster_colour(clusters[names[leaf]]))
+        for tick, leaf in zip(ax.get_xticklabels(), tree["leaves"], strict=True):
+            tick.set_color(cluster_colour(clusters[names[leaf]]))
     ax.set_ylabel("DTW distance")
     ax.set_title("hierarchical clustering of signatures (coloured by the cut)", fontsize=9)
     return _uri(fig)
