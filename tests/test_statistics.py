@@ -386,6 +386,22 @@ def test_site_nlc_does_not_depend_on_the_batch_size(tmp_path):
     assert values[0] == pytest.approx(values[1], rel=1e-6) and values[1] == pytest.approx(values[2], rel=1e-6)
 
 
+@pytest.mark.parametrize("op", ["Sigmoid", "Softplus"])
+def test_site_nlc_of_a_smooth_activation_with_an_offset_at_small_scale(op, tmp_path):
+    """A step relative to x alone fell below float32's resolution of σ(x) ≈ σ(0) ≠ 0: at std 1e-4 a sigmoid read
+    an NLC of 1.026 and a softplus 1.022 instead of 1.000 (7.4 at 1e-6). The step is also at least δ|σ(x)|."""
+    import onnx
+
+    import onnxaff
+    from tests.builders import chain
+
+    onnx.save(chain(op, width=64), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((2048, 64)).astype(np.float32) * 1e-4)
+    sig = onnxaff.analyze(str(tmp_path / "m.onnx"), str(tmp_path / "x.npy"), metrics=["nlc"], progress=False)
+    # nearly linear at this scale: 1 to within Y's own float32 rounding (σ(0)·eps32 against a spread of 1e-4/4)
+    assert sig.sites[0]["metrics"]["nlc"]["mean"] == pytest.approx(1.0, abs=5e-3)
+
+
 def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
     """The warning said "the paper's 1e-6" for `affinity:eps=0.01` too."""
     from onnxaff.stats import flag_warnings

@@ -3,9 +3,10 @@
 The site's nodes are cloned twice, fed x + h and x − h, so the runtime computes the derivative
 where the activation lives and only per-batch reductions leave it:
 
-- elementwise sites: σ'(x) ≈ (σ(x+h) − σ(x−h))/2h with h = δ(|x| + s), s = min(1, RMS of the example's x):
-  relative to the site's scale, so a kink near 0 is not smoothed over at small scales (a fixed h = δ(1+|x|)
-  made ReLU's NLC 1.06 at std 1e-3 and 0.85 at 1e-6 instead of 1.21); the same h as before at scales ≥ 1.
+- elementwise sites: σ'(x) ≈ (σ(x+h) − σ(x−h))/2h with h = δ(|x| + |σ(x)| + s), s = min(1, RMS of the
+  example's x). Relative to the site's scale, so a kink near 0 is not smoothed over at small scales (a fixed
+  h = δ(1+|x|) made ReLU's NLC 1.06 at std 1e-3 and 0.85 at 1e-6 instead of 1.21); and never below δ|σ(x)|,
+  so float32 resolves σ(x+h) − σ(x−h) to eps32/δ (without that term a sigmoid at std 1e-6 read 7.4, not 1.0).
   Then the batch's per-element sum of σ'² plus per-element mean and centred sum of squares of X and Y
   (merged exactly on the host);
 - other sites (Softmax): the JVP along v_i = x_{i−1} − x̄ (another example of the batch, centred on the
@@ -90,7 +91,8 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP) -> JvpOutputs 
     x, p = site.input, f"{prefix}.jvp"
     names: dict[str, str] = {}
     if site.elementwise:
-        h = builder.node("Mul", [builder.node("Add", [builder.node("Abs", [x], p), _scale(builder, x, site, p)], p),
+        size = builder.node("Add", [builder.node("Abs", [x], p), builder.node("Abs", [site.output], p)], p)
+        h = builder.node("Mul", [builder.node("Add", [size, _scale(builder, x, site, p)], p),
                                  builder.scalar(step, elem, p)], p)
         plus = _clone(builder, site, builder.node("Add", [x, h], p), f"{p}.plus")
         minus = _clone(builder, site, builder.node("Sub", [x, h], p), f"{p}.minus")
