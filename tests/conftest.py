@@ -36,6 +36,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_put_back():
+    """A test that leaves SIGINT or SIGTERM handled otherwise than it found them breaks the tests after it
+    (an interrupted run restores the handlers it found): it fails here, by name."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    after = {sig: signal.getsignal(sig) for sig in before}
+    for sig in before:  # put back first, so one leak does not fail every later test
+        signal.signal(sig, before[sig] if before[sig] is not None else signal.SIG_DFL)
+    assert after == before, f"signal handlers left changed: {after} (were {before})"
+
+
 def parse(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
     onnx.checker.check_model(model)

@@ -60,6 +60,7 @@ def _ended(proc: subprocess.Popen, since: float, what: str) -> str:
     return err
 
 
+@pytest.mark.slow  # 5 s: waits out stuck decoders
 def test_stuck_or_killed_decoders_stop_the_run_with_its_state_then_resume(tmp_path, capfd):
     """Decoders that stop answering: the first Ctrl-C stops the run (it waited for their batch forever), state
     saved, exit 130. A decoder SIGKILLed as the out-of-memory killer does: one line naming the batch within
@@ -352,6 +353,7 @@ def test_inf_activations_raise_no_numpy_warnings(tmp_path, reduce_in):
 
 # --- Ray ---
 
+@pytest.mark.slow  # 6 s: starts a local Ray cluster
 def test_ray_workers_import_the_installed_package_not_a_folder_in_the_cwd(tmp_path):
     """Ray puts the driver's working directory first on its workers' sys.path: an `onnxaff` folder there (a
     checkout, a results folder of that name) was imported instead of the installed package. Ray says nothing

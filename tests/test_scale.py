@@ -116,14 +116,16 @@ def checkpoint_after(rescnn, path, batches: int = 2):
     return path
 
 
-@pytest.mark.parametrize("batches, every", [(1, 0), (7, 3), (31, 1)])
+@pytest.mark.parametrize("batches, every", [(1, 0), pytest.param(7, 3, marks=pytest.mark.slow),
+                                            pytest.param(31, 1, marks=pytest.mark.slow)])
 def test_interrupt_then_resume_equals_one_run(rescnn, reference, tmp_path, batches, every):
     ckpt = tmp_path / "run.ckpt.npz"
     run = Analysis(*rescnn, **OPTIONS)
     interrupt_after(run, batches)
+    found = signal.getsignal(signal.SIGINT)  # SIG_IGN where pytest runs as a background job of a script
     with pytest.raises(Interrupted, match=f"SIGINT after {32 * batches} of 1024 examples"):
         run.run(ckpt, every)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers put back
+    assert signal.getsignal(signal.SIGINT) is found  # handlers put back
     assert ckpt.exists() and not list(tmp_path.glob(".*.tmp"))
     resumed = analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
     assert_same(reference, resumed, tol=0)  # the same batches in the same order: bit for bit
@@ -134,12 +136,14 @@ def test_sigterm_also_saves_and_resumes(rescnn, reference, tmp_path):
     ckpt = tmp_path / "run.ckpt.npz"
     run = Analysis(*rescnn, **OPTIONS)
     interrupt_after(run, 9, signal.SIGTERM)
+    found = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted, match="SIGTERM after 288 of 1024"):
         run.run(ckpt)
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is found
     assert_same(reference, analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS), tol=0)
 
 
+@pytest.mark.slow  # 4 s
 def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
     """A kill -9 leaves only the last periodic checkpoint: resuming from it redoes the batches after it."""
     ckpt = tmp_path / "run.ckpt.npz"
@@ -177,6 +181,7 @@ def test_checkpoint_of_another_run_is_refused(rescnn, tmp_path):
         analyze(*rescnn, checkpoint=tmp_path / "none.npz", resume=True, **OPTIONS)
 
 
+@pytest.mark.slow  # 3 s: two interpreters
 def test_sigint_from_another_process_then_resume_via_cli(tmp_path, capfd):
     """The CLI as a user runs it: SIGINT arrives from outside, exit 130 with one line, --resume finishes.
     4096 batches, each followed by a checkpoint: the signal comes long before the end."""
@@ -356,6 +361,7 @@ def test_merge_refuses_incomplete_or_mixed_parts(parts, rescnn):
         merge_states([parts[0], dict(parts[1], shard=[1, 4])])
 
 
+@pytest.mark.slow  # 3 s: four interpreters
 def test_shards_and_merge_through_the_cli(rescnn, reference, tmp_path, capfd):
     common = ["--metrics", ",".join(METRICS), "--chunk-size", 128, "--batch-size", 32, "--quiet"]
     outs = []
@@ -391,6 +397,7 @@ def test_shard_with_no_full_chunk_merges_to_the_partial_rule(tmp_path):
     assert_same(ref, merged)
 
 
+@pytest.mark.slow  # 9 s: starts a local Ray cluster
 def test_ray_executor_equals_one_run(rescnn, reference, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "ray.json"

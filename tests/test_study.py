@@ -70,6 +70,7 @@ def test_three_models_then_a_rerun_skips_all_and_rewrites_only_the_report(tmp_pa
     assert (out / "report.html").read_text() == page
 
 
+@pytest.mark.slow  # 3 s
 def test_changed_options_data_or_model_redo_what_they_touch_and_force_redoes_all(tmp_path, capfd):
     paths = write_models(tmp_path / "m")
     out = tmp_path / "study"
@@ -205,7 +206,7 @@ def test_one_model_writes_its_signature_and_a_page_without_comparison(tmp_path):
     assert json.loads((tmp_path / "s" / "compare.json").read_text())["metrics"] == {}
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGKILL, marks=pytest.mark.slow), signal.SIGINT])
 def test_killed_during_the_second_model_a_rerun_finishes_with_the_same_numbers(tmp_path, capfd, signum):
     """Model a done, b stopped mid-run (its checkpoint kept), c not started: the rerun skips a, continues b."""
     paths = write_models(tmp_path / "m")
@@ -237,15 +238,20 @@ def test_killed_during_the_second_model_a_rerun_finishes_with_the_same_numbers(t
         json.loads((reference / "compare.json").read_text())["metrics"]
 
 
+@pytest.mark.slow  # 7 s: starts a local Ray cluster
 def test_ray_executor_runs_models_side_by_side_and_equals_the_local_study(tmp_path):
     pytest.importorskip("ray")
     paths = write_models(tmp_path / "m", names=("a", "b"))
     (tmp_path / "m" / "wide.onnx").write_bytes(b"not a model")  # fails inside its Ray tasks
     options = dict(metrics=["affinity", "cka"], chunk_size=64, batch_size=32, progress=False)
     lines = []
-    ray = run_study(resolve_models([str(p) for p in paths] + [str(tmp_path / "m" / "wide.onnx")]),
-                    "synthetic:gaussian:n=512", tmp_path / "ray", options=options, executor="ray", shards=2,
-                    echo=lines.append)
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        ray = run_study(resolve_models([str(p) for p in paths] + [str(tmp_path / "m" / "wide.onnx")]),
+                        "synthetic:gaussian:n=512", tmp_path / "ray", options=options, executor="ray", shards=2,
+                        echo=lines.append)
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)  # ray.init gives the driver a SIGTERM handler of its own
     # Ray's tasks run onnxruntime on their share of the cores: the local study to equal exactly uses as many
     threads = ray.signatures["a"].runtime["executor"]["cpus_per_task"]
     local = run_study(resolve_models([str(p) for p in paths]), "synthetic:gaussian:n=512", tmp_path / "local",
