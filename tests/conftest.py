@@ -48,6 +48,15 @@ def _signal_handlers_put_back():
     assert after == before, f"signal handlers left changed: {after} (were {before})"
 
 
+@pytest.fixture(scope="session")
+def shipped_demo(tmp_path_factory) -> Path:
+    """The folder of one `onnxaff demo` of every shipped network, shared by the tests that read its scores
+    (tests/test_models.py, the golden numbers' demo runs) instead of an analysis of each per test file."""
+    from onnxaff.demo import run_demo
+
+    return run_demo(tmp_path_factory.mktemp("demo") / "demo", progress=False).folder
+
+
 def parse(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
     onnx.checker.check_model(model)

@@ -73,7 +73,7 @@ def values(sig, metric):
 
 # --- a stuck plugin and Ctrl-C ---
 
-@pytest.mark.parametrize("workers, how", [(0, "sleep"), (2, "spin")])
+@pytest.mark.parametrize("workers, how", [(0, "sleep"), pytest.param(2, "spin", marks=pytest.mark.slow)])
 def test_ctrl_c_stops_a_stuck_plugin_saves_and_resume_equals_a_clean_run(model, tmp_path, capfd, workers, how):
     path = tmp_path / "probe.py"
     args = [model, "--data", "synthetic:gaussian:n=2048", "--metrics", "affinity,cka,probe,r2_heldout",
@@ -124,7 +124,8 @@ STUCK_LAST = PROBE.replace("        def compute(self, chunk):\n", '''        cal
 
 
 @pytest.mark.parametrize("stuck, workers, shard", [(PROBE + STUCK_POOLED, 0, []), (STUCK_LAST + POOLED, 2, []),
-                                                   (STUCK_LAST + POOLED, 2, ["--shard", "0/1"])])
+                                                   pytest.param(STUCK_LAST + POOLED, 2, ["--shard", "0/1"],
+                                                                marks=pytest.mark.slow)])
 def test_ctrl_c_while_the_end_of_the_data_is_scored_saves_too(model, tmp_path, capfd, stuck, workers, shard):
     """The batches are done; the last chunks or the pooled metrics are being scored when Ctrl-C comes."""
     path = tmp_path / "probe.py"

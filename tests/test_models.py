@@ -30,12 +30,10 @@ def test_manifest_covers_every_framework_and_file():
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(shipped_demo):
     """One demo of every shipped network (what `onnxaff demo` runs), shared: its signatures serve every test
     below that reads a shipped network's scores, instead of a second analysis of each."""
-    from onnxaff.demo import run_demo
-
-    return run_demo(tmp_path_factory.mktemp("demo") / "demo", progress=False).folder
+    return shipped_demo
 
 
 @pytest.fixture(scope="module")

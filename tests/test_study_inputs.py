@@ -111,7 +111,7 @@ def test_study_refuses_to_write_over_its_own_inputs(tmp_path, capfd, where, monk
     assert victim.read_bytes() in (b"precious", path.read_bytes())
 
 
-@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+@pytest.mark.parametrize("special", ["fifo", pytest.param("/dev/zero", marks=pytest.mark.slow)])
 def test_a_fifo_or_device_as_a_model_fails_that_model_without_hanging(tmp_path, special):
     (good,) = write_models(tmp_path / "m", names=("a",))
     if special == "fifo":

@@ -39,7 +39,7 @@ def numbers(sig) -> dict:
     return {"sites": sites, "stages": stages, "network": sig.network}
 
 
-def run_all(models=None, **runtime) -> dict:
+def run_all(models=None, runs=tuple(RUNS), **runtime) -> dict:
     """{"model/run": numbers} of the shipped models; `runtime` (threads, graph_optimization, reduce_in) as
     analyze takes them: what another machine changes."""
     from onnxaff import analyze
@@ -49,7 +49,8 @@ def run_all(models=None, **runtime) -> dict:
     for model in shipped_models():
         if models and model.name not in models:
             continue
-        for run, options in RUNS.items():
+        for run in runs:
+            options = RUNS[run]
             sig = analyze(model.path, str(model.data), progress=False, chunk_workers=0, **options, **runtime)
             out[f"{model.name}/{run}"] = json.loads(json.dumps(numbers(sig)))  # through JSON, as the file goes
     return out
