@@ -257,6 +257,7 @@ def decoding_run(tmp_path, capfd) -> tuple[list, Path]:
     return args, ref
 
 
+@pytest.mark.slow  # 2 s: decoding processes
 def test_sigterm_to_the_whole_group_with_decoding_workers(tmp_path, capfd):
     """`timeout`, Slurm and systemd signal every process of the group: the decoders must not die with their
     tasks pending (the main process would wait for them forever); the run saves and exits 130."""
