@@ -173,7 +173,11 @@ ATTACKS = [  # (class, name, needs, argument, the write)
     ("VandalPooled", "vandal_pooled", "moments", "m", "m.m_xx[...] = m.m_yy"),
     ("VandalSneaky", "vandal_sneaky", "chunk", "chunk", "np.exp(chunk.y, out=chunk.y)"),
 ]
-VANDALS = "".join(f'''
+
+
+def plugin_source(attacks) -> str:
+    """One metric class per attack: it does the write, then scores 0.5."""
+    return "".join(f'''
 class {cls}(Metric):
     name = "{name}"
     range = (0.0, 1.0)
@@ -182,7 +186,10 @@ class {cls}(Metric):
     def compute(self, {arg}):
         {write}
         return 0.5
-''' for cls, name, needs, arg, write in ATTACKS)
+''' for cls, name, needs, arg, write in attacks)
+
+
+VANDALS = plugin_source(ATTACKS)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -217,17 +224,7 @@ SNEAKY = [  # (class, name, needs, argument, the write)
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_metric_writing_past_the_read_only_flag_changes_no_other_metric(model, tmp_path, workers):
-    body = "".join(f'''
-class {cls}(Metric):
-    name = "{name}"
-    range = (0.0, 1.0)
-    needs = "{needs}"
-
-    def compute(self, {arg}):
-        {write}
-        return 0.5
-''' for cls, name, needs, arg, write in SNEAKY)
-    path = write_plugin(tmp_path / "sneaky.py", body)
+    path = write_plugin(tmp_path / "sneaky.py", plugin_source(SNEAKY))
     clean = ["affinity", "cka", "r2_heldout", "cka_pooled", "r2_pooled"]
     kw = dict(data="synthetic:gaussian:n=512", chunk_size=64, batch_size=32, progress=False, chunk_workers=workers)
     ref = onnxaff.analyze(str(model), metrics=clean, **kw)
