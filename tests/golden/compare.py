@@ -38,7 +38,7 @@ def scaled(got: float, want: float) -> float:
 
 
 def entry_key(metric: str, entry) -> str:
-    flags = entry.get("flags") or [] if isinstance(entry, dict) else []
+    flags = entry.get("flags") or []
     unstable = [f for f in UNSTABLE_FLAGS if f in flags]
     return f"{metric}|{unstable[0]}" if unstable else metric
 
