@@ -28,7 +28,16 @@ from onnxaff.metrics import Chunk, ChunkPair, JvpStats, Metric, Moments, plugin_
 from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.metrics.rank import FLOAT32_EPS
 from onnxaff.scoring import ChunkScorer
-from onnxaff.stats import HALVES, RANK_FLAGS, chunk_diagnostics, chunk_scale, entry_ci, metric_flags, moments_rank
+from onnxaff.stats import (
+    HALVES,
+    RANK_FLAGS,
+    RANK_TEST_MAX_D,
+    chunk_diagnostics,
+    chunk_scale,
+    entry_ci,
+    metric_flags,
+    moments_rank,
+)
 
 
 def readonly(a: np.ndarray) -> np.ndarray:
@@ -271,7 +280,8 @@ class SiteState:
     def _seen_by(self, m: Metric, pooled: bool) -> set[str]:
         """What the flags of `m` read: a pooled rank-sensitive metric's rank flags come from the pooled X (the
         spectrum it inverts), not from single chunks."""
-        if not (pooled and getattr(m, "rank_sensitive", False) and self.moments is not None and self.moments.n >= 2):
+        if not (pooled and getattr(m, "rank_sensitive", False) and self.moments is not None and self.moments.n >= 2
+                and self.moments.dx <= RANK_TEST_MAX_D):  # past it the test is skipped: merge no moment tree for it
             return self.seen
         found = moments_rank(self.moments.total().cov_x(), self.chunk_rounding)
         return self.seen if found is None else (self.seen - set(RANK_FLAGS)) | found

@@ -422,3 +422,33 @@ def test_threads_reach_every_session(rescnn):
     assert run.runner.session.get_session_options().intra_op_num_threads == 1
     assert run.network.runner.session.get_session_options().intra_op_num_threads == 1
     assert "threads" not in run.key()["options"]  # a result does not depend on it
+
+
+def _interrupted_then_resumed(tmp_path, model, data, batches: int, **options) -> None:
+    """A run stopped by SIGINT during batch `batches`, resumed from its checkpoint, equals one run exactly."""
+    ckpt = tmp_path / "c.ckpt.npz"
+    run = Analysis(model, data, **options)
+    interrupt_after(run, batches)
+    with pytest.raises(Interrupted):
+        run.run(ckpt)
+    assert_same(analyze(model, data, **options), analyze(model, data, checkpoint=ckpt, resume=True, **options),
+                tol=0)
+
+
+def test_resume_past_the_network_nlc_window_with_a_batch_that_does_not_divide_it(tmp_path):
+    """The network NLC adds whole batches until 1024 examples: at batch 100 it holds 1100, which the checkpoint
+    check once called damaged."""
+    model = save(chain("Tanh", width=8), tmp_path / "m.onnx")
+    opts = dict(metrics=["nlc", "affinity"], chunk_size=256, batch_size=100, limit=1500, progress=False)
+    _interrupted_then_resumed(tmp_path, model, "synthetic:gaussian:n=1500", 13, **opts)
+
+
+def test_resume_of_a_sequence_first_site(tmp_path):
+    """A site on [S, N, E] (PyTorch's default for attention and LSTMs) adds S rows a batch whatever its size: its
+    rows are no multiple of the examples, which the checkpoint check once called damaged."""
+    from tests.conftest import parse
+
+    model = save(parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 10, 4] x) => (float[10, N, 4] y) '
+                       '{ h = Transpose<perm = [1, 0, 2]>(x)  y = Relu(h) }'), tmp_path / "m.onnx")
+    opts = dict(metrics=["affinity"], chunk_size=16, batch_size=64, limit=192, progress=False)
+    _interrupted_then_resumed(tmp_path, model, "synthetic:gaussian:n=192", 3, **opts)

@@ -27,7 +27,7 @@ from onnxaff.files import temporaries_of, write_bytes_atomic
 from onnxaff.graph.load import sha256_of
 
 STATE_FORMAT = "onnxaff.state"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: features' rounding in the site state, the NLC step relative to each example's scale
 STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
 _REF = "__array__"
 

@@ -114,8 +114,9 @@ def _site(s: dict, at: str, used: int, stage: bool) -> None:
     chunks, chunk_rows = _int(s, "chunks", at), _int(s, "chunk_rows", at)
     if bad > rows:
         raise Damaged(at + "nonfinite_rows", f"{bad} of {rows} rows")
-    if (rows == 0) != (used == 0) or (used and rows % used):
-        raise Damaged(at + "rows", f"{rows} rows are not the same whole number of rows for each of {used} examples")
+    # Not a multiple of `used`: a sequence-first site ([S, N, E]) adds S rows a batch, whatever its size.
+    if (rows == 0) != (used == 0):
+        raise Damaged(at + "rows", f"{rows} rows from {used} examples")
     dims = _get(s, "dims", at)
     if dims is None and rows == 0:
         dx = dy = None
@@ -273,8 +274,10 @@ def _jvp(j: dict, at: str, used: int) -> None:
 
 def _network(n: dict, used: int) -> None:
     """The network NLC's sums: one per output, over no more examples than the run used."""
-    if _int(n, "examples", "network.") > min(used, _int(n, "limit", "network.")):
-        raise Damaged("network.examples", f"{n['examples']}, more than the {used} used or its limit {n['limit']}")
+    # Whole batches are added until the limit is reached, so the count may pass the limit by up to a batch.
+    _int(n, "limit", "network.")
+    if _int(n, "examples", "network.") > used:
+        raise Damaged("network.examples", f"{n['examples']}, more than the {used} examples used")
     _int(n, "short_batches", "network.")
     outputs = _get(n, "outputs", "network.")
     for key in ("jv2", "scatter"):
