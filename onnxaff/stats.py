@@ -114,8 +114,7 @@ def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: boo
     live = sd > 0
     if n > d and live.any() and d <= RANK_TEST_MAX_D:  # n ≤ d: rank-deficient by construction (`few_rows`)
         z = xc[:, live] / sd[live]
-        w = np.linalg.eigvalsh(z.T @ z)  # squared singular values: r2's cutoff, with a Gram's floor
-        found |= rank_verdict(relative_singular_values(w), rounding, gram_dim=w.size)
+        found |= _gram_rank(z.T @ z, rounding)
     elif not live.any():
         found.add("rank_deficient")
     return found
@@ -130,7 +129,13 @@ def moments_rank(cov_x: np.ndarray, rounding: float) -> set[str] | None:
     live = sd > 0
     if not live.any():
         return {"rank_deficient"}
-    w = np.linalg.eigvalsh(cov_x[np.ix_(live, live)] / np.outer(sd[live], sd[live]))
+    return _gram_rank(cov_x[np.ix_(live, live)] / np.outer(sd[live], sd[live]), rounding)
+
+
+def _gram_rank(gram: np.ndarray, rounding: float) -> set[str]:
+    """The rank flags from a Gram (or correlation) matrix of standardised X: its eigenvalues are the squared
+    singular values, judged by r2's cutoff with a float64 Gram's floor (onnxaff.metrics.rank)."""
+    w = np.linalg.eigvalsh(gram)
     return rank_verdict(relative_singular_values(w), rounding, gram_dim=w.size)
 
 
