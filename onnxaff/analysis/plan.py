@@ -20,7 +20,7 @@ from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
-from onnxaff.graph.load import LoadedModel, from_proto, sha256_of
+from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.stats import model_stats
@@ -214,8 +214,7 @@ def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:
         digest, path, name = sha256_of(loaded.path), str(loaded.path.resolve()), loaded.path.stem
         # The .onnx of an external-data model holds no weights: each weight file is identified too, so a
         # signature names the network it measured and a checkpoint refuses swapped weights.
-        external = [{"location": loc, "bytes": (loaded.path.parent / loc).stat().st_size,
-                     "sha256": sha256_of(loaded.path.parent / loc)} for loc in loaded.external_locations]
+        external = weight_files(loaded.path.parent, loaded.external_locations)
     else:
         digest, path, name = hashlib.sha256(m.SerializeToString()).hexdigest(), None, m.graph.name or "model"
         external = []

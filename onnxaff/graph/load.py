@@ -76,6 +76,19 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def weight_files(folder: Path, locations) -> list[dict]:
+    """Each external weight file's location, size and sha256 (None where it is no readable regular file): what
+    identifies an external-data model's weights, for its signature, a checkpoint's key and a study's reuse."""
+    out = []
+    for loc in locations:
+        f = Path(folder) / loc
+        try:
+            out.append({"location": loc, "bytes": f.stat().st_size, "sha256": sha256_of(f) if f.is_file() else None})
+        except OSError:
+            out.append({"location": loc, "bytes": None, "sha256": None})
+    return out
+
+
 def external_locations_of(model: onnx.ModelProto) -> list[str]:
     locations = []
     for tensor in iter_tensors(model.graph):

@@ -29,7 +29,7 @@ def model_identity(path: Path) -> str | None:
     import onnx
 
     from onnxaff.analysis.checkpoint import model_key
-    from onnxaff.graph.load import external_locations_of
+    from onnxaff.graph.load import external_locations_of, weight_files
 
     digest = file_digest(path)
     if digest is None:
@@ -38,14 +38,7 @@ def model_identity(path: Path) -> str | None:
         locations = external_locations_of(onnx.load(str(path), load_external_data=False))
     except Exception:  # not a model: its analysis says why
         return digest
-    external = []
-    for loc in locations:
-        weights = path.parent / loc
-        try:
-            external.append({"location": loc, "bytes": weights.stat().st_size, "sha256": file_digest(weights)})
-        except OSError:
-            external.append({"location": loc, "bytes": None, "sha256": None})  # its analysis says why
-    return model_key(digest, external)
+    return model_key(digest, weight_files(path.parent, locations))  # a missing file: its analysis says why
 
 
 def data_identity(spec: str) -> str:
