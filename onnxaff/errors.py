@@ -1,13 +1,52 @@
-"""One exception type for problems the user can fix: the CLI prints its message on one line."""
+"""One exception type for problems the user can fix: the CLI prints its message on one line.
+
+A message that tells the user to change an option names it with `option(field)`: the library prints the
+configuration field (`chunk_size`), the CLI the flag that sets it (`--chunk-size`), so a Python caller is
+never told to pass a flag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_OPEN, _CLOSE = "\ue000", "\ue001"  # private-use characters: never in a path or a name a user gives
+_MARKED = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
+
+
+def option(field: str, value: str | None = None) -> str:
+    """A configuration field inside a message (with `value`: "field=value" / "--flag value")."""
+    return f"{_OPEN}{field}{'' if value is None else '=' + value}{_CLOSE}"
+
+
+def render_options(text: str, name: Callable[[str], str] | None = None) -> str:
+    """`text` with every `option(...)` in it named by `name` (a field -> its flag), or as the field itself."""
+
+    def one(m: re.Match) -> str:
+        field, eq, value = m.group(1).partition("=")
+        if name is None:
+            return m.group(1)
+        return f"{name(field)} {value}" if eq else name(field)
+
+    return _MARKED.sub(one, str(text))
 
 
 class OnnxaffError(Exception):
-    """A problem with the user's model, data or options, phrased so the message alone explains it."""
+    """A problem with the user's model, data or options, phrased so the message alone explains it.
+
+    `str()` names options as configuration fields; `render(flag_of)` as the CLI's flags."""
+
+    def __init__(self, *args):
+        self.template = str(args[0]) if args else ""
+        super().__init__(render_options(self.template), *args[1:])
+
+    def render(self, name: Callable[[str], str] | None = None) -> str:
+        return render_options(self.template, name)
 
 
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (or its type): libraries' messages can be pages long."""
-    text = str(exc).strip()
+    text = exc.render().strip() if isinstance(exc, OnnxaffError) else str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
@@ -35,8 +74,5 @@ class ConfigError(OnnxaffError):
     """
 
     def __init__(self, field: str, template: str):
-        self.field, self.template = field, template
-        super().__init__(self.render(field))
-
-    def render(self, option: str) -> str:
-        return self.template.replace("{option}", option)
+        self.field = field
+        super().__init__(template.replace("{option}", option(field)))

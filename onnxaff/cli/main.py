@@ -10,7 +10,7 @@ import click
 
 from onnxaff.cli.app import cli
 from onnxaff.cli.config import flag_of
-from onnxaff.errors import ConfigError, Interrupted, OnnxaffError
+from onnxaff.errors import Interrupted, OnnxaffError
 from onnxaff.text import printable
 
 
@@ -27,8 +27,7 @@ def _exit_interrupted() -> None:
 
 def error_line(exc: OnnxaffError) -> str:
     """The one line a user error prints; an option error names the flag, not the configuration field."""
-    text = exc.render(flag_of(exc.field)) if isinstance(exc, ConfigError) else str(exc)
-    return f"onnxaff: error: {printable(text)}"
+    return f"onnxaff: error: {printable(exc.render(flag_of))}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except Interrupted as exc:
-        click.echo(f"onnxaff: interrupted: {printable(exc)}", err=True)
+        click.echo(f"onnxaff: interrupted: {printable(exc.render(flag_of))}", err=True)
         _exit_interrupted()
     except OnnxaffError as exc:
         click.echo(error_line(exc), err=True)
