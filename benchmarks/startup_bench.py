@@ -28,8 +28,8 @@ from analysis_bench import commands, environment, prepare, run_child  # noqa: E4
 PHASES = r'''
 import json, sys, time
 t0 = time.perf_counter()
-import onnxaff.cli.analyze, onnxaff.analysis.run, onnxaff.metrics
-from onnxaff.analysis import Analysis, AnalysisConfig
+import onnxaff.cli.analyze, onnxaff.analysis.lifecycle, onnxaff.metrics
+from onnxaff.analysis import AnalysisConfig, open_run
 from onnxaff.analysis.plan import Plan
 onnxaff.metrics.registry()
 t1 = time.perf_counter()
@@ -37,9 +37,9 @@ config = AnalysisConfig(metrics=("affinity",), chunk_size=512, batch_size=int(sy
 plan = Plan.build(sys.argv[1], sys.argv[2], config)
 t2 = time.perf_counter()
 plan_build, Plan.build = Plan.build, classmethod(lambda cls, *a, **k: plan)  # the session alone next
-run = Analysis(sys.argv[1], sys.argv[2], config)
+run = open_run(sys.argv[1], sys.argv[2], config)
 t3 = time.perf_counter()
-run.run(None, 0, finish=False)
+run.execute(finish=False)
 t4 = time.perf_counter()
 sig = run.signature()
 t5 = time.perf_counter()

@@ -16,9 +16,8 @@ import socket
 from pathlib import Path
 
 import onnxaff
-from onnxaff.analysis.checkpoint import STATE_KIND_PART
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.analysis.run import Analysis
+from onnxaff.analysis.lifecycle import open_run
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
 from onnxaff.signature import Signature
 
@@ -34,9 +33,9 @@ def _config(options: AnalysisConfig | dict) -> AnalysisConfig:
 
 def shard_state(model: str, data: str, shard: tuple[int, int], options: AnalysisConfig | dict) -> dict:
     """One shard's collector state, the body of a Ray task (also callable in-process)."""
-    run = Analysis(model, data, _config(options).replace(shard=shard, progress=False))
-    run.run()
-    return run.state(STATE_KIND_PART)
+    with open_run(model, data, _config(options).replace(shard=shard, progress=False)) as run:
+        run.execute(finish=False)
+        return run.part_state()
 
 
 def _cpus_per_task(ray, shards: int) -> int:

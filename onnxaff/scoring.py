@@ -6,7 +6,7 @@ at a time; past that the loop waits for the oldest, which bounds the memory held
 
 Metric code is never run on the main thread, not even inline (workers=0: one thread, and the loop waits
 for each chunk): a Python thread cannot be killed, so the main thread must never be the one stuck in a
-plugin. Every wait gives up as soon as `stop_signal` is set (Ctrl-C): chunks whose scores are not done
+plugin. Every wait gives up as soon as the run's `stop` is set (Ctrl-C): chunks whose scores are not done
 then are saved unscored and scored again on resume. The threads are daemons, so a stuck plugin does not
 keep the process alive either.
 """
@@ -28,6 +28,7 @@ import numpy as np
 
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, plugin_output
+from onnxaff.stopping import StopFlag
 
 MAX_WORKERS = 256  # scoring threads; more only multiply the chunks held in memory
 POLL_SECONDS = 0.05  # how often a wait for a metric looks at the stop flag
@@ -109,14 +110,15 @@ class ChunkScorer:
     """Runs each chunk's metric jobs on daemon threads; `submit` returns a Future in chunk order.
 
     workers=0 is inline: one thread, and `submit` returns once the chunk is scored (or a stop is asked).
-    After `stop_signal` is set nothing new runs: later submits return futures that stay pending.
+    Once `stop` is set (a signal, or a plugin's KeyboardInterrupt) nothing new runs: later submits return
+    futures that stay pending.
     """
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, stop: StopFlag | None = None):
         self.workers = default_workers() if workers is None else max(0, workers)
         self.limit = 4 * self.workers
         self.inflight: deque[Future] = deque()
-        self.stop_signal: int | None = None  # set by a signal handler, or by a plugin's KeyboardInterrupt
+        self.stop = StopFlag() if stop is None else stop  # the run's, shared with its signal handlers
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
@@ -134,7 +136,7 @@ class ChunkScorer:
         global _busy
         while (item := self._queue.get()) is not None:
             future, jobs = item
-            if self.stop_signal is not None:
+            if self.stop:
                 future.cancel()
             if not future.set_running_or_notify_cancel():
                 continue
@@ -143,7 +145,7 @@ class ChunkScorer:
             try:
                 future.set_result(_score(jobs))
             except KeyboardInterrupt as exc:  # raised by a plugin: Ctrl-C, and this chunk stays unscored
-                self.stop_signal = self.stop_signal or signal.SIGINT
+                self.stop.set(signal.SIGINT)
                 future.set_exception(exc)
             except BaseException as exc:  # pragma: no cover - evaluate() catches the rest
                 future.set_exception(exc)
@@ -153,7 +155,7 @@ class ChunkScorer:
 
     def submit(self, jobs: list[tuple[Metric, object]]) -> Future:
         future: Future = Future()
-        if self.stop_signal is not None:
+        if self.stop:
             return future  # never run: its chunk is saved unscored
         while self.inflight and (self.inflight[0].done() or len(self.inflight) >= self.limit):
             if not self.wait(self.inflight[0]):
@@ -168,12 +170,18 @@ class ChunkScorer:
 
     def wait(self, future: Future) -> bool:
         """Wait until `future` is done, unless a stop is asked for: True when it is done."""
-        while not future.done() and self.stop_signal is None:
+        while not future.done() and not self.stop:
             try:
                 future.exception(timeout=POLL_SECONDS)
             except (FutureTimeout, CancelledError):
                 continue
         return future.done()
+
+    def results(self, future: Future) -> list[tuple[str, float | None, str | None]] | None:
+        """The scores of a submitted job list once done, None when a stop came first (or it was cancelled)."""
+        if not self.wait(future) or future.cancelled() or future.exception() is not None:
+            return None
+        return future.result()
 
     def close(self) -> None:
         """Let the threads finish what is queued and end; waits for none of them (one may be stuck)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxaff.analysis.checkpoint import STATE_KIND_PART, load_state, save_state
-from onnxaff.analysis.run import Analysis
+from onnxaff.analysis.lifecycle import Run
 from onnxaff.analysis.runstate import RunState
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.load import sha256_of
@@ -24,9 +24,9 @@ def state_path_for(out: str | Path) -> Path:
     return out.with_name((out.stem if out.suffix == ".json" else out.name) + ".state.npz")
 
 
-def write_part(run: Analysis, out: str | Path) -> tuple[Path, Signature]:
+def write_part(run: Run, out: str | Path) -> tuple[Path, Signature]:
     """The shard's collector state, then its own (finished) signature pointing at it."""
-    state_file = save_state(state_path_for(out), run.state(STATE_KIND_PART))
+    state_file = save_state(state_path_for(out), run.part_state())
     sig = run.signature()
     sig.data["shard"].update(state=state_file.name, state_sha256=sha256_of(state_file))
     return sig.write(out), sig

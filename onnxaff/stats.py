@@ -35,26 +35,25 @@ def mean_ci(values) -> tuple[float, float]:
     return m - half, m + half
 
 
+def half_sample_rows(n: int, halves: int = HALVES, seed: int = 0) -> list[np.ndarray]:
+    """The rows of `halves` random halves of an n-row chunk (sorted), the same ones every run."""
+    rng = np.random.default_rng(seed)
+    return [np.sort(rng.choice(n, n // 2, replace=False)) for _ in range(halves)]
+
+
 def half_sample_ci(fn: Callable[[np.ndarray, np.ndarray], float], x: np.ndarray, y: np.ndarray,
-                   rng: np.random.Generator | None = None, halves: int = HALVES,
-                   full: float | None = None) -> tuple[float, float, float]:
-    """(score, lo, hi): a 95 % interval for one chunk's score by half-sampling.
+                   halves: int = HALVES, seed: int = 0) -> tuple[float, float, float]:
+    """(score, lo, hi): the 95 % interval a run gives a one-chunk score (`entry_ci` over `half_sample_rows`).
 
     Why halves: for a smooth statistic of n rows, a random half's score differs from the whole chunk's by a
     variance close to the whole chunk's own sampling variance (exact for a mean: σ²/(n/2) − σ²/n = σ²/n), so the
     spread of `halves` random halves (around their own mean, so the halves' larger bias does not count) estimates
     the chunk's sd without a second chunk; ± t_{halves−1} of it around the chunk's score.
     """
-    rng = np.random.default_rng(0) if rng is None else rng
-    n = x.shape[0]
-    full = fn(x, y) if full is None else full
-    scores = []
-    for _ in range(halves):
-        idx = np.sort(rng.choice(n, n // 2, replace=False))
-        scores.append(fn(x[idx], y[idx]))
-    s = np.asarray(scores)
-    half = float(t975(halves - 1) * s.std(ddof=1))
-    return float(full), float(full) - half, float(full) + half
+    full = float(fn(x, y))
+    scores = [float(fn(x[rows], y[rows])) for rows in half_sample_rows(x.shape[0], halves, seed)]
+    lo, hi = entry_ci([full], scores)
+    return full, lo, hi
 
 
 # --- flags ---

@@ -348,7 +348,7 @@ def test_unknown_reduction(capfd, tmp_path, relu_model):
 def no_analysis(monkeypatch):
     """The output check must come before the work: the analysis itself is not reachable."""
     refuse_calls(monkeypatch, "the analysis ran before the output path was checked", "onnxaff.analysis.analyze",
-                 "onnxaff.analysis.Analysis")
+                 "onnxaff.analysis.open_run")
 
 
 def test_output_folder_missing(capfd, tmp_path, relu_model, no_analysis):
@@ -437,18 +437,19 @@ def test_external_data_model_end_to_end(capfd, tmp_path, rng, monkeypatch):
 
 def test_checkpoint_refuses_swapped_external_weights(tmp_path, rng):
     """The .onnx of an external-data model is unchanged when its weights are replaced: the run key must see it."""
-    from onnxaff.analysis import STATE_KIND_CHECKPOINT, Analysis
+    from onnxaff.analysis import open_run
 
     path = _external_model(tmp_path / "model", rng)
-    run = Analysis(path, SYNTH, metrics=("affinity",), chunk_size=32, progress=False)
-    ckpt = run.save(tmp_path / "run.ckpt.npz", STATE_KIND_CHECKPOINT)
-    Analysis(path, SYNTH, metrics=("affinity",), chunk_size=32, progress=False).restore(ckpt)  # same weights: accepted
+    options = dict(metrics=("affinity",), chunk_size=32, progress=False)
+    with open_run(path, SYNTH, **options) as run:
+        ckpt = run.save(tmp_path / "run.ckpt.npz")
+    open_run(path, SYNTH, checkpoint=ckpt, resume="always", **options).close()  # same weights: accepted
     weights = tmp_path / "model" / "ext.weights"
     raw = bytearray(weights.read_bytes())
     raw[:4] = np.float32(123.0).tobytes()  # same size, one weight changed
     weights.write_bytes(bytes(raw))
     with pytest.raises(OnnxaffError, match="is from another model"):
-        Analysis(path, SYNTH, metrics=("affinity",), chunk_size=32, progress=False).restore(ckpt)
+        open_run(path, SYNTH, checkpoint=ckpt, resume="always", **options)
 
 
 # 14. Weights over 2 GB in an external file.

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import onnxaff
-from onnxaff.analysis import Analysis, AnalysisConfig, RunState
+from onnxaff.analysis import AnalysisConfig, RunState, open_run
 from onnxaff.errors import ConfigError, OnnxaffError
 from tests.conftest import one_line_error, parse, run_cli
 
@@ -66,9 +66,9 @@ def test_cli_renders_the_flag(capfd, tmp_path):
 
 
 def test_run_state_round_trips():
-    run = Analysis(TANH, DATA, metrics=["affinity", "nlc"], chunk_size=64, batch_size=32, progress=False)
-    run.run()
-    saved = run.state("part")
+    run = open_run(TANH, DATA, metrics=["affinity", "nlc"], chunk_size=64, batch_size=32, progress=False)
+    run.execute(finish=False)
+    saved = run.part_state()
     state = RunState.from_state(saved)
     again = state.to_state()
     assert set(again) == set(saved) and again["cursor"] == saved["cursor"] == 256
@@ -91,34 +91,39 @@ def test_a_plugin_edited_before_resume_is_refused(tmp_path):
     plugin.write_text(PLUGIN.format(value=1.0))
     options = dict(metrics=["affinity", "const"], plugins=[str(plugin)], chunk_size=64, batch_size=32, progress=False)
     ckpt = tmp_path / "run.ckpt.npz"
-    first = Analysis(TANH, DATA, **options)
-    first.run()
-    first.save(ckpt, "checkpoint")
-    Analysis(TANH, DATA, **options).restore(ckpt)  # the same file: accepted
+    first = open_run(TANH, DATA, **options)
+    first.execute(finish=False)
+    first.save(ckpt)
+    open_run(TANH, DATA, checkpoint=ckpt, resume="always", **options).close()  # the same file: accepted
     plugin.write_text(PLUGIN.format(value=2.0))
     with pytest.raises(OnnxaffError, match=f"another version of the plugin {plugin}") as info:
-        Analysis(TANH, DATA, **options).restore(ckpt)
+        open_run(TANH, DATA, checkpoint=ckpt, resume="always", **options)
     assert "\n" not in str(info.value)
 
 
 def test_resume_reads_the_state_through_run_state(tmp_path, monkeypatch):
-    """--resume reads the saved dict with RunState.from_state (the reader merge and Ray use), restoring the live
-    collectors in place: they keep their sites, and the resumed run's numbers are the saved run's."""
+    """A resume reads the saved dict with RunState.from_state (the reader merge and Ray use), checked against the
+    live state of the run; the collectors take the run's site labels, and the resumed run's numbers are the saved
+    run's."""
     options = dict(metrics=["affinity", "nlc"], chunk_size=64, batch_size=32, progress=False)
     ckpt = tmp_path / "run.ckpt.npz"
-    first = Analysis(TANH, DATA, **options)
-    first.run()
-    first.save(ckpt, "checkpoint")
+    first = open_run(TANH, DATA, **options)
+    first.execute(finish=False)
+    first.save(ckpt)
     read, from_state = [], RunState.from_state.__func__
+    fresh = []
     monkeypatch.setattr(RunState, "from_state", classmethod(
         lambda cls, d, *args, **kwargs: read.append(kwargs.get("live")) or from_state(cls, d, *args, **kwargs)))
-    again = Analysis(TANH, DATA, **options)
-    live = list(again.states)
-    again.restore(ckpt)
-    assert read == [again.live]
-    assert all(a is b and a.site is not None for a, b in zip(again.states, live, strict=True))
-    assert (again.cursor, again.live.used, again.live.seconds) == (256, 256, first.live.seconds)
+    from onnxaff.analysis.feeder import Feeder
+
+    make = Feeder.fresh_state
+    monkeypatch.setattr(Feeder, "fresh_state", lambda self: fresh.append(make(self)) or fresh[-1])
+    again = open_run(TANH, DATA, checkpoint=ckpt, resume="always", **options)
+    assert read == fresh and again.state is not fresh[0]
+    assert [st.label for st in again.state.sites] == [st.label for st in fresh[0].sites] != [""]
+    assert (again.state.cursor, again.state.used, again.state.seconds) == (256, 256, first.state.seconds)
     assert again.signature().to_dict()["sites"] == first.signature().to_dict()["sites"]
+    again.close()
 
 
 def test_an_entry_point_metric_changed_before_resume_is_refused(tmp_path, monkeypatch):
@@ -128,16 +133,16 @@ def test_an_entry_point_metric_changed_before_resume_is_refused(tmp_path, monkey
 
     options = dict(metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
     ckpt = tmp_path / "run.ckpt.npz"
-    first = Analysis(TANH, DATA, **options)
-    first.run()
-    first.save(ckpt, "checkpoint")
-    assert first.key()["metrics"] == {"affinity": first.plan.registry["affinity"].fingerprint}
-    Analysis(TANH, DATA, **options).restore(ckpt)  # the same code: accepted
+    first = open_run(TANH, DATA, **options)
+    first.execute(finish=False)
+    first.save(ckpt)
+    assert first.state.key["metrics"] == {"affinity": first.plan.registry["affinity"].fingerprint}
+    open_run(TANH, DATA, checkpoint=ckpt, resume="always", **options).close()  # the same code: accepted
     upgraded = Registered.fingerprint.fget
     monkeypatch.setattr(Registered, "fingerprint", property(
         lambda r: "0" * 64 if r.cls.name == "affinity" else upgraded(r)))
     with pytest.raises(OnnxaffError, match=f"checkpoint {ckpt} is from another version of metric affinity") as info:
-        Analysis(TANH, DATA, **options).restore(ckpt)
+        open_run(TANH, DATA, checkpoint=ckpt, resume="always", **options)
     assert "\n" not in str(info.value)
 
 

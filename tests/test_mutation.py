@@ -427,7 +427,7 @@ def checkpoint_base(tmp: Path) -> tuple[dict, Path, Path]:
     Made once, in a folder of its own (the checkpoint key holds the data file's mtime)."""
     import signal
 
-    from onnxaff.analysis import Analysis
+    from onnxaff.analysis import open_run
     from onnxaff.analysis.checkpoint import load_state
     from onnxaff.errors import Interrupted
 
@@ -437,8 +437,8 @@ def checkpoint_base(tmp: Path) -> tuple[dict, Path, Path]:
         model, data = home / "m.onnx", home / "d.npz"
         model.write_bytes(BLOBS[0])
         data.write_bytes(_npz({"x": np.random.default_rng(1).standard_normal((256, 8)).astype(np.float32)}))
-        run = Analysis(str(model), str(data), metrics=CKPT_METRICS.split(","), chunk_size=32, batch_size=32,
-                       progress=False)
+        run = open_run(str(model), str(data), metrics=CKPT_METRICS.split(","), chunk_size=32, batch_size=32,
+                       progress=False, checkpoint=home / "c.npz")
         original, count = run.runner.run, [0]
 
         def runner(names, feed):
@@ -449,7 +449,8 @@ def checkpoint_base(tmp: Path) -> tuple[dict, Path, Path]:
 
         run.runner.run = runner
         with pytest.raises(Interrupted):
-            run.run(home / "c.npz")
+            run.execute()
+        run.close()
         _CKPT_BASE = load_state(home / "c.npz"), model, data
         assert _CKPT_BASE[0]["cursor"] == 96 and _CKPT_BASE[0]["sites"][0]["unscored"]
     state, model, data = _CKPT_BASE

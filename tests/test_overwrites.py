@@ -53,8 +53,8 @@ def refused(capfd, fragment: str, *args) -> str:
 @pytest.fixture
 def no_run(monkeypatch):
     """A refusal must come before the data pass."""
-    refuse_calls(monkeypatch, "the data pass started before the paths were checked", "onnxaff.analysis.Analysis.run",
-                 "onnxaff.executors.run_ray")
+    refuse_calls(monkeypatch, "the data pass started before the paths were checked",
+                 "onnxaff.analysis.lifecycle.Run.execute", "onnxaff.executors.run_ray")
 
 
 # --- one file under several names ---
@@ -172,11 +172,10 @@ def test_checkpoint_path_holding_another_file_is_refused_and_kept(capfd, files, 
 
 
 def test_api_run_refuses_a_checkpoint_path_holding_another_file(files):
-    from onnxaff.analysis import Analysis
+    from onnxaff.analysis import open_run
 
-    run = Analysis("m.onnx", "x.npy", metrics=["affinity"], chunk_size=16, progress=False)
     with pytest.raises(OnnxaffError, match="holds a file that is not an onnxaff checkpoint"):
-        run.run("notes.txt", every=1)
+        open_run("m.onnx", "x.npy", metrics=["affinity"], chunk_size=16, progress=False, checkpoint="notes.txt")
     assert (files / "notes.txt").read_text() == "a week of lab notes\n"
 
 
@@ -241,13 +240,13 @@ def test_failed_signature_write_keeps_the_results_for_resume(capfd, files, monke
     with monkeypatch.context() as m:
         failed = fail_writing(m, ".json")
         line = refused(capfd, "cannot write s.json: No space left on device; the results are kept in s.json.ckpt.npz: "
-                              "rerun the same command with --resume --checkpoint s.json.ckpt.npz and an --out that "
+                              "rerun the same command with --resume --checkpoint s.json.ckpt.npz and an output that "
                               "can be written", "analyze", "m.onnx", "--data", "x.npy", "--out", "s.json", *sharding,
                        *opts)
     assert failed == ["s.json"] and "\n" not in line
     assert state_kind(files / "s.json.ckpt.npz") == "checkpoint" and not (files / "s.json").exists()
     calls = []
-    monkeypatch.setattr("onnxaff.analysis.Analysis._feed", lambda *a: calls.append(a))
+    monkeypatch.setattr("onnxaff.analysis.feeder.Feeder.feed", lambda *a: calls.append(a))
     code, _, err = run_cli(capfd, "analyze", "m.onnx", "--data", "x.npy", "--out", "s2.json", "--resume",
                            "--checkpoint", "s.json.ckpt.npz", *sharding, *opts)
     assert code == 0, err

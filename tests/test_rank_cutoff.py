@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxaff.analysis.run import Analysis
-from onnxaff.collect import ChunkBuffer
+from onnxaff.analysis import open_run
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.rewrite import feature_rounding, positions
 from onnxaff.metrics import FLOAT32_EPS, Chunk, Moments, rank_cutoff, rank_verdict, resolve
@@ -125,10 +124,10 @@ def test_both_reductions_hand_the_metrics_one_rounding(dims, tmp_path, rng):
     np.save(tmp_path / "x.npy", rng.standard_normal((96, 4, 12, 12)).astype(np.float32))
     got = {}
     for where in ("graph", "numpy"):
-        run = Analysis(chain("Relu", dims=dims), str(tmp_path / "x.npy"), metrics=["r2", "r2_pooled"],
-                                        chunk_size=32, progress=False, reduce_in=where)
-        run.run()
-        got[where] = run.states[0].rounding
+        run = open_run(chain("Relu", dims=dims), str(tmp_path / "x.npy"), metrics=["r2", "r2_pooled"],
+                       chunk_size=32, progress=False, reduce_in=where)
+        run.execute(finish=False)
+        got[where] = run.state.sites[0].seen.rounding
     assert got["graph"] == got["numpy"] == pytest.approx(12 * FLOAT32_EPS)
 
 
@@ -153,15 +152,15 @@ def test_rounding_reaches_chunks_and_moments_and_survives_state_and_merge(rng):
     parts = []
     with ChunkScorer(0) as scorer:
         for rows in (slice(0, 128), slice(128, 256)):
-            st = SiteState(None, None, ChunkBuffer(64), rounding=STEM)
+            st = SiteState.open(64, rounding=STEM)
             st.add(x[rows], y[rows], metrics, Spy(scorer))
             parts.append(SiteState.from_state(st.to_state()))
-        assert parts[0].rounding == STEM and parts[0].first.rounding == STEM
+        assert parts[0].seen.rounding == STEM and parts[0].schedule.first.rounding == STEM
         parts[0].merge(parts[1], metrics, scorer)
         parts[0].finish(metrics, Spy(scorer))
-    assert parts[0].rounding == STEM
+    assert parts[0].seen.rounding == STEM
     inputs = [c for s in seen for c in (s if isinstance(s, tuple) else (s,))]  # a ChunkPair's two chunks
     assert inputs and all(s.rounding == STEM for s in inputs)  # every Chunk and the Moments
     assert any(isinstance(s, Moments) for s in inputs)
-    entry = parts[0].entry(metrics[1], False)
+    entry = parts[0].entry(metrics[1])
     assert entry["flags"] == ["rank_deficient"]  # r2_pooled's flags from the pooled X

@@ -69,7 +69,7 @@ def test_memory_error_anywhere_is_one_line_not_an_internal_error(capfd, tmp_path
     def exhausted(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr("onnxaff.analysis.run.Analysis.run", exhausted)
+    monkeypatch.setattr("onnxaff.analysis.lifecycle.Run.execute", exhausted)
     line = one_line_error(run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=8", "--out",
                                   tmp_path / "s.json", "--quiet"), "out of memory", code=2)
     assert "internal error" not in line
@@ -119,14 +119,14 @@ def test_compressed_npz_rows_read_again_from_the_start_match(tmp_path):
 
 
 def test_chunk_size_whose_exact_assignment_would_take_long_is_warned_with_the_time(tmp_path):
-    from onnxaff.analysis import Analysis
+    from onnxaff.analysis import open_run
 
     model = save(parse(chain_text("Relu")), tmp_path / "m.onnx")
-    run = Analysis(model, "synthetic:gaussian:n=8192", chunk_size=4096, metrics=["affinity"], progress=False)
+    run = open_run(model, "synthetic:gaussian:n=8192", chunk_size=4096, metrics=["affinity"], progress=False)
     line = next((w for w in run.plan.warnings if "assignment" in w), "")
     assert "4,096-row chunk" in line and "--chunk-size" in line, run.plan.warnings
     assert re.search(r"about [0-9.]+ (s|min|h)", line), line
-    quick = Analysis(model, "synthetic:gaussian:n=8192", chunk_size=512, metrics=["affinity"], progress=False)
+    quick = open_run(model, "synthetic:gaussian:n=8192", chunk_size=512, metrics=["affinity"], progress=False)
     assert not any("assignment" in w for w in quick.plan.warnings)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from onnxaff.analysis import Analysis, analyze, shard_window
+from onnxaff.analysis import Run, analyze, open_run, shard_window
 from onnxaff.analysis.checkpoint import load_state, save_state
 from onnxaff.errors import Interrupted, OnnxaffError
 from onnxaff.executors import shard_state
@@ -94,7 +94,7 @@ def test_unreadable_state_is_a_clear_error(tmp_path, content):
 
 # --- checkpoints and resume ---
 
-def interrupt_after(run: Analysis, batches: int, signum: int = signal.SIGINT) -> None:
+def interrupt_after(run: Run, batches: int, signum: int = signal.SIGINT) -> None:
     """Deliver a real signal to this process while batch `batches` is in the runtime."""
     original, count = run.runner.run, [0]
 
@@ -109,10 +109,10 @@ def interrupt_after(run: Analysis, batches: int, signum: int = signal.SIGINT) ->
 
 def checkpoint_after(rescnn, path, batches: int = 2):
     """A checkpoint of the reference run, left by a SIGINT during batch `batches`."""
-    run = Analysis(*rescnn, **OPTIONS)
-    interrupt_after(run, batches)
-    with pytest.raises(Interrupted):
-        run.run(path)
+    with open_run(*rescnn, checkpoint=path, **OPTIONS) as run:
+        interrupt_after(run, batches)
+        with pytest.raises(Interrupted):
+            run.execute()
     return path
 
 
@@ -120,11 +120,12 @@ def checkpoint_after(rescnn, path, batches: int = 2):
                                             pytest.param(31, 1, marks=pytest.mark.slow)])
 def test_interrupt_then_resume_equals_one_run(rescnn, reference, tmp_path, batches, every):
     ckpt = tmp_path / "run.ckpt.npz"
-    run = Analysis(*rescnn, **OPTIONS)
+    run = open_run(*rescnn, checkpoint=ckpt, **OPTIONS)
     interrupt_after(run, batches)
     found = signal.getsignal(signal.SIGINT)  # SIG_IGN where pytest runs as a background job of a script
     with pytest.raises(Interrupted, match=f"SIGINT after {32 * batches} of 1024 examples"):
-        run.run(ckpt, every)
+        run.execute(every)
+    run.close()
     assert signal.getsignal(signal.SIGINT) is found  # handlers put back
     assert ckpt.exists() and not list(tmp_path.glob(".*.tmp"))
     resumed = analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS)
@@ -134,11 +135,12 @@ def test_interrupt_then_resume_equals_one_run(rescnn, reference, tmp_path, batch
 
 def test_sigterm_also_saves_and_resumes(rescnn, reference, tmp_path):
     ckpt = tmp_path / "run.ckpt.npz"
-    run = Analysis(*rescnn, **OPTIONS)
+    run = open_run(*rescnn, checkpoint=ckpt, **OPTIONS)
     interrupt_after(run, 9, signal.SIGTERM)
     found = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted, match="SIGTERM after 288 of 1024"):
-        run.run(ckpt)
+        run.execute()
+    run.close()
     assert signal.getsignal(signal.SIGTERM) is found
     assert_same(reference, analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS), tol=0)
 
@@ -147,7 +149,7 @@ def test_sigterm_also_saves_and_resumes(rescnn, reference, tmp_path):
 def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
     """A kill -9 leaves only the last periodic checkpoint: resuming from it redoes the batches after it."""
     ckpt = tmp_path / "run.ckpt.npz"
-    run = Analysis(*rescnn, **OPTIONS)
+    run = open_run(*rescnn, checkpoint=ckpt, **OPTIONS)
     original, count = run.runner.run, [0]
 
     def crash(names, feed):
@@ -158,7 +160,8 @@ def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
 
     run.runner.run = crash
     with pytest.raises(RuntimeError):
-        run.run(ckpt, 5)
+        run.execute(5)
+    run.close()
     assert load_state(ckpt)["cursor"] == 10 * 32
     assert_same(reference, analyze(*rescnn, checkpoint=ckpt, resume=True, **OPTIONS), tol=0)
 
@@ -175,7 +178,7 @@ def test_checkpoint_of_another_run_is_refused(rescnn, tmp_path):
     np.savez(fewer, **{k: v[:512] for k, v in data.items()})
     with pytest.raises(OnnxaffError, match="from another data set"):
         analyze(rescnn[0], str(fewer), checkpoint=ckpt, resume=True, **OPTIONS)
-    with pytest.raises(OnnxaffError, match="another --shard"):
+    with pytest.raises(OnnxaffError, match=r"\(another shard\)"):
         analyze(*rescnn, checkpoint=ckpt, resume=True, shard=(0, 2), **OPTIONS)
     with pytest.raises(OnnxaffError, match="no checkpoint to resume"):
         analyze(*rescnn, checkpoint=tmp_path / "none.npz", resume=True, **OPTIONS)
@@ -233,10 +236,10 @@ def test_resume_keeps_unreadable_files_counted(tmp_path):
     opts = dict(metrics=["affinity"], chunk_size=2, batch_size=2, images={"preprocess": "raw", "workers": 0},
                 progress=False)
     ref = analyze(model, str(root), **opts)
-    run = Analysis(model, str(root), **opts)
-    interrupt_after(run, 4)  # after the first unreadable file (sorted order: 0_*, 1_broken, ...)
-    with pytest.raises(Interrupted):
-        run.run(tmp_path / "c.npz")
+    with open_run(model, str(root), checkpoint=tmp_path / "c.npz", **opts) as run:
+        interrupt_after(run, 4)  # after the first unreadable file (sorted order: 0_*, 1_broken, ...)
+        with pytest.raises(Interrupted):
+            run.execute()
     resumed = analyze(model, str(root), checkpoint=tmp_path / "c.npz", resume=True, **opts)
     assert sorted(s["file"] for s in resumed.data["skipped"]) == ["1_broken.jpg", "2_empty.jpg"]
     assert_same(ref, resumed, tol=0)
@@ -418,19 +421,19 @@ def test_ray_executor_equals_one_run(rescnn, reference, tmp_path):
 
 
 def test_threads_reach_every_session(rescnn):
-    run = Analysis(*rescnn, **{**OPTIONS, "metrics": ["affinity", "nlc"]}, threads=1)
+    run = open_run(*rescnn, **{**OPTIONS, "metrics": ["affinity", "nlc"]}, threads=1)
     assert run.runner.session.get_session_options().intra_op_num_threads == 1
     assert run.network.runner.session.get_session_options().intra_op_num_threads == 1
-    assert "threads" not in run.key()["options"]  # a result does not depend on it
+    assert "threads" not in run.state.key["options"]  # a result does not depend on it
 
 
 def _interrupted_then_resumed(tmp_path, model, data, batches: int, **options) -> None:
     """A run stopped by SIGINT during batch `batches`, resumed from its checkpoint, equals one run exactly."""
     ckpt = tmp_path / "c.ckpt.npz"
-    run = Analysis(model, data, **options)
-    interrupt_after(run, batches)
-    with pytest.raises(Interrupted):
-        run.run(ckpt)
+    with open_run(model, data, checkpoint=ckpt, **options) as run:
+        interrupt_after(run, batches)
+        with pytest.raises(Interrupted):
+            run.execute()
     assert_same(analyze(model, data, **options), analyze(model, data, checkpoint=ckpt, resume=True, **options),
                 tol=0)
 

@@ -5,7 +5,7 @@ import json
 import onnx
 import pytest
 
-from onnxaff.analysis import Analysis
+from onnxaff.analysis import open_run
 from onnxaff.graph.rewrite import feature_dim
 from onnxaff_models import shipped_models
 from tests.conftest import FIXTURES, run_cli
@@ -22,9 +22,9 @@ def listed(capfd, path, *options):
 
 
 def analysed(path, **options):
-    run = Analysis(str(path), "synthetic:gaussian:n=4", metrics=["affinity"], chunk_size=2, batch_size=2,
+    run = open_run(str(path), "synthetic:gaussian:n=4", metrics=["affinity"], chunk_size=2, batch_size=2,
                    progress=False, chunk_workers=0, **options)
-    return json.loads(json.dumps([s.to_dict() | {"dim": feature_dim(s, "mean")} for s in run.sites]))
+    return json.loads(json.dumps([s.to_dict() | {"dim": feature_dim(s, "mean")} for s in run.plan.sites]))
 
 
 @pytest.mark.parametrize("path", MODELS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxaff.collect import ChunkBuffer
 from onnxaff.metrics import resolve
 from onnxaff.scoring import ChunkScorer
 from onnxaff.site_state import SiteState
@@ -19,12 +18,12 @@ METRICS = ["affinity", "affinity_lw", "affinity_rel", "cka", "r2"]
 def entries(x, y, chunk, metrics=METRICS):
     """Score rows x → y as one run would (chunks of `chunk` rows) and return the metric entries."""
     ms = resolve(metrics)
-    st = SiteState(None, None, ChunkBuffer(chunk))
+    st = SiteState.open(chunk)
     with ChunkScorer(0) as scorer:
         for i in range(0, len(x), 100):
             st.add(x[i:i + 100], y[i:i + 100], ms, scorer)
         st.finish(ms, scorer)
-    return {m.name: st.entry(m, st.partial) for m in ms}
+    return {m.name: st.entry(m) for m in ms}
 
 
 def gaussian(rng, n, d):
@@ -154,9 +153,9 @@ def test_mean_ci_is_the_student_t_interval():
 def test_half_sampling_estimates_the_sd_of_a_mean(rng):
     """For a mean, a random half's spread is the whole chunk's sd: σ/√n (the method's justification)."""
     widths = []
-    for _ in range(20):
+    for k in range(20):
         x = rng.standard_normal((400, 1))
-        widths.append(np.diff(half_sample_ci(lambda a, b: float(a.mean()), x, x, rng=rng, halves=64)[1:])[0] / 2)
+        widths.append(np.diff(half_sample_ci(lambda a, b: float(a.mean()), x, x, halves=64, seed=k)[1:])[0] / 2)
     assert np.mean(widths) / (1.998 / np.sqrt(400)) == pytest.approx(1.0, abs=0.1)
 
 

@@ -1,28 +1,28 @@
 """The main job: data through the augmented model, per-site chunks and moments, metrics, signature.
 
 config (AnalysisConfig: the options, validated once) -> plan (Plan: model, sites, stages, metrics, augmented
-model, built once) -> run (Analysis: the batch loop filling a RunState) -> assemble (the Signature). A
-checkpoint saves the RunState and a resumed run restores it; shards and Ray merge their parts' RunStates.
+model, built once) -> run (open_run: the lifecycle; its Feeder fills a RunState batch by batch) -> assemble (the
+Signature). A checkpoint saves the RunState and a resumed run restores it; shards and Ray merge their parts'
+RunStates.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import onnx
 
 from onnxaff.analysis.assemble import assemble, stage_results
 from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, STATE_KIND_PART
 from onnxaff.analysis.config import DEFAULT_METRICS, AnalysisConfig, parse_shard
+from onnxaff.analysis.feeder import Feeder
+from onnxaff.analysis.lifecycle import Run, open_run
 from onnxaff.analysis.plan import Plan, shard_window
-from onnxaff.analysis.run import Analysis
 from onnxaff.analysis.runstate import RunState
-from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.signature import Signature
 
-__all__ = ["DEFAULT_METRICS", "STATE_KIND_CHECKPOINT", "STATE_KIND_PART", "Analysis", "AnalysisConfig", "Plan",
-           "RunState", "analyze", "assemble", "parse_shard", "shard_window", "stage_results"]
+__all__ = ["DEFAULT_METRICS", "STATE_KIND_CHECKPOINT", "STATE_KIND_PART", "AnalysisConfig", "Feeder", "Plan", "Run",
+           "RunState", "analyze", "assemble", "open_run", "parse_shard", "shard_window", "stage_results"]
 
 
 def analyze(
@@ -47,15 +47,11 @@ def analyze(
 
     With `checkpoint`, the state is saved there every `checkpoint_every` batches and on SIGINT/SIGTERM
     (raising Interrupted); `resume=True` continues from it. A file there that is not an onnxaff checkpoint is
-    refused. The file stays until the caller removes it; the CLI saves the finished pass there too before it
-    writes the signature, and removes it once that is written (onnxaff.analysis.checkpoint.write_result).
+    refused, and the file is locked while the run holds it. The file stays until the caller removes it; the CLI
+    saves the finished pass there too before it writes the signature, and removes it once that is written
+    (onnxaff.analysis.checkpoint.write_result).
     """
-    if resume and checkpoint is None:
-        raise ConfigError("resume", "{option} needs a checkpoint path")
-    run = Analysis(model, data, config, **options)
-    if resume:
-        if not Path(checkpoint).exists():
-            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
-        run.restore(checkpoint)
-    run.run(checkpoint, checkpoint_every, finish=True)
-    return run.signature()
+    with open_run(model, data, config, checkpoint=checkpoint, resume="always" if resume else "never",
+                  **options) as run:
+        run.execute(checkpoint_every, finish=True)
+        return run.signature()

@@ -21,9 +21,10 @@ def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Met
         d["length"] = len(stage["blocks"])
         if stage["status"] == "ok":
             st = next(ok)
-            d.update(rows=st.rows, chunks=st.chunks, partial_chunk=st.partial,
-                     dim=st.dims[0] // st.tracks if st.dims else None)
-            d["metrics"] = {m.name: st.entry(m, st.partial) for m in metrics}
+            seen = st.seen
+            d.update(rows=seen.rows, chunks=st.chunks, partial_chunk=st.schedule.partial,
+                     dim=seen.dims[0] // st.tracks if seen.dims else None)
+            d["metrics"] = {m.name: st.entry(m) for m in metrics}
         else:
             d["metrics"] = {}
         out.append(d)
@@ -42,14 +43,15 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
             out.append(d)
             continue
         label = f"site {d['index']} ({d['id']})"
-        d.update(dim=st.dims[0] if st.dims else None, dim_y=st.dims[1] if st.dims else None,
-                 rows=st.rows, chunks=st.chunks, partial_chunk=st.partial)
-        if st.nonfinite_rows:
+        seen = st.seen
+        d.update(dim=seen.dims[0] if seen.dims else None, dim_y=seen.dims[1] if seen.dims else None,
+                 rows=seen.rows, chunks=st.chunks, partial_chunk=st.schedule.partial)
+        if seen.nonfinite_rows:
             d["status"] = "flagged"
-            d["reason"] = f"NaN/Inf in the features of {st.nonfinite_rows} of {st.rows} rows"
+            d["reason"] = f"NaN/Inf in the features of {seen.nonfinite_rows} of {seen.rows} rows"
             warnings.append(f"{label}: {d['reason']}")
-        d["metrics"] = {m.name: st.entry(m, st.partial) for m in metrics}
-        for name, err in st.errors.items():
+        d["metrics"] = {m.name: st.entry(m) for m in metrics}
+        for name, err in st.scores.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
         out.append(d)
     warnings += flag_warnings(out, metrics)  # one line per flag kind (partial chunks included), not one per site

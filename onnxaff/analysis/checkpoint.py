@@ -1,4 +1,4 @@
-"""Saved run states: the `.npz` format, the key a state must match, and the --checkpoint file of a run.
+"""Saved run states: the `.npz` format, the key a state must match, and the checkpoint file of a run.
 
 A state file is one `.npz` with a JSON header: nested dicts/lists of numbers, strings and numpy arrays are
 stored as a JSON document in which every array is replaced by a reference into the archive, so float64
@@ -7,7 +7,7 @@ unpickled.
 
 A checkpoint path is often typed by hand, so it may name a data file, a model or a signature: such a file is
 refused before the run and never touched. The finished data pass is saved there before the result is written,
-so a result that cannot be written (disk full, permissions) is written later from it with --resume.
+so a result that cannot be written (disk full, permissions) is written later from it by resuming.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.errors import ConfigError, OnnxaffError, WriteError
+from onnxaff.errors import ConfigError, OnnxaffError, WriteError, option
 from onnxaff.files import temporaries_of, write_bytes_atomic
 from onnxaff.graph.load import sha256_of
 
 STATE_FORMAT = "onnxaff.state"
-STATE_VERSION = 2  # 2: features' rounding in the site state, the NLC step relative to each example's scale
+STATE_VERSION = 3  # 2: features' rounding in the site state, the NLC step relative to each example's scale;
+# 3: the fields saved under their own names (the header as `header`), derived from the dataclasses
 STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
 _REF = "__array__"
 
@@ -168,7 +169,7 @@ def check_resumable(path, mine: dict, saved: dict) -> None:
     if not isinstance(saved, dict) or saved.get("kind") != STATE_KIND_CHECKPOINT:
         raise OnnxaffError(f"{path} is a shard part, not a checkpoint")
     if (what := key_mismatch(mine, saved["key"])) is not None:
-        raise OnnxaffError(f"checkpoint {path} is from {what}; remove it or run without --resume")
+        raise OnnxaffError(f"checkpoint {path} is from {what}; remove it or run without {option('resume')}")
 
 
 # --- the --checkpoint file ---
@@ -197,14 +198,13 @@ def remove(path: str | Path) -> None:
             Path(path).unlink()
 
 
-def write_result(run, checkpoint: str | Path, write: Callable[[], tuple]) -> tuple:
-    """Save the finished data pass to `checkpoint`, call `write` (the result's files), then remove the checkpoint.
-
-    The data pass is the long part of a run: when `write` cannot write (disk full, permissions), the one-line
-    error says how to write the result from the checkpoint instead of running everything again.
-    """
+def write_result(run, write: Callable[[], tuple]) -> tuple:
+    """Save the finished data pass to the run's checkpoint, call `write` (the result's files), then remove the
+    checkpoint. The data pass is the long part of a run: when `write` cannot write (disk full, permissions), the
+    one-line error says how to write the result from the checkpoint instead of running everything again."""
+    checkpoint = run.checkpoint
     try:
-        run.save(checkpoint, STATE_KIND_CHECKPOINT)
+        run.save()
         unsaved = None
     except WriteError as exc:  # the disk may be full already: the result is still tried
         unsaved = exc
@@ -212,10 +212,13 @@ def write_result(run, checkpoint: str | Path, write: Callable[[], tuple]) -> tup
         result = write()
     except WriteError as exc:
         if unsaved is None:
-            raise WriteError(f"{exc}; the results are kept in {checkpoint}: rerun the same command with --resume "
-                             f"--checkpoint {checkpoint} and an --out that can be written") from None
-        earlier = f"; {checkpoint} holds the last periodic checkpoint (--resume)" if is_checkpoint(checkpoint) else ""
-        raise WriteError(f"{exc}; the final state could not be saved either ({unsaved}){earlier}") from None
+            raise WriteError(f"{exc.template}; the results are kept in {checkpoint}: rerun the same command with "
+                             f"{option('resume')} {option('checkpoint', str(checkpoint))} and an output that can be "
+                             "written") from None
+        earlier = f"; {checkpoint} holds the last periodic checkpoint ({option('resume')})" if is_checkpoint(
+            checkpoint) else ""
+        raise WriteError(f"{exc.template}; the final state could not be saved either ({unsaved.template}){earlier}"
+                         ) from None
     except OnnxaffError:  # nothing to write at all (no usable example): the checkpoint would only repeat this
         remove(checkpoint)
         raise

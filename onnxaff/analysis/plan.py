@@ -1,7 +1,7 @@
 """The Plan of a run: everything built once before any batch (Polygraphy's loaders, as against its runners).
 
 The loaded model and its sites, the residual stages, the metrics resolved, the data source opened, the
-augmented model and which of its outputs feed which site. A Plan is read only; `onnxaff.analysis.run` executes it.
+augmented model and which of its outputs feed which site. A Plan is read only; `onnxaff.analysis.lifecycle` executes it.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ class Plan:
     @property
     def needs_jvp(self) -> bool:
         return any(serving(m).end_input == "jvp" for m in self.metrics)
+
+    def stage_bases(self) -> list[dict]:
+        """The residual stages' discovery entries as a signature records them (without their probe sites)."""
+        return [{k: v for k, v in st.items() if k != "probes"} for st in self.stages]
 
     @property
     def host_reduce(self) -> str | None:

@@ -7,14 +7,13 @@ next slice of the data, so merging the n parts of a sharded run and finishing on
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
-from onnxaff.analysis.checkpoint import code_mismatch, key_mismatch
+from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, code_mismatch, key_mismatch
 from onnxaff.analysis.statecheck import check_same_run, check_state
-from onnxaff.collect import ChunkBuffer
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, option
 from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
@@ -22,76 +21,96 @@ from onnxaff.network import merge_nlc_states, network_results
 from onnxaff.scoring import ChunkScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
+from onnxaff.statefields import from_state, saved, to_state, transient
+
+
+def _skipped_state(items) -> list:
+    return [list(s) for s in items]
+
+
+def _sites_state(states: list[SiteState]) -> list[dict]:
+    return [st.to_state() for st in states]
+
+
+def _sites_from(items: list[dict]) -> list[SiteState]:
+    return [SiteState.from_state(d) for d in items]
 
 
 @dataclass
 class RunState:
     """A run's position in its data window, its collectors and the signature header of its prepared plan.
 
-    `sites`/`stages` are the collectors (live ones during a run, rebuilt ones from a file); `header` is the
-    signature minus what the collectors give; `windows` lists the [start, stop) of merged shards.
+    Saved as one flat dict derived from the fields (onnxaff.statefields): the checkpoint and part format.
+    `sites`/`stages` are the collectors; `header` is the signature minus what the collectors give; `kind` says
+    what a saved state is for (a checkpoint to continue, a shard part to merge). `windows`, `ragged` and
+    `tail_ragged` exist only while parts are merged.
     """
 
-    kind: str
     key: dict
     cursor: int
     start: int
     stop: int
-    shard: tuple[int, int] | None
-    used: int
-    dropped: int
-    skipped: list[tuple[str, str]]
-    seconds: float
-    sites: list[SiteState]
-    stages: list[SiteState]
-    sites_base: list[dict]
-    stages_base: list[dict]
-    network: dict | None
-    header: dict
-    indices: list[int] = field(default_factory=list)  # the site index of each collector
-    windows: list[list[int]] = field(default_factory=list)
-    ragged: list[str] = field(default_factory=list)  # merged shards that ended between chunk boundaries
-    tail_ragged: bool = False  # this (last merged) part ended between chunk boundaries
+    shard: tuple[int, int] | None = saved(None, encode=list, decode=tuple)
+    used: int = 0
+    dropped: int = 0
+    skipped: list[tuple[str, str]] = saved(factory=list, encode=_skipped_state,
+                                          decode=lambda s: [tuple(x) for x in s])
+    seconds: float = 0.0
+    sites: list[SiteState] = saved(factory=list, encode=_sites_state, decode=_sites_from)
+    stages: list[SiteState] = saved(factory=list, encode=_sites_state, decode=_sites_from)
+    sites_base: list[dict] = saved(factory=list)
+    stages_base: list[dict] = saved(factory=list)
+    network: dict | None = None
+    header: dict = saved(factory=dict)
+    kind: str = STATE_KIND_CHECKPOINT
+    windows: list[list[int]] = transient(factory=list)  # the [start, stop) of merged shards
+    ragged: list[str] = transient(factory=list)  # merged shards that ended between chunk boundaries
+    tail_ragged: bool = transient(False)  # this (last merged) part ended between chunk boundaries
 
-    def to_state(self) -> dict:
-        return {
-            "kind": self.kind, "key": self.key, "cursor": self.cursor, "start": self.start, "stop": self.stop,
-            "shard": None if self.shard is None else list(self.shard), "used": self.used, "dropped": self.dropped,
-            "skipped": [list(s) for s in self.skipped], "seconds": self.seconds,
-            "sites": [st.to_state() for st in self.sites], "stages": [st.to_state() for st in self.stages],
-            "stages_base": self.stages_base, "sites_base": self.sites_base, "network": self.network,
-            "signature": self.header,
-        }
+    @property
+    def indices(self) -> list[int]:
+        return [st.index for st in self.sites]
+
+    def to_state(self, kind: str | None = None) -> dict:
+        """The saved form (pending chunk scores collected first), as `kind` when given."""
+        d = to_state(self)
+        if kind is not None:
+            d["kind"] = kind
+        return d
 
     @classmethod
     def from_state(cls, d: dict, live: RunState | None = None, label: str = "the state") -> RunState:
-        """The one reader of the saved format. With `live` (the live state of the same prepared run, for --resume),
-        `live`'s collectors are restored in place and become the returned state's: they keep the site/outputs links
-        a saved state lacks. A state whose counters disagree (statecheck), or of another window or site count, is
-        refused (`label` names it) before anything of `live` changes."""
+        """The one reader of the saved format. With `live` (the state of the same prepared run, for a resume),
+        the saved window and sites must be `live`'s, and the collectors take what the run gives (site labels,
+        JVP output names). A state whose counters disagree (statecheck), or of another window or site count, is
+        refused (`label` names it); `live` is never changed."""
         check_state(d, label)
-        state = cls(
-            kind=d["kind"], key=d["key"], cursor=d["cursor"], start=d["start"], stop=d["stop"],
-            shard=None if d["shard"] is None else tuple(d["shard"]), used=d["used"], dropped=d["dropped"],
-            skipped=[tuple(s) for s in d["skipped"]], seconds=d["seconds"], sites=[], stages=[],
-            sites_base=d["sites_base"], stages_base=d["stages_base"], network=d["network"], header=d["signature"],
-            indices=[s["index"] for s in d["sites"]],
-            tail_ragged=any(s["buffer"]["x"] is not None for s in d["sites"]),
-        )
-        if live is None:
-            state.sites = [SiteState(None, None, ChunkBuffer(s["buffer"]["size"])) for s in d["sites"]]
-            state.stages = [SiteState(None, None, ChunkBuffer(s["buffer"]["size"])) for s in d["stages"]]
-        else:
-            if (state.start, state.stop) != (live.start, live.stop):
-                raise OnnxaffError(f"{label} covers examples [{state.start}, {state.stop}), "
-                                   f"this run [{live.start}, {live.stop}) (another --shard)")
+        if live is not None:
+            if (d["start"], d["stop"]) != (live.start, live.stop):
+                raise OnnxaffError(f"{label} covers examples [{d['start']}, {d['stop']}), "
+                                   f"this run [{live.start}, {live.stop}) (another {option('shard')})")
             if (len(d["sites"]), len(d["stages"])) != (len(live.sites), len(live.stages)):
                 raise OnnxaffError(f"{label} has {len(d['sites'])} sites, this run {len(live.sites)}")
             check_same_run(d, live, label)
-            state.sites, state.stages = live.sites, live.stages
-        for st, saved in zip(state.sites + state.stages, d["sites"] + d["stages"], strict=True):
-            st.restore(saved)
+        state = from_state(cls, d)
+        state.tail_ragged = any(s["buffer"]["x"] is not None for s in d["sites"])
+        if live is not None:
+            for mine, theirs in zip(state.sites + state.stages, live.sites + live.stages, strict=True):
+                mine.label, mine.jvp_names = theirs.label, theirs.jvp_names
+                mine.seen.note_rounding(theirs.seen.rounding)
         return state
+
+    def collect(self) -> None:
+        """Every collector's finished chunk scores recorded (gives up on a stop)."""
+        for st in self.sites + self.stages:
+            st.collect()
+
+    def finish(self, metrics: list[Metric], track_metrics: list[Metric], scorer: ChunkScorer) -> None:
+        """The end-of-data scores of every collector (a no-op for finished ones): the one finish path."""
+        for st in self.sites:
+            st.finish(metrics, scorer)
+        for st in self.stages:
+            st.finish(track_metrics, scorer)
 
     def metrics(self) -> tuple[list[Metric], list[Metric]]:
         """The site metrics and the trajectory metrics this state was collected with (plugins loaded again).
@@ -134,10 +153,7 @@ class RunState:
                      scorer: ChunkScorer | None = None) -> Signature:
         """Finish every collector (a no-op for finished ones) and assemble the signature."""
         with ChunkScorer(0) if scorer is None else contextlib.nullcontext(scorer) as scorer:
-            for st in self.sites:
-                st.finish(metrics, scorer)
-            for st in self.stages:
-                st.finish(track_metrics, scorer)
+            self.finish(metrics, track_metrics, scorer)
         data, runtime = self._data(), dict(self.header["runtime"], seconds=round(self.seconds, 3))
         if self.windows:
             runtime["seconds_is"] = "sum over the shards"

@@ -299,8 +299,9 @@ def check_same_run(d: dict, live, label: str) -> None:
                 at = f"{group}[{k}]."
                 if group == "sites" and s["index"] != live.indices[k]:
                     raise Damaged(at + "index", f"{s['index']}, this run's site {live.indices[k]} is at its place")
-                if s["buffer"]["size"] != st.buffer.size:
-                    raise Damaged(at + "buffer.size", f"{s['buffer']['size']}, this run's chunks are {st.buffer.size}")
+                if s["buffer"]["size"] != st.schedule.buffer.size:
+                    raise Damaged(at + "buffer.size",
+                                  f"{s['buffer']['size']}, this run's chunks are {st.schedule.buffer.size}")
                 if s["tracks"] != st.tracks:
                     raise Damaged(at + "tracks", f"{s['tracks']}, this run {st.tracks}")
                 form = None if st.jvp is None else st.jvp.form

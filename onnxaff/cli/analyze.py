@@ -83,37 +83,34 @@ def _run_ray(model, data, out, outputs, opts: RunOptions):
 
 
 def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
-    from onnxaff.files import check_writable, exclusive, lock_beside
+    from onnxaff.files import check_writable
 
     check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
-    with exclusive(lock_beside(checkpoint), f"the checkpoint {checkpoint}"):  # held to the result's last write
-        return _run_locked(model, data, out, outputs, checkpoint, opts)
+    return _run_locked(model, data, out, outputs, checkpoint, opts)  # the lock is held to the result's last write
 
 
 def _run_locked(model, data, out, outputs, checkpoint: str, opts: RunOptions):
-    from onnxaff.analysis import Analysis
-    from onnxaff.analysis.checkpoint import prepare as prepare_checkpoint
+    from onnxaff.analysis import open_run
     from onnxaff.analysis.checkpoint import write_result
+    from onnxaff.cli.config import flag_of
+    from onnxaff.errors import render_options
     from onnxaff.files import refuse_overwrite
     from onnxaff.shards import write_part
 
-    prepare_checkpoint(checkpoint)  # a file there that is not a checkpoint is refused, never replaced
-    run = Analysis(model, data, opts.analysis)
-    refuse_overwrite(outputs, _weight_files(run.loaded))
-    for w in run.plan.slow_chunks:  # said before the hours, not after
-        echo_err(f"warning: {w}")
-    if opts.resume:
-        if not Path(checkpoint).exists():
-            raise OnnxaffError(f"no checkpoint to resume at {checkpoint}")
-        run.restore(checkpoint)
-    elif Path(checkpoint).exists():
-        echo_err(f"warning: {checkpoint} holds an interrupted run; starting over replaces it (--resume continues it)")
-    # A part is saved unfinished (merging finishes once); a whole run finishes inside run(), where Ctrl-C
-    # during its last scores still saves the state.
-    run.run(checkpoint, opts.checkpoint_every, finish=opts.analysis.shard is None)
-    if opts.analysis.shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
-        return write_result(run, checkpoint, lambda: write_part(run, out))
-    return write_result(run, checkpoint, lambda: _signature_to(run, out))
+    def warn(line: str) -> None:
+        echo_err(f"warning: {render_options(line, flag_of)}")
+
+    resume = "always" if opts.resume else "never"
+    with open_run(model, data, opts.analysis, checkpoint=checkpoint, resume=resume, echo=warn) as run:
+        refuse_overwrite(outputs, _weight_files(run.plan.loaded))
+        for w in run.plan.slow_chunks:  # said before the hours, not after
+            warn(w)
+        # A part is saved unfinished (merging finishes once); a whole run finishes inside execute(), where Ctrl-C
+        # during its last scores still saves the state.
+        run.execute(opts.checkpoint_every, finish=opts.analysis.shard is None)
+        if opts.analysis.shard is not None:  # its state beside OUT (for `onnxaff merge`), then its own signature
+            return write_result(run, lambda: write_part(run, out))
+        return write_result(run, lambda: _signature_to(run, out))
 
 
 def _signature_to(run, out):

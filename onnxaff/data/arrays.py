@@ -173,7 +173,7 @@ class ArraySource(DataSource):
     def __len__(self) -> int:
         return self.n
 
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
         end = self.n if stop is None else min(stop, self.n)
         for i in range(start, end, batch_size):
             j = min(i + batch_size, end)

@@ -206,7 +206,6 @@ class ImageFolderSource(DataSource):
         self.shuffle, self.seed = shuffle, seed
         self.skipped: list[tuple[str, str]] = []
         self.used = 0
-        self.should_stop = lambda: False  # the batch loop's "a signal asked to stop" (checked while waiting)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -215,8 +214,9 @@ class ImageFolderSource(DataSource):
         for i in range(start, stop, batch_size):
             yield [str(f) for f in self.files[i:min(i + batch_size, stop)]]
 
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
         self.skipped, self.used = [], 0
+        should_stop = should_stop or (lambda: False)
         tasks = self._tasks(batch_size, start, len(self.files) if stop is None else min(stop, len(self.files)))
         if self.workers <= 0:
             for paths in tasks:
@@ -237,19 +237,19 @@ class ImageFolderSource(DataSource):
                     future.set_exception(BrokenProcessPool())
                 pending.append((index, paths, future))
                 if len(pending) >= self.prefetch:  # bounded: at most `prefetch` batches decoded ahead
-                    yield self._emit(self._result(*pending.popleft(), start, batch_size))
+                    yield self._emit(self._result(*pending.popleft(), start, batch_size, should_stop))
             while pending:
-                yield self._emit(self._result(*pending.popleft(), start, batch_size))
+                yield self._emit(self._result(*pending.popleft(), start, batch_size, should_stop))
         finally:
             _stop_pool(pool)
 
-    def _result(self, index: int, paths: list[str], future, start: int, batch_size: int):
+    def _result(self, index: int, paths: list[str], future, start: int, batch_size: int, should_stop):
         try:
             while True:  # polled, so a stop asked for meanwhile (Ctrl-C) needs no batch to arrive first
                 try:
                     return future.result(timeout=0.25)
                 except FuturesTimeout:
-                    if self.should_stop():
+                    if should_stop():
                         raise StopWhileWaiting(f"stopped while waiting for batch {index + 1}") from None
         except BrokenProcessPool:
             first = Path(paths[0]).relative_to(self.root).as_posix() if paths else "?"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,13 +92,22 @@ def cast_for(spec: InputSpec, array: np.ndarray, what: str) -> np.ndarray:
 
 
 class DataSource:
-    """Examples for a model's inputs, in a fixed order, yielded as batches."""
+    """Examples for a model's inputs, in a fixed order, yielded as batches.
+
+    `skipped`: (file, reason) of the examples the last `batches` call could not read (counted, never silently
+    dropped); `warnings`: what opening the source noticed (a person should read them).
+    """
+
+    skipped: Sequence[tuple[str, str]] = ()
+    warnings: Sequence[str] = ()
 
     def __len__(self) -> int:  # number of examples
         raise NotImplementedError
 
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        """Examples [start, stop) in batches of `batch_size` (the last one may be short)."""
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None,
+                should_stop: Callable[[], bool] | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Examples [start, stop) in batches of `batch_size` (the last one may be short). A source that waits
+        (decoder processes) polls `should_stop` meanwhile and raises StopWhileWaiting when it says so."""
         raise NotImplementedError
 
     def describe(self) -> dict:

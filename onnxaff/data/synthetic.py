@@ -107,7 +107,7 @@ class SyntheticSource(DataSource):
         with np.errstate(over="ignore"):  # past the dtype's range: ±inf, which flags the sites, not a numpy warning
             return a.astype(spec.dtype)
 
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None):
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
         end = self.n if stop is None else min(stop, self.n)
         for i in range(start, end, batch_size):
             j = min(i + batch_size, end)

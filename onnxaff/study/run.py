@@ -53,24 +53,16 @@ def _clock(seconds: float) -> str:
 
 
 def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, every: int, echo) -> Signature:
-    """One model's signature: resumed from its checkpoint when one of this very run is there."""
-    from onnxaff.analysis import Analysis, AnalysisConfig
+    """One model's signature: resumed from its checkpoint when one of this very run is there, else started over."""
+    from onnxaff.analysis import AnalysisConfig, open_run
 
-    config = AnalysisConfig(**options)
     if checkpoint.exists() and not is_checkpoint(checkpoint):  # never replaced: it is someone's file
         raise OnnxaffError(f"{checkpoint} is where the study keeps this model's checkpoint, and holds a file that "
                            "is not one; move it away or label the model otherwise (LABEL=MODEL)")
-    run = Analysis(model.path, data, config)
-    if checkpoint.exists():
-        try:
-            run.restore(checkpoint)
-            echo(f"    continuing from {checkpoint.name} ({run.cursor - run.start} of {run.stop - run.start} "
-                 f"examples done)")
-        except OnnxaffError as exc:
-            echo(f"    not continuing {checkpoint.name}: {exc}; starting over")
-            run = Analysis(model.path, data, config)
-    run.run(checkpoint, every, finish=True)  # Ctrl-C during the last scores still saves the model's state
-    return run.signature()
+    with open_run(model.path, data, AnalysisConfig(**options), checkpoint=checkpoint, resume="auto",
+                  on_mismatch="restart", echo=lambda line: echo(f"    {line}")) as run:
+        run.execute(every, finish=True)  # Ctrl-C during the last scores still saves the model's state
+        return run.signature()
 
 
 def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike, *, options: dict,

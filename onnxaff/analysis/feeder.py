@@ -1,0 +1,141 @@
+"""The batch loop's one job: a Plan's batches through the runtime, each site's rows handed to its collector.
+
+Chunk rule: rows are cut into consecutive chunks of `chunk_size`; every full chunk is scored and a
+site's score is the mean over its chunks (std with ddof=0, and the count). A trailing partial chunk
+is dropped, so every score comes from equally sized samples, except when a site has no full chunk
+at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
+
+Signals, checkpoints and progress are the run's (onnxaff.analysis.lifecycle), not the feeder's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxaff.analysis.checkpoint import run_key
+from onnxaff.analysis.plan import Plan
+from onnxaff.analysis.runstate import RunState
+from onnxaff.graph.rewrite import feature_rounding, numpy_features
+from onnxaff.metrics import metric_info
+from onnxaff.network import EXAMPLES as NLC_EXAMPLES
+from onnxaff.network import NetworkNLC
+from onnxaff.runtime import Runner, ort
+from onnxaff.scoring import ChunkScorer
+from onnxaff.site_state import SiteState
+
+
+class Feeder:
+    """A Plan, the runtime sessions that execute it, and the RunState its batches fill."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        config = plan.config
+        self.runner = Runner(plan.loaded, plan.augmented, device=config.device, threads=config.threads,
+                             graph_optimization=config.graph_optimization)
+        # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
+        # as shard boundaries are), so the merged parts use exactly one run's examples.
+        self.network = (NetworkNLC(plan.loaded, plan.inputs, config.device, examples=max(0, NLC_EXAMPLES - plan.start),
+                                   threads=config.threads, directions=config.nlc_directions,
+                                   graph_optimization=config.graph_optimization)
+                        if plan.needs_jvp else None)
+        self.names = list(plan.names) + (self.network.output_names if self.network is not None else [])
+        self.state = self.fresh_state()
+        self.earlier_skipped: list[tuple[str, str]] = []  # unreadable files of the sessions before a resume
+
+    def fresh_state(self) -> RunState:
+        plan = self.plan
+        sites = []
+        for s in plan.ok_sites:
+            out = plan.outputs[s.index]
+            jvp = None if out.jvp is None else (out.jvp.form, out.jvp.names)
+            sites.append(SiteState.open(plan.config.chunk_size, index=s.index, label=f"site {s.id}",
+                                        rounding=out.rounding, jvp=jvp))
+        stages = [SiteState.open(plan.config.chunk_size, label=f"stage {k}", tracks=len(probes))
+                  for k, probes in enumerate(plan.stage_probes)]
+        return RunState(key=self._key(), cursor=plan.start, start=plan.start, stop=plan.stop,
+                        shard=plan.config.shard, sites=sites, stages=stages,
+                        sites_base=[s.to_dict() for s in plan.sites], stages_base=plan.stage_bases(),
+                        header=self._header())
+
+    def _key(self) -> dict:
+        """What a saved state must match to be continued or merged: model, data, options, plugin files, the code
+        of each metric used."""
+        plan = self.plan
+        return run_key(plan.data, plan.source.describe(), len(plan.source), plan.options, plan.model_info,
+                       plan.unit, plan.fingerprints)
+
+    def _header(self) -> dict:
+        """Everything of the signature that does not come from the collectors (skipped files and counts come
+        from the state: RunState._data)."""
+        plan, config = self.plan, self.plan.config
+        description = plan.source.describe()
+        if config.shard is not None:
+            description["shard"] = {"index": config.shard[0], "count": config.shard[1],
+                                    "start": plan.start, "stop": plan.stop}
+        return {
+            "model": plan.model_info, "data": description, "options": plan.options,
+            "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__,
+                        "threads": config.threads, "graph_optimization": config.graph_optimization},
+            "metrics": {m.name: metric_info(m, plan.registry[type(m).name].origin)
+                        for m in plan.metrics + plan.track_metrics},
+            "warnings": list(plan.warnings),
+        }
+
+    def rescore(self, scorer: ChunkScorer) -> None:
+        """Chunks a stopped run left unscored come first."""
+        for st in self.state.sites:
+            st.rescore(self.plan.metrics, scorer)
+        for st in self.state.stages:
+            st.rescore(self.plan.track_metrics, scorer)
+
+    def feed(self, batch: dict, scorer: ChunkScorer) -> int:
+        """One batch through the runtime and into the collectors; returns the examples used."""
+        n = next(iter(batch.values())).shape[0]
+        plan, state = self.plan, self.state
+        block, host = state.cursor // plan.unit, plan.host_reduce
+        state.cursor = min(state.cursor + plan.batch_size, state.stop)
+        if n == 0:
+            return 0  # every file of this batch was unreadable (they are counted by the source)
+        if plan.fixed_batch is not None and n != plan.batch_size:
+            state.dropped += n  # a fixed-batch model cannot take the short last batch
+            return 0
+        arrays = self.runner.run(self.names, batch)
+        for st, site, part in zip(state.sites, plan.ok_sites, plan.slices, strict=True):
+            x, y, *rest = arrays[part]
+            out = plan.outputs[site.index]
+            split = len(rest) - len(out.shapes or ())
+            jvp, shapes = rest[:split], rest[split:]
+            if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
+                st.seen.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
+                                                       tuple(shapes) if shapes else (x.shape, y.shape)))
+            if host is not None:
+                x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
+            st.add(x, y, plan.metrics, scorer, block=block)
+            st.add_jvp(n, jvp)
+        for st, part, probes in zip(state.stages, plan.stage_slices, plan.stage_probes, strict=True):
+            h = arrays[part]
+            if host is not None:
+                h = [numpy_features(a, probe, host) for a, probe in zip(h, probes, strict=True)]
+            x = np.concatenate(h, axis=1)
+            st.add(x, x[:, :0], plan.track_metrics, scorer, block=block)
+        if self.network is not None:
+            self.network.add(batch, arrays[len(arrays) - len(self.network.output_names):])
+        state.used += n
+        return n
+
+    def take(self, saved: dict, label: str) -> None:
+        """Continue from a saved state of this very run (RunState.from_state refuses any other, changing
+        nothing); the network NLC takes its part."""
+        state = RunState.from_state(saved, live=self.state, label=label)
+        if self.network is not None and state.network is not None:
+            self.network.restore(state.network)
+        state.key, state.header = self.state.key, self.state.header
+        self.state, self.earlier_skipped = state, list(state.skipped)
+
+    def synced(self) -> RunState:
+        """The state with what lives outside the collectors: the files the source skipped this session, the
+        network NLC's sums."""
+        state = self.state
+        state.skipped = self.earlier_skipped + list(self.plan.source.skipped)
+        state.network = None if self.network is None else self.network.to_state()
+        return state

@@ -1,0 +1,231 @@
+"""One run's lifecycle, the same for the CLI, the Python API, studies, shards and Ray.
+
+`open_run` builds the plan and the runtime, takes the checkpoint's lock and, as asked, continues the
+checkpoint of this very run (the one resume path); `Run.execute` feeds the data window with progress, saving
+the state every N batches and on SIGINT/SIGTERM (then raising Interrupted) and when the data source fails;
+`Run.signature` finishes and assembles; `checkpoint.write_result` keeps the finished pass in the checkpoint until the
+result is written. A shard part is the state saved unfinished (`part_state`): merging finishes once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+
+from onnxaff.analysis.assemble import check_some_number, no_usable
+from onnxaff.analysis.checkpoint import (
+    STATE_KIND_CHECKPOINT,
+    STATE_KIND_PART,
+    check_resumable,
+    load_state,
+    prepare,
+    save_state,
+)
+from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
+from onnxaff.analysis.feeder import Feeder
+from onnxaff.analysis.plan import Plan
+from onnxaff.errors import ConfigError, DataFailed, Interrupted, OnnxaffError, StopWhileWaiting, option
+from onnxaff.files import exclusive, lock_beside
+from onnxaff.progress import Progress
+from onnxaff.scoring import ChunkScorer
+from onnxaff.signature import Signature
+from onnxaff.stopping import StopFlag
+
+RESUME = ("never", "always", "auto")  # a checkpoint there is replaced / must be continued / is continued if there
+ON_MISMATCH = ("refuse", "restart")  # a checkpoint of another run: an error / a note and a fresh start
+
+
+def open_run(model: str | os.PathLike | onnx.ModelProto, data: str, config: AnalysisConfig | None = None, *,
+             checkpoint: str | os.PathLike | None = None, resume: str = "never", on_mismatch: str = "refuse",
+             echo: Callable[[str], None] | None = None, **options) -> Run:
+    """A prepared run (a context manager: it holds the checkpoint's lock until closed).
+
+    A file at `checkpoint` that is not an onnxaff checkpoint is refused, never replaced. `echo` receives the
+    lines a person should read (a checkpoint continued or replaced), with options marked (onnxaff.errors.option).
+    """
+    config = AnalysisConfig.of(config, **options)
+    if resume not in RESUME:
+        raise ConfigError("resume", f"{{option}} must be one of {', '.join(RESUME)}, got {resume!r}")
+    if on_mismatch not in ON_MISMATCH:
+        raise ConfigError("on_mismatch", f"{{option}} must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
+    if resume != "never" and checkpoint is None:
+        raise ConfigError("resume", "{option} needs a checkpoint path")
+    held = contextlib.ExitStack()
+    try:
+        if checkpoint is not None:
+            held.enter_context(exclusive(lock_beside(checkpoint), f"the checkpoint {checkpoint}"))
+            prepare(checkpoint)
+        run = Run(Feeder(Plan.build(model, data, config)), checkpoint, held)
+        _continue(run, resume, on_mismatch, echo or (lambda line: None))
+    except BaseException:
+        held.close()
+        raise
+    return run
+
+
+class Run:
+    """A Plan executed by a Feeder, with the run's checkpoint, signals and progress."""
+
+    def __init__(self, feeder: Feeder, checkpoint: str | os.PathLike | None, held: contextlib.ExitStack):
+        self.feeder, self.plan, self.config = feeder, feeder.plan, feeder.plan.config
+        self.checkpoint = None if checkpoint is None else Path(checkpoint)
+        self._held = held
+        self._stop = StopFlag()
+        self._clock = time.perf_counter()
+
+    state = property(lambda self: self.feeder.state)
+    runner = property(lambda self: self.feeder.runner)
+    network = property(lambda self: self.feeder.network)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the checkpoint's lock (the checkpoint itself stays until the result is written)."""
+        self._held.close()
+
+    # --- the batch loop ---
+
+    def execute(self, every: int = 0, finish: bool = True) -> None:
+        """Feed [cursor, stop) through the runtime; with `finish`, the end-of-data scores too (where a signal still
+        saves the state from before the finish). With a checkpoint, the state is saved every `every` batches, on
+        SIGINT/SIGTERM (raising Interrupted) and when the data source fails (DataFailed); without one, a stop
+        raises KeyboardInterrupt."""
+        check_checkpoint_every(every)
+        self._stop = stop = StopFlag()  # an API caller may execute again after catching Interrupted
+        saving = self.checkpoint is not None
+        st = self.state
+        bar = Progress(st.stop - st.start, enabled=self.config.progress)
+        bar.update(st.cursor - st.start)
+        self._clock = time.perf_counter()
+        try:
+            with stop.catching() if saving else contextlib.nullcontext(), \
+                    ChunkScorer(self.config.chunk_workers, stop) as scorer:
+                try:
+                    self._batches(every, scorer, bar)
+                    self._end(scorer, finish)
+                except DataFailed as exc:  # between batches: the state up to the last complete one is whole
+                    if not saving:
+                        raise
+                    self._data_failed(exc)
+        finally:
+            bar.close()
+        self._tick()
+
+    def _batches(self, every: int, scorer: ChunkScorer, bar: Progress) -> None:
+        feeder, plan, st = self.feeder, self.plan, self.state
+        feeder.rescore(scorer)
+        batches = plan.source.batches(plan.batch_size, start=st.cursor, stop=st.stop, should_stop=self._stop)
+        for k, batch in enumerate(batches, 1):
+            bar.update(feeder.feed(batch, scorer))
+            if self._stop:
+                self._stopped(self.saved())
+            if self.checkpoint is not None and every and k % every == 0:
+                self.save()
+
+    def _end(self, scorer: ChunkScorer, finish: bool) -> None:
+        """The last chunk scores (and with `finish` the pooled metrics), stoppable: a stop meanwhile saves the
+        state from before the finish, so a resumed run finishes from there."""
+        self.state.collect()  # gives up on a stop; the chunks not done are saved unscored
+        if not finish:
+            if self._stop:
+                self._stopped(self.saved())
+            return
+        before = self.saved() if self.checkpoint is not None else None
+        try:
+            if not self._stop:
+                self.state.finish(self.plan.metrics, self.plan.track_metrics, scorer)
+        except KeyboardInterrupt:
+            if not self._stop:
+                raise
+        if self._stop:
+            if before is not None:  # in memory too: a caller may execute() again after Interrupted
+                self.feeder.take(before, "the state before the finish")
+            self._stopped(before)
+
+    def _stopped(self, saved: dict | None) -> None:
+        """Save and raise Interrupted; without a checkpoint, KeyboardInterrupt."""
+        if self.checkpoint is None:
+            raise KeyboardInterrupt
+        save_state(self.checkpoint, saved)
+        st = self.state
+        raise Interrupted(f"{signal.Signals(self._stop.signum or signal.SIGINT).name} after {st.cursor - st.start} "
+                          f"of {st.stop - st.start} examples; state saved to {self.checkpoint} (continue with "
+                          f"{option('resume')})")
+
+    def _data_failed(self, exc: DataFailed) -> None:
+        if isinstance(exc, StopWhileWaiting):
+            self._stopped(self.saved())
+        self.save()
+        st = self.state
+        raise DataFailed(f"{exc.template}; the state after {st.cursor - st.start} of {st.stop - st.start} examples "
+                         f"saved to {self.checkpoint} (continue with {option('resume')})") from None
+
+    def _tick(self) -> None:
+        """Add the time since the last tick to the run's seconds (which a resumed run carries on)."""
+        now = time.perf_counter()
+        self.state.seconds += now - self._clock
+        self._clock = now
+
+    # --- saved state and the result ---
+
+    def saved(self, kind: str = STATE_KIND_CHECKPOINT) -> dict:
+        """The state as a file holds it (the time so far counted in)."""
+        self._tick()
+        return self.feeder.synced().to_state(kind)
+
+    def save(self, path: str | os.PathLike | None = None, kind: str = STATE_KIND_CHECKPOINT) -> Path:
+        return save_state(self.checkpoint if path is None else path, self.saved(kind))
+
+    def part_state(self) -> dict:
+        """This shard's collector state, unfinished: merging the parts finishes once."""
+        return self.saved(STATE_KIND_PART)
+
+    def signature(self) -> Signature:
+        plan = self.plan
+        state = self.feeder.synced()
+        sig = state.to_signature(plan.metrics, plan.track_metrics)
+        if self.config.shard is None:
+            if state.used == 0:
+                raise no_usable(plan.data, plan.source)
+            check_some_number(sig, state.used)
+        return sig
+
+
+def _continue(run: Run, resume: str, on_mismatch: str, echo: Callable[[str], None]) -> None:
+    """The one resume path: the checkpoint of this very run continued, as `resume` and `on_mismatch` say."""
+    path = run.checkpoint
+    if path is None or resume == "never":
+        if path is not None and path.exists():
+            echo(f"{path} holds an interrupted run; starting over replaces it ({option('resume')} continues it)")
+        return
+    if not path.exists():
+        if resume == "always":
+            raise OnnxaffError(f"no checkpoint to resume at {path}")
+        return
+    try:
+        _take(run, path)
+    except OnnxaffError as exc:
+        if on_mismatch == "refuse":
+            raise
+        echo(f"not continuing {path.name}: {exc.template}; starting over")
+        return
+    st = run.state
+    echo(f"continuing from {path.name} ({st.cursor - st.start} of {st.stop - st.start} examples done)")
+
+def _take(run: Run, path: Path) -> None:
+    saved = load_state(path)
+    check_resumable(path, run.state.key, saved)
+    try:
+        run.feeder.take(saved, f"checkpoint {path}")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # edited or mixed files
+        raise OnnxaffError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,84 @@
+"""The signature entry of one metric at one site (or residual stage): status, mean, spread, flags, interval.
+
+Read from a finished SiteState; nothing here changes it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from onnxaff.metrics import Metric, plugin_output
+from onnxaff.metrics.dispatch import serving
+from onnxaff.stats import RANK_FLAGS, RANK_TEST_MAX_D, entry_ci, metric_flags, moments_rank
+
+if TYPE_CHECKING:
+    from onnxaff.site_state import SiteState
+
+
+def not_applicable(st: SiteState, m: Metric) -> str | None:
+    """Why `m` cannot score this site at all (None when it can)."""
+    dims = st.seen.dims
+    if m.equal_dims and dims and dims[0] != dims[1]:
+        return f"needs equal feature dimensions (X: {dims[0]}, Y: {dims[1]})"
+    if serving(m).end_input == "jvp" and st.pooled.jvp is None:
+        return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
+    return None
+
+
+def entry(st: SiteState, m: Metric) -> dict:
+    seen, values = st.seen, st.scores.values.get(m.name, [])
+    partial = st.schedule.partial
+    out = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
+    if seen.nonfinite_rows:
+        out["status"] = "nonfinite"
+    elif (reason := not_applicable(st, m)) is not None:
+        out.update(status="not_applicable", reason=reason)
+    elif m.name in st.scores.errors:
+        out.update(status="error", error=st.scores.errors[m.name])
+    elif not values:
+        out["status"] = "no_data"
+        why = serving(m).no_data
+        if why is not None and (reason := why(st)) is not None:
+            out["reason"] = reason
+    if values and out["status"] == "ok":
+        out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
+        if partial and serving(m).site_chunks:
+            out["partial"] = True
+        if serving(m).pooled:
+            out.update(chunks=0, std=None, pooled_rows=seen.rows)
+        if seen.dims and (note := _caveat(st, m)):
+            out["caveat"] = note
+        out.update(flags_and_ci(st, m, values))
+    return out
+
+
+def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
+    """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range."""
+    seen, pooled = st.seen, serving(m).pooled
+    rows = seen.rows if pooled else (st.schedule.chunk_rows or seen.rows)
+    d = max(seen.dims) if seen.dims else 0
+    flags = metric_flags(m, rows, d, st.schedule.partial, _seen_by(st, m, pooled), seen.scale)
+    ci = None if pooled else entry_ci(values, st.scores.halves.get(m.name), m.range)
+    return {"flags": flags, "ci95": ci}
+
+
+def _seen_by(st: SiteState, m: Metric, pooled: bool) -> set[str]:
+    """What the flags of `m` read: a pooled rank-sensitive metric's rank flags come from the pooled X (the
+    spectrum it inverts), not from single chunks."""
+    moments = st.pooled.moments
+    if not (pooled and getattr(m, "rank_sensitive", False) and moments is not None and moments.n >= 2
+            and moments.dx <= RANK_TEST_MAX_D):  # past it the test is skipped: merge no moment tree for it
+        return st.seen.seen
+    found = moments_rank(moments.total().cov_x(), st.seen.chunk_rounding)
+    return st.seen.seen if found is None else (st.seen.seen - set(RANK_FLAGS)) | found
+
+
+def _caveat(st: SiteState, m: Metric) -> str | None:
+    try:
+        with plugin_output():
+            note = m.caveat(st.schedule.chunk_rows or st.seen.rows, *st.seen.dims)
+    except Exception as exc:
+        return f"caveat() failed: {type(exc).__name__}: {exc}"
+    return None if note is None else str(note)
