@@ -16,8 +16,6 @@ from onnxaff.graph.load import LoadedModel
 from onnxaff.graph.pairs import block_sites, pair_sites
 from onnxaff.graph.sites import Site, find_sites
 
-UNKNOWN_RANK = "unknown rank"
-
 
 @dataclass
 class SiteList:
@@ -25,9 +23,6 @@ class SiteList:
     extra: list[Site]  # pair and block sites, deduplicated
     stages: list[list]  # residual stages (chains of residual blocks)
     sites: list[Site]  # activations + extra, numbered
-
-    def unknown_rank(self) -> list[Site]:
-        return [s for s in self.sites if s.status == "skipped" and s.reason.startswith(UNKNOWN_RANK)]
 
 
 def _dedupe(sites: list[Site]) -> list[Site]:
@@ -81,7 +76,7 @@ def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: st
     for the default synthetic data), the sites stay skipped and their note says what resolves them."""
     from onnxaff.analysis.plan import resolve_unknown_ranks
 
-    pending = found.unknown_rank()
+    pending = [s for s in found.sites if s.unknown_rank]
     if not pending:
         return
     try:

@@ -109,7 +109,7 @@ class Plan:
         if batch_size != config.batch_size:
             warnings.append(f"the model's batch size is fixed at {batch_size}: batches of {batch_size}")
         check_batches(source, inputs, batch_size)  # before the first batch is drawn (an unknown rank's probe)
-        if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
+        if any(s.unknown_rank for s in sites):
             first = next((b for b in source.batches(batch_size) if next(iter(b.values())).shape[0]), None)
             if first is None:
                 raise no_usable(data, source)
@@ -190,7 +190,7 @@ def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index
 
 def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
     """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
-    pending = [s for s in sites if s.status == "skipped" and s.reason.startswith("unknown rank")]
+    pending = [s for s in sites if s.unknown_rank]
     if not pending:
         return
     probes = [dataclasses.replace(s, status="ok") for s in pending]
