@@ -8,13 +8,16 @@ shaped by `--input-shape`). So the two commands agree on every site and its stat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.graph import augment_model
 from onnxaff.graph.blocks import find_blocks, residual_stages
 from onnxaff.graph.load import LoadedModel
 from onnxaff.graph.pairs import block_sites, pair_sites
-from onnxaff.graph.sites import Site, find_sites
+from onnxaff.graph.sites import Site, find_sites, settle_shape
+from onnxaff.runtime import Runner
 
 
 @dataclass
@@ -70,12 +73,30 @@ def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | 
     raise OnnxaffError(f"no usable example in {data} for the probe run")
 
 
+def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
+    """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
+    pending = [s for s in sites if s.unknown_rank]
+    if not pending:
+        return
+    probes = [dataclasses.replace(s, status="ok") for s in pending]
+    raw, outs = augment_model(loaded.model, probes, raw=True, view=loaded.view)
+    names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
+    arrays = Runner(loaded, raw, device="cpu").run(names, feed)
+    view = loaded.view
+    for k, s in enumerate(pending):
+        xa, ya = arrays[2 * k], arrays[2 * k + 1]
+        s.status, s.reason = "ok", ""
+        s.input_shape = ["N", *xa.shape[1:]]
+        s.output_shape = ["N", *ya.shape[1:]]
+        settle_shape(view, s, layout)
+        if s.ok:
+            s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
+
+
 def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: str, *, seed: int = 0,
                      shapes: dict | None = None, images: dict | None = None, explicit: bool = False) -> None:
     """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape
     for the default synthetic data), the sites stay skipped and their note says what resolves them."""
-    from onnxaff.analysis.plan import resolve_unknown_ranks
-
     pending = [s for s in found.sites if s.unknown_rank]
     if not pending:
         return

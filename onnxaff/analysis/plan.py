@@ -6,30 +6,27 @@ augmented model and which of its outputs feed which site. A Plan is read only; `
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
 
 import onnx
 
-from onnxaff.analysis.assemble import no_usable
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.data import model_inputs, open_source
+from onnxaff.data import model_inputs, no_usable, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.pairs import tensor_probe
-from onnxaff.graph.sites import Site, settle_shape
+from onnxaff.graph.sites import Site
 from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
-from onnxaff.runtime import Runner
-from onnxaff.sitelist import list_sites
+from onnxaff.sitelist import list_sites, resolve_unknown_ranks
 
 
 def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[int, int]:
@@ -186,26 +183,6 @@ def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index
             "reason": "" if bad is None else f"{bad.input}: {bad.reason}", "probes": probes,
         })
     return entries
-
-
-def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
-    """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
-    pending = [s for s in sites if s.unknown_rank]
-    if not pending:
-        return
-    probes = [dataclasses.replace(s, status="ok") for s in pending]
-    raw, outs = augment_model(loaded.model, probes, raw=True, view=loaded.view)
-    names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
-    arrays = Runner(loaded, raw, device="cpu").run(names, feed)
-    view = loaded.view
-    for k, s in enumerate(pending):
-        xa, ya = arrays[2 * k], arrays[2 * k + 1]
-        s.status, s.reason = "ok", ""
-        s.input_shape = ["N", *xa.shape[1:]]
-        s.output_shape = ["N", *ya.shape[1:]]
-        settle_shape(view, s, layout)
-        if s.ok:
-            s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
 
 
 def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:

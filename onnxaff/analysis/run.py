@@ -21,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.analysis.assemble import check_some_number, no_usable
+from onnxaff.analysis.assemble import check_some_number
 from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, check_resumable, load_state, run_key, save_state
 from onnxaff.analysis.checkpoint import prepare as prepare_checkpoint
 from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
 from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
+from onnxaff.data import no_usable
 from onnxaff.errors import DataFailed, Interrupted, OnnxaffError, StopWhileWaiting
 from onnxaff.graph.rewrite import feature_rounding, numpy_features
 from onnxaff.metrics import metric_info

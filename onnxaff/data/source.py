@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -103,3 +104,14 @@ class DataSource:
 
     def describe(self) -> dict:
         raise NotImplementedError
+
+
+def no_usable(data: str, source) -> OnnxaffError:
+    """All data skipped: say how many and why the first one was, which is the usual cause for all.
+    Here, by the source, so that the plan (a probe batch) and the batch loop say it alike."""
+    skipped = getattr(source, "skipped", None) or []
+    if not skipped:
+        return OnnxaffError(f"no usable example in {data}")
+    path, reason = skipped[0]
+    return OnnxaffError(f"no usable example in {data}: {len(skipped)} skipped, the first ({Path(path).name}) "
+                        f"because {reason}")
