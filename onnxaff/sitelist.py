@@ -58,11 +58,10 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=()) -
 def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
                images: dict | None = None) -> dict:
     """One example of DATA (or the model's fixed batch) to run the model on once."""
-    from onnxaff.data import model_inputs, open_source
+    from onnxaff.data import fixed_batch_of, model_inputs, open_source
 
     inputs = model_inputs(loaded.model)
-    fixed = {i.fixed_batch for i in inputs} - {None}
-    count = next(iter(fixed)) if len(fixed) == 1 else 1
+    count = fixed_batch_of(inputs) or 1
     opts = dict(images or {}, workers=0)
     source = open_source(data, inputs, limit=None if data.startswith("synthetic:") else count * 4, seed=seed,
                          shapes=shapes, images=opts)

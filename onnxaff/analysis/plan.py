@@ -14,7 +14,7 @@ import onnx
 
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.data import model_inputs, no_usable, open_source
+from onnxaff.data import fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
@@ -99,8 +99,7 @@ class Plan:
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images)
-        fixed = {i.fixed_batch for i in inputs} - {None}
-        fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
+        fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
         warnings = list(getattr(source, "warnings", []))  # e.g. links an image walk met
         if batch_size != config.batch_size:

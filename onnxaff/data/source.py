@@ -50,6 +50,12 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
     return specs
 
 
+def fixed_batch_of(inputs: list[InputSpec]) -> int | None:
+    """The batch size the inputs fix (None when none fixes one, or two disagree): the run and the probe use it alike."""
+    fixed = {i.fixed_batch for i in inputs} - {None}
+    return next(iter(fixed)) if len(fixed) == 1 else None
+
+
 def unknown_dims_text(dims) -> str:
     """Why dims cannot be used as sizes: a declared 0 or negative dim is impossible, not symbolic."""
     bad = [d for d in dims if isinstance(d, int) and d <= 0]
