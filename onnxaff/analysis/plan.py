@@ -18,10 +18,10 @@ from onnxaff.data import fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
+from onnxaff.graph.complexity import model_stats
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site
-from onnxaff.graph.stats import model_stats
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
