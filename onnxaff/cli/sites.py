@@ -73,6 +73,6 @@ def plugins(plugin, fmt) -> None:
                                    "default": r.cls.default, "stage_default": r.cls.stage_default}
                                for n, r in sorted(found.items())}, indent=1, default=repr))
         return
-    rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
+    rows = [[n, r.cls.info()["needs"], r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
              r.origin, r.cls.description] for n, r in sorted(found.items())]
     click.echo(table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))
