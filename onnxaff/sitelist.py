@@ -8,15 +8,16 @@ shaped by `--input-shape`). So the two commands agree on every site and its stat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.graph import augment_model
 from onnxaff.graph.blocks import find_blocks, residual_stages
 from onnxaff.graph.load import LoadedModel
 from onnxaff.graph.pairs import block_sites, pair_sites
-from onnxaff.graph.sites import Site, find_sites
-
-UNKNOWN_RANK = "unknown rank"
+from onnxaff.graph.sites import Site, find_sites, settle_shape
+from onnxaff.runtime import Runner
 
 
 @dataclass
@@ -25,9 +26,6 @@ class SiteList:
     extra: list[Site]  # pair and block sites, deduplicated
     stages: list[list]  # residual stages (chains of residual blocks)
     sites: list[Site]  # activations + extra, numbered
-
-    def unknown_rank(self) -> list[Site]:
-        return [s for s in self.sites if s.status == "skipped" and s.reason.startswith(UNKNOWN_RANK)]
 
 
 def _dedupe(sites: list[Site]) -> list[Site]:
@@ -60,11 +58,10 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=()) -
 def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
                images: dict | None = None) -> dict:
     """One example of DATA (or the model's fixed batch) to run the model on once."""
-    from onnxaff.data import model_inputs, open_source
+    from onnxaff.data import fixed_batch_of, model_inputs, open_source
 
     inputs = model_inputs(loaded.model)
-    fixed = {i.fixed_batch for i in inputs} - {None}
-    count = next(iter(fixed)) if len(fixed) == 1 else 1
+    count = fixed_batch_of(inputs) or 1
     opts = dict(images or {}, workers=0)
     source = open_source(data, inputs, limit=None if data.startswith("synthetic:") else count * 4, seed=seed,
                          shapes=shapes, images=opts)
@@ -75,13 +72,31 @@ def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | 
     raise OnnxaffError(f"no usable example in {data} for the probe run")
 
 
+def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
+    """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
+    pending = [s for s in sites if s.unknown_rank]
+    if not pending:
+        return
+    probes = [dataclasses.replace(s, status="ok") for s in pending]
+    raw, outs = augment_model(loaded.model, probes, raw=True, view=loaded.view)
+    names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
+    arrays = Runner(loaded, raw, device="cpu").run(names, feed)
+    view = loaded.view
+    for k, s in enumerate(pending):
+        xa, ya = arrays[2 * k], arrays[2 * k + 1]
+        s.status, s.reason = "ok", ""
+        s.input_shape = ["N", *xa.shape[1:]]
+        s.output_shape = ["N", *ya.shape[1:]]
+        settle_shape(view, s, layout)
+        if s.ok:
+            s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
+
+
 def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: str, *, seed: int = 0,
                      shapes: dict | None = None, images: dict | None = None, explicit: bool = False) -> None:
     """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape
     for the default synthetic data), the sites stay skipped and their note says what resolves them."""
-    from onnxaff.analysis.plan import resolve_unknown_ranks
-
-    pending = found.unknown_rank()
+    pending = [s for s in found.sites if s.unknown_rank]
     if not pending:
         return
     try:

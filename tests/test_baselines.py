@@ -7,7 +7,7 @@ from scipy.special import softmax
 
 import onnxaff
 from onnxaff.graph import augment_model, discover_sites
-from onnxaff.graph.stats import model_stats
+from onnxaff.graph.complexity import model_stats
 from onnxaff.metrics import Chunk, Moments
 from onnxaff_plugins.cka import linear_cka, pooled_cka
 from onnxaff_plugins.extras import histogram_entropy, sparsity

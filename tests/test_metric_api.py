@@ -126,6 +126,31 @@ def test_dispatch_covers_every_needs_and_builds_the_inputs(rng):
     assert stage_entry({"needs": "tracks"}) and not stage_entry({"needs": "chunk"}) and not stage_entry({})
 
 
+def test_only_the_dispatch_table_reads_needs():
+    """What a metric is served is decided in one place: metrics/dispatch.py (base.py declares `needs`)."""
+    readers = set()
+    for path in CORE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "needs":
+                readers.add(path.relative_to(CORE).as_posix())
+    assert readers == {"metrics/dispatch.py", "metrics/base.py"}
+
+
+def test_a_needs_no_row_serves_is_refused_when_the_metric_loads(tmp_path):
+    from tests.builders import write_plugin
+
+    path = write_plugin(tmp_path / "pixels.py", """
+        class Pixels(Metric):
+            name = "pixels"
+            needs = "pixels"
+
+            def compute(self, chunk):
+                return 0.5
+    """)
+    with pytest.raises(OnnxaffError, match=r"metric 'pixels' .* declares unknown needs 'pixels'; one of chunk, "):
+        registry([path])
+
+
 def test_flags_follow_the_metric_declarations():
     seen = {"eps_dominated", "rank_deficient"}
     by_name = {m.name: m for m in resolve(["affinity", "affinity_rel", "r2_heldout", "cka_pooled"])}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 
 from onnxaff import __version__
 from onnxaff.errors import OnnxaffError
@@ -92,12 +91,3 @@ def check_some_number(sig: Signature, used: int) -> None:
     raise OnnxaffError(f"no site got a number from {used} example(s): {'; '.join(reasons)} "
                        f"(chunk size {sig.options['chunk_size']}); give more data")
 
-
-def no_usable(data: str, source) -> OnnxaffError:
-    """All data skipped: say how many and why the first one was, which is the usual cause for all."""
-    skipped = getattr(source, "skipped", None) or []
-    if not skipped:
-        return OnnxaffError(f"no usable example in {data}")
-    path, reason = skipped[0]
-    return OnnxaffError(f"no usable example in {data}: {len(skipped)} skipped, the first ({Path(path).name}) "
-                        f"because {reason}")

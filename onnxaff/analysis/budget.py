@@ -23,10 +23,7 @@ SLOW_CHUNK_SECONDS = 10.0  # a metric slower than this a chunk is announced with
 
 def example_shapes(source, inputs) -> dict[str, tuple]:
     """Each input's shape after the batch axis: the source's own (synthetic, arrays), else the declared one."""
-    shapes = dict(getattr(source, "shapes", None) or {})
-    described = source.describe()  # once: an image folder's lists every file
-    for k, v in (described.get("arrays") or {}).items() if described.get("kind") == "arrays" else ():
-        shapes.setdefault(k, tuple(v["shape"][1:]))
+    shapes = source.example_shapes()
     return {i.name: tuple(shapes.get(i.name, i.example_shape())) for i in inputs}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import onnx
 
-from onnxaff.analysis.assemble import check_some_number, no_usable
+from onnxaff.analysis.assemble import check_some_number
 from onnxaff.analysis.checkpoint import (
     STATE_KIND_CHECKPOINT,
     STATE_KIND_PART,
@@ -30,6 +30,7 @@ from onnxaff.analysis.checkpoint import (
 from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
+from onnxaff.data import no_usable
 from onnxaff.errors import ConfigError, DataFailed, Interrupted, OnnxaffError, StopWhileWaiting, option
 from onnxaff.files import exclusive, lock_beside
 from onnxaff.progress import Progress

@@ -6,30 +6,27 @@ augmented model and which of its outputs feed which site. A Plan is read only; `
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
 
 import onnx
 
-from onnxaff.analysis.assemble import no_usable
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.data import model_inputs, open_source
+from onnxaff.data import fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
+from onnxaff.graph.complexity import model_stats
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.pairs import tensor_probe
-from onnxaff.graph.sites import Site, settle_shape
-from onnxaff.graph.stats import model_stats
+from onnxaff.graph.sites import Site
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
-from onnxaff.runtime import Runner
-from onnxaff.sitelist import list_sites
+from onnxaff.sitelist import list_sites, resolve_unknown_ranks
 
 
 def shard_window(total: int, shard: tuple[int, int] | None, unit: int) -> tuple[int, int]:
@@ -106,14 +103,13 @@ class Plan:
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images)
-        fixed = {i.fixed_batch for i in inputs} - {None}
-        fixed_batch = next(iter(fixed)) if len(fixed) == 1 else None
+        fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
-        warnings = list(getattr(source, "warnings", []))  # e.g. links an image walk met
+        warnings = list(source.warnings)  # e.g. links an image walk met
         if batch_size != config.batch_size:
             warnings.append(f"the model's batch size is fixed at {batch_size}: batches of {batch_size}")
         check_batches(source, inputs, batch_size)  # before the first batch is drawn (an unknown rank's probe)
-        if any(s.status == "skipped" and s.reason.startswith("unknown rank") for s in sites):
+        if any(s.unknown_rank for s in sites):
             first = next((b for b in source.batches(batch_size) if next(iter(b.values())).shape[0]), None)
             if first is None:
                 raise no_usable(data, source)
@@ -190,26 +186,6 @@ def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index
             "reason": "" if bad is None else f"{bad.input}: {bad.reason}", "probes": probes,
         })
     return entries
-
-
-def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
-    """Sites whose rank shape inference missed (dynamic Reshape, ...) get it from one real batch."""
-    pending = [s for s in sites if s.status == "skipped" and s.reason.startswith("unknown rank")]
-    if not pending:
-        return
-    probes = [dataclasses.replace(s, status="ok") for s in pending]
-    raw, outs = augment_model(loaded.model, probes, raw=True, view=loaded.view)
-    names = [n for s in probes for n in (outs[s.index].x, outs[s.index].y)]
-    arrays = Runner(loaded, raw, device="cpu").run(names, feed)
-    view = loaded.view
-    for k, s in enumerate(pending):
-        xa, ya = arrays[2 * k], arrays[2 * k + 1]
-        s.status, s.reason = "ok", ""
-        s.input_shape = ["N", *xa.shape[1:]]
-        s.output_shape = ["N", *ya.shape[1:]]
-        settle_shape(view, s, layout)
-        if s.ok:
-            s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
 
 
 def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:

@@ -17,7 +17,7 @@ from onnxaff.text import printable
 def print_summary(sig) -> None:
     """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
     as mean ± the half-width of their 95 % interval, metrics past the width in further blocks."""
-    from onnxaff.report.text import summary_lines
+    from onnxaff.report.console import summary_lines
 
     click.echo("\n".join(summary_lines(sig)))
     for w in sig.warnings:

@@ -45,7 +45,7 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
 def _print_sites(listed, model_name: str) -> None:
     from onnxaff.graph.rewrite import feature_dim
     from onnxaff.graph.sites import format_params
-    from onnxaff.report.text import fmt_shape
+    from onnxaff.report.console import fmt_shape
 
     found = listed.sites
     rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",
@@ -73,6 +73,6 @@ def plugins(plugin, fmt) -> None:
                                    "default": r.cls.default, "stage_default": r.cls.stage_default}
                                for n, r in sorted(found.items())}, indent=1, default=repr))
         return
-    rows = [[n, r.cls.needs, r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
+    rows = [[n, r.cls.info()["needs"], r.cls.info()["direction"], f"[{r.cls.range[0]:.3g}, {r.cls.range[1]:.3g}]",
              r.origin, r.cls.description] for n, r in sorted(found.items())]
     click.echo(table(rows, ["metric", "needs", "direction", "range", "origin", "description"]))

@@ -39,7 +39,7 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
     whose signature is up to date and continues an interrupted one. Exit status 3 when some model failed.
     """
     from onnxaff.compare import read_table
-    from onnxaff.report.text import models_table
+    from onnxaff.report.console import models_table
     from onnxaff.study import resolve_models, run_study
 
     quiet = flags["quiet"]
@@ -74,7 +74,7 @@ def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
     from onnxaff.demo import run_demo
     from onnxaff.metrics import default_metrics, registry
-    from onnxaff.report.text import models_table
+    from onnxaff.report.console import models_table
 
     names = default_metrics(registry()) if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
     if not names:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxaff.data.arrays import ArraySource
-from onnxaff.data.source import DataSource, InputSpec, model_inputs
+from onnxaff.data.source import DataSource, InputSpec, fixed_batch_of, model_inputs, no_usable
 from onnxaff.data.synthetic import SyntheticSource
 from onnxaff.errors import ConfigError, OnnxaffError
 
-__all__ = ["DataSource", "InputSpec", "model_inputs", "open_source", "parse_input_shapes"]
+__all__ = ["DataSource", "InputSpec", "fixed_batch_of", "model_inputs", "no_usable", "open_source",
+           "parse_input_shapes"]
 
 
 def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:

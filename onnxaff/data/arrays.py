@@ -182,6 +182,9 @@ class ArraySource(DataSource):
                 for spec in self.inputs
             }
 
+    def example_shapes(self) -> dict[str, tuple]:
+        return {name: tuple(a.shape[1:]) for name, a in self.arrays.items()}
+
     def describe(self) -> dict:
         return {
             "source": str(self.path), "kind": "arrays", "samples": self.n, "available": self.total,

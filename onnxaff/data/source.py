@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -47,6 +48,12 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
             dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?"))
         specs.append(InputSpec(vi.name, dtype, tuple(dims)))
     return specs
+
+
+def fixed_batch_of(inputs: list[InputSpec]) -> int | None:
+    """The batch size the inputs fix (None when none fixes one, or two disagree): the run and the probe use it alike."""
+    fixed = {i.fixed_batch for i in inputs} - {None}
+    return next(iter(fixed)) if len(fixed) == 1 else None
 
 
 def unknown_dims_text(dims) -> str:
@@ -112,3 +119,19 @@ class DataSource:
 
     def describe(self) -> dict:
         raise NotImplementedError
+
+    def example_shapes(self) -> dict[str, tuple]:
+        """Each input's shape after the batch axis as this source gives it, where it knows before reading any
+        example (an image folder's come from decoding: empty)."""
+        return {}
+
+
+def no_usable(data: str, source) -> OnnxaffError:
+    """All data skipped: say how many and why the first one was, which is the usual cause for all.
+    Here, by the source, so that the plan (a probe batch) and the batch loop say it alike."""
+    skipped = list(source.skipped)
+    if not skipped:
+        return OnnxaffError(f"no usable example in {data}")
+    path, reason = skipped[0]
+    return OnnxaffError(f"no usable example in {data}: {len(skipped)} skipped, the first ({Path(path).name}) "
+                        f"because {reason}")

@@ -122,6 +122,9 @@ class SyntheticSource(DataSource):
                 batch[spec.name] = np.concatenate(rows)
             yield batch
 
+    def example_shapes(self) -> dict[str, tuple]:
+        return dict(self.shapes)
+
     def describe(self) -> dict:
         return {
             "source": self.spec, "kind": f"synthetic:{self.kind}", "samples": self.n, "seed": self.seed,

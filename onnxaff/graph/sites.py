@@ -174,7 +174,7 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
     """Rank, feature axis and layout from site.input_shape (or a skip reason when unusable)."""
     shape = site.input_shape
     if shape is None or site.output_shape is None:
-        site.status, site.reason = "skipped", "unknown rank (shape inference could not type this tensor)"
+        site.skip_unknown_rank()
         return
     site.rank = len(shape)
     if site.rank != len(site.output_shape):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+# The one reason a probe run can lift (a note on a failed probe may follow it): shape inference missed the rank.
+UNKNOWN_RANK = "unknown rank (shape inference could not type this tensor)"
+
 
 @dataclass
 class Span:
@@ -29,6 +32,15 @@ class Span:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def skip_unknown_rank(self) -> None:
+        """Skipped until a probe run gives the tensor a shape (sitelist.resolve_unknown_ranks)."""
+        self.status, self.reason = "skipped", UNKNOWN_RANK
+
+    @property
+    def unknown_rank(self) -> bool:
+        """Skipped only because static shape inference missed the rank: a probe run may still settle it."""
+        return self.status == "skipped" and self.reason.startswith(UNKNOWN_RANK)
 
 
 def unique_ids(spans: list[Span]) -> None:

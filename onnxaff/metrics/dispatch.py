@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff.metrics import NEEDS, Chunk, ChunkPair, Metric, Needs, Tracks
+from onnxaff.metrics.base import Metric
+from onnxaff.metrics.types import NEEDS, Chunk, ChunkPair, Needs, Tracks
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,14 @@ SERVING: dict[Needs, Serving] = {
 }
 
 
-def serving(metric: Metric) -> Serving:
+def unserved(metric: Metric | type[Metric]) -> str | None:
+    """Why no row serves a metric's declared `needs`, or None: the loader refuses such a metric when it loads."""
+    if isinstance(metric.needs, str) and metric.needs in NEEDS:
+        return None
+    return f"declares unknown needs {metric.needs!r}; one of {', '.join(NEEDS)}"
+
+
+def serving(metric: Metric | type[Metric]) -> Serving:
     return SERVING[Needs(metric.needs)]
 
 

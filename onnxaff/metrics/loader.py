@@ -17,9 +17,9 @@ import numpy as np
 
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics.base import Metric
+from onnxaff.metrics.dispatch import serving, unserved
 from onnxaff.metrics.output import plugin_output
 from onnxaff.metrics.params import build
-from onnxaff.metrics.types import NEEDS, Needs
 
 ENTRY_POINT_GROUP = "onnxaff.metrics"
 
@@ -74,8 +74,9 @@ def _check(cls, origin: str) -> None:
     if not (inspect.isclass(cls) and issubclass(cls, Metric)) or not cls.name or not isinstance(cls.name, str):
         raise OnnxaffError(f"{origin} is not an onnxaff Metric subclass with a name")
     what = f"metric {cls.name!r} ({origin})"
-    if not isinstance(cls.needs, str) or cls.needs not in NEEDS:
-        raise OnnxaffError(f"{what} declares unknown needs {cls.needs!r}; one of {', '.join(NEEDS)}")
+    unknown = unserved(cls)
+    if unknown:
+        raise OnnxaffError(f"{what} {unknown}")
     r = cls.range
     if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(map(_is_number, r)) and r[0] <= r[1]):
         raise OnnxaffError(f"{what} declares range {r!r:.80}; it must be (low, high), two numbers with low <= high "
@@ -192,7 +193,7 @@ def default_metrics(available: dict[str, Registered]) -> list[str]:
 
 def stage_metrics(available: dict[str, Registered]) -> list[str]:
     """The tracks metrics residual stages get when the run asks for none."""
-    return [name for name, r in available.items() if r.cls.stage_default and Needs(r.cls.needs) is Needs.TRACKS]
+    return [name for name, r in available.items() if r.cls.stage_default and serving(r.cls).stage]
 
 
 def primary_metric(available: dict[str, Registered] | None = None) -> str:

@@ -84,5 +84,5 @@ def _block(view: GraphView, f: Found) -> tuple[tuple[int, int], Block]:
         input_shape=view.shape(x), output_shape=view.shape(out), node_indices=order,
     )
     if blk.input_shape is None or blk.output_shape is None:
-        blk.status, blk.reason = "skipped", "unknown rank (shape inference could not type this tensor)"
+        blk.skip_unknown_rank()
     return (view.tensor_order(out), KINDS.index(f.kind)), blk

@@ -1,4 +1,4 @@
-"""Model-level statistics: parameters, multiply-accumulates, depth. Pure onnx."""
+"""Model complexity: parameters, multiply-accumulates, depth (the signature's `model.stats`). Pure onnx."""
 
 from __future__ import annotations
 

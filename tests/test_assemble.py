@@ -1,0 +1,122 @@
+"""The last step of a run (onnxaff/analysis/assemble.py): finished collectors and discovery dicts into a signature.
+
+The collectors are built through SiteState's public calls (add, finish), as a run feeds them; what is checked is
+what a reader of the signature sees: statuses, warnings, and the refusal of a run that got no number at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxaff.analysis.assemble import assemble, check_some_number, site_entries, stage_results
+from onnxaff.collect import ChunkBuffer
+from onnxaff.errors import OnnxaffError
+from onnxaff.metrics import Metric, resolve
+from onnxaff.scoring import ChunkScorer
+from onnxaff.site_state import SiteState
+
+CHUNK = 32
+
+
+def _collected(x, y, metrics, tracks=None) -> SiteState:
+    st = SiteState(None, None, ChunkBuffer(CHUNK), tracks=tracks)
+    with ChunkScorer(0) as scorer:
+        for i in range(0, len(x), 16):  # batches of 16 rows
+            st.add(x[i:i + 16], y[i:i + 16], metrics, scorer)
+        st.finish(metrics, scorer)
+    return st
+
+
+def _base(index, status="ok", reason=""):
+    return {"index": index, "id": f"act{index}", "kind": "tanh", "group": "activation", "status": status,
+            "reason": reason}
+
+
+def _header(examples, **data):
+    return {"model": {"name": "m"}, "data": {"examples": examples, **data}, "runtime": {},
+            "options": {"batch_size": 16, "chunk_size": CHUNK}, "metrics": {"affinity": {}}, "warnings": ["given"]}
+
+
+@pytest.fixture
+def metrics():
+    return resolve(["affinity"])
+
+
+def test_a_site_with_nonfinite_rows_is_flagged_and_warned_about(rng, metrics):
+    x = rng.standard_normal((64, 3))
+    bad = x.copy()
+    bad[[3, 40]] = np.nan
+    states = {0: _collected(x, np.tanh(x), metrics), 1: _collected(bad, np.tanh(bad), metrics)}
+    sites, warnings = site_entries([_base(0), _base(1)], states, metrics)
+    assert sites[0]["status"] == "ok" and sites[0]["metrics"]["affinity"]["status"] == "ok"
+    assert (sites[0]["dim"], sites[0]["rows"], sites[0]["chunks"]) == (3, 64, 2)
+    assert sites[1]["status"] == "flagged" and sites[1]["metrics"]["affinity"]["status"] == "nonfinite"
+    assert sites[1]["reason"] == "NaN/Inf in the features of 2 of 64 rows"
+    assert "site 1 (act1): NaN/Inf in the features of 2 of 64 rows" in warnings
+
+
+def test_skipped_sites_are_one_warning_with_each_reason_once(rng, metrics):
+    x = rng.standard_normal((64, 3))
+    bases = [_base(0), _base(1, "skipped", "scalar tensor"), _base(2, "skipped", "input and output ranks differ"),
+             _base(3, "skipped", "scalar tensor")]
+    sites, warnings = site_entries(bases, {0: _collected(x, np.tanh(x), metrics)}, metrics)
+    assert [s["metrics"] == {} for s in sites] == [False, True, True, True]
+    assert warnings == ["3 site(s) skipped: input and output ranks differ; scalar tensor"]
+
+
+def test_a_failing_metric_is_a_warning_and_an_error_entry(rng):
+    class Broken(Metric):
+        name = "broken"
+
+        def compute(self, chunk):
+            raise ValueError("no luck")
+
+    x = rng.standard_normal((64, 3))
+    metrics = [Broken()]
+    sites, warnings = site_entries([_base(0)], {0: _collected(x, np.tanh(x), metrics)}, metrics)
+    entry = sites[0]["metrics"]["broken"]
+    assert entry["status"] == "error" and "no luck" in entry["error"]
+    assert len(warnings) == 1 and warnings[0].startswith("site 0 (act0): metric broken failed: ")
+    assert "no luck" in warnings[0]
+
+
+def test_the_signature_says_what_the_data_lost(rng, metrics):
+    x = rng.standard_normal((64, 3))
+    skipped = [{"file": f"img{k}.png", "reason": "truncated"} for k in range(12)]
+    sig = assemble(_header(64, dropped=5, skipped=skipped), [_base(0), _base(1, "skipped", "scalar tensor")],
+                   {0: _collected(x, np.tanh(x), metrics)}, metrics, network={})
+    assert sig.warnings[:2] == ["given", "5 trailing examples dropped: the model's batch size is fixed at 16"]
+    assert sig.warnings[2] == "1 site(s) skipped: scalar tensor"
+    assert sig.warnings[3] == "12 unreadable file(s) skipped: " + ", ".join(f"img{k}.png" for k in range(10))
+    assert len(sig.warnings) == 4 and sig.scores("affinity") == [sig.sites[0]["metrics"]["affinity"]["mean"]]
+
+
+def test_no_number_anywhere_is_an_error_not_an_empty_signature(rng, metrics):
+    one = rng.standard_normal((1, 3))  # one row: no chunk, and a partial chunk needs two
+    sig = assemble(_header(1), [_base(0)], {0: _collected(one, np.tanh(one), metrics)}, metrics, network={})
+    assert sig.sites[0]["metrics"]["affinity"]["status"] == "no_data"
+    with pytest.raises(OnnxaffError, match=r"no site got a number from 1 example\(s\): .*\(chunk size 32\)"):
+        check_some_number(sig, 1)
+    x = rng.standard_normal((64, 3))
+    fine = assemble(_header(65), [_base(0), _base(1)], {0: _collected(one, np.tanh(one), metrics),
+                                                       1: _collected(x, np.tanh(x), metrics)}, metrics, network={})
+    check_some_number(fine, 65)  # one number is enough
+    nan = np.full((64, 3), np.nan)
+    flagged = assemble(_header(64), [_base(0)], {0: _collected(nan, nan, metrics)}, metrics, network={})
+    check_some_number(flagged, 64)  # NaN/Inf is flagged and warned about, not an error
+
+
+def test_stage_results_consume_states_only_for_ok_stages(rng):
+    tracks = resolve(["lss"])
+    h = rng.standard_normal((64, 4))
+    stacked = np.hstack([h, np.tanh(h), np.tanh(np.tanh(h))])  # h⁰ h¹ h² side by side, Y empty
+    st = _collected(stacked, stacked[:, :0], tracks, tracks=3)
+    stages = [{"index": 0, "id": "stage:a..b", "blocks": ["a", "b"], "tensors": ["t0", "t1", "t2"], "status": "ok",
+               "reason": "", "probes": ["p"] * 3},
+              {"index": 1, "id": "stage:c..c", "blocks": ["c"], "tensors": [], "status": "skipped",
+               "reason": "t: unknown rank", "probes": []}]
+    ok, skipped = stage_results(stages, [st], tracks)
+    assert "probes" not in ok and (ok["length"], ok["dim"], ok["rows"], ok["chunks"]) == (2, 4, 64, 2)
+    assert ok["metrics"]["lss"]["status"] == "ok"
+    assert skipped["metrics"] == {} and skipped["length"] == 1 and skipped["reason"] == "t: unknown rank"
