@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from onnxaff.analysis.assemble import assemble, check_some_number, site_entries, stage_results
-from onnxaff.collect import ChunkBuffer
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, resolve
 from onnxaff.scoring import ChunkScorer
@@ -20,7 +19,7 @@ CHUNK = 32
 
 
 def _collected(x, y, metrics, tracks=None) -> SiteState:
-    st = SiteState(None, None, ChunkBuffer(CHUNK), tracks=tracks)
+    st = SiteState.open(CHUNK, label="site act", tracks=tracks)
     with ChunkScorer(0) as scorer:
         for i in range(0, len(x), 16):  # batches of 16 rows
             st.add(x[i:i + 16], y[i:i + 16], metrics, scorer)

@@ -9,11 +9,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [  # top to bottom, as in docs/architecture.md
     ("foundations", ["onnxaff/errors.py", "onnxaff/text.py", "onnxaff/files.py", "onnxaff/progress.py",
-                     "onnxaff/terminal.py", "onnxaff/memory.py"]),
+                     "onnxaff/terminal.py", "onnxaff/memory.py", "onnxaff/stopping.py", "onnxaff/statefields.py"]),
     ("metric API", ["onnxaff/metrics/"]),
     ("graph", ["onnxaff/graph/", "onnxaff/export.py"]),
     ("data", ["onnxaff/data/"]),
-    ("collection", ["onnxaff/collect.py", "onnxaff/site_state.py", "onnxaff/scoring.py", "onnxaff/stats.py"]),
+    ("collection", ["onnxaff/collect.py", "onnxaff/scoring.py", "onnxaff/stats.py", "onnxaff/chunks.py",
+                    "onnxaff/pooled.py", "onnxaff/observations.py", "onnxaff/scores.py", "onnxaff/entries.py",
+                    "onnxaff/site_state.py"]),
     ("runtime", ["onnxaff/runtime.py", "onnxaff/network.py"]),
     ("signature format", ["onnxaff/signature.py", "onnxaff/schema.py", "onnxaff/tables.py"]),
     ("analysis", ["onnxaff/analysis/", "onnxaff/sitelist.py"]),
