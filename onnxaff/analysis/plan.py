@@ -17,7 +17,7 @@ from onnxaff.analysis.assemble import no_usable
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.data import model_inputs, open_source
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, option
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
@@ -92,7 +92,7 @@ class Plan:
         sites = listed.sites
         if not sites:
             raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
-                               "--pairs IN:OUT scores any two tensors)")
+                               f"{option('pairs', 'IN:OUT')} scores any two tensors)")
         available = registry(config.plugins)
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
         metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))

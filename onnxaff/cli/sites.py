@@ -8,6 +8,8 @@ import os
 import click
 
 from onnxaff.cli.app import cli
+from onnxaff.cli.config import flag_of
+from onnxaff.errors import render_options
 from onnxaff.terminal import table
 from onnxaff.text import printable
 
@@ -49,7 +51,7 @@ def _print_sites(listed, model_name: str) -> None:
 
     found = listed.sites
     rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",
-             "+".join(s.op_types), format_params(s.params), s.reason] for s in found]
+             "+".join(s.op_types), format_params(s.params), render_options(s.reason, flag_of)] for s in found]
     click.echo(table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"]))
     ok = sum(s.ok for s in found)
     extra = f", {len(listed.extra)} of them pairs/blocks" if listed.extra else ""
