@@ -9,6 +9,7 @@ import click
 
 from onnxaff.cli.app import cli
 from onnxaff.cli.config import flag_of
+from onnxaff.cli.options import configured
 from onnxaff.errors import render_options
 from onnxaff.terminal import table
 from onnxaff.text import printable
@@ -17,8 +18,8 @@ from onnxaff.text import printable
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
-              show_default=True, help="Feature axis of rank-4 tensors.")
+@configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
+            help="Feature axis of rank-4 tensors.")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
               help="Dims after the batch axis for an input with symbolic dims (for the probe run, as in analyze).")
 @click.option("--data", default="synthetic:gaussian", show_default=True,
