@@ -107,3 +107,20 @@ def test_option_errors_name_the_flag(tmp_path, capfd, args, message):
     code, _, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", "synthetic:gaussian",
                            "--out", tmp_path / "s.json", *args)
     assert code == 2 and err == f"onnxaff: error: {message}\n"
+
+
+def test_a_warning_says_the_field_in_the_file_and_the_flag_on_the_terminal(tmp_path, capfd):
+    import json
+    import pickle
+
+    from onnxaff.cli.app import echo_err
+    from onnxaff.errors import option
+    from onnxaff.signature import Signature
+
+    sig = Signature(model={}, data={}, options={}, runtime={}, metrics={}, sites=[],
+                    warnings=[f"lower {option('chunk_size')} or {option('reduce', 'mean')}"])
+    assert sig.warnings == ["lower chunk_size or reduce=mean"]  # what a Python caller reads
+    assert json.loads(json.dumps(sig.to_dict()["warnings"])) == ["lower chunk_size or reduce=mean"]
+    assert pickle.loads(pickle.dumps(sig.warnings[0])).template == sig.warnings[0].template
+    echo_err(sig.warnings[0])
+    assert capfd.readouterr().err == "lower --chunk-size or --reduce mean\n"
