@@ -19,8 +19,9 @@ def option(field: str, value: str | None = None) -> str:
     return f"{_OPEN}{field}{'' if value is None else '=' + value}{_CLOSE}"
 
 
-def render_options(text: str, name: Callable[[str], str] | None = None) -> str:
-    """`text` with every `option(...)` in it named by `name` (a field -> its flag), or as the field itself."""
+def render_options(text, name: Callable[[str], str] | None = None) -> str:
+    """`text` with every `option(...)` in it named by `name` (a field -> its flag), or as the field itself; a
+    `Message` or an `OnnxaffError` is rendered from its template."""
 
     def one(m: re.Match) -> str:
         field, eq, value = m.group(1).partition("=")
@@ -28,7 +29,27 @@ def render_options(text: str, name: Callable[[str], str] | None = None) -> str:
             return m.group(1)
         return f"{name(field)} {value}" if eq else name(field)
 
-    return _MARKED.sub(one, str(text))
+    return _MARKED.sub(one, getattr(text, "template", None) or str(text))
+
+
+class Message(str):
+    """Text that names options and is kept (a signature's warnings, a site's note, a study's progress line): as a
+    string it names configuration fields, what a library caller and a JSON file read; `render(flag_of)` gives
+    the CLI's flags from the template it keeps."""
+
+    template: str
+
+    def __new__(cls, template):
+        template = getattr(template, "template", None) or str(template)
+        text = super().__new__(cls, render_options(template))
+        text.template = template
+        return text
+
+    def render(self, name: Callable[[str], str] | None = None) -> str:
+        return render_options(self.template, name)
+
+    def __reduce__(self):  # pickled (Ray, processes) with its template, not rebuilt from the rendered text
+        return Message, (self.template,)
 
 
 class OnnxaffError(Exception):

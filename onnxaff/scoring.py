@@ -26,7 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, option
 from onnxaff.metrics import Metric, plugin_output
 from onnxaff.stopping import StopFlag
 
@@ -129,7 +129,7 @@ class ChunkScorer:
                 t.start()
             except RuntimeError as exc:  # "can't start new thread": the system's thread or memory limit
                 raise OnnxaffError(f"cannot start scoring thread {len(self._threads) + 1} ({exc}); lower "
-                                   "--chunk-workers") from None
+                                   f"{option('chunk_workers')}") from None
             self._threads.append(t)
 
     def _work(self) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from onnxaff.analysis.checkpoint import STATE_KIND_PART, load_state, save_state
 from onnxaff.analysis.lifecycle import Run
 from onnxaff.analysis.runstate import RunState
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, option
 from onnxaff.graph.load import sha256_of
 from onnxaff.schema import load_json, validate
 from onnxaff.scoring import ChunkScorer
@@ -69,7 +69,7 @@ def read_part_entry(path: Path) -> dict:
     validate(d, str(path))
     shard = d["data"].get("shard")
     if shard is None or (isinstance(shard, dict) and "state" not in shard):
-        raise OnnxaffError(f"{path} is not a shard part (run `onnxaff analyze ... --shard i/n`)")
+        raise OnnxaffError(f"{path} is not a shard part (an analysis with {option('shard', 'i/n')} writes one)")
     if not isinstance(shard, dict):
         raise OnnxaffError(f"{path}: data.shard: expected an object")
     state = shard["state"]

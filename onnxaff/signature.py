@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaff.errors import Message
 from onnxaff.files import write_text_atomic
 from onnxaff.schema import SCHEMA, SCHEMA_VERSION, load_json, validate
 from onnxaff.text import json_safe
@@ -74,6 +75,11 @@ class Signature:
     stages: list[dict] = field(default_factory=list)  # residual stages' trajectory metrics (--blocks)
     onnxaff_version: str = ""
     created: str = ""
+
+    def __post_init__(self):
+        # A warning naming an option (errors.option) reads as the configuration field here and in the JSON file;
+        # the CLI prints it with the flag (Message.render).
+        self.warnings = [Message(w) for w in self.warnings]
 
     def scores(self, metric: str | None = None) -> list[float | None]:
         """The signature: one value per ok activation site, in order (pairs and blocks are not part of it); None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import Message, OnnxaffError
 from onnxaff.graph import augment_model
 from onnxaff.graph.blocks import find_blocks, residual_stages
 from onnxaff.graph.load import LoadedModel
@@ -106,4 +106,4 @@ def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: st
         if explicit:  # the data or shape the user gave does not run: say so
             raise
         for s in pending:
-            s.reason += f"; a probe run on {data} could resolve it but failed: {exc}"
+            s.reason = Message(f"{s.reason}; a probe run on {data} could resolve it but failed: {exc.template}")

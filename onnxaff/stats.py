@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import stdtrit
 
+from onnxaff.errors import option
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.rank import FLOAT32_EPS, rank_verdict, relative_singular_values
 
@@ -182,16 +183,17 @@ def clip_interval(lo: float, hi: float, bounds: tuple[float, float]) -> list[flo
 
 # --- where people look: one warning line per flag kind ---
 
+# Warnings name options with errors.option: the signature's text says the field, the CLI prints the flag.
 _FLAG_TEXT = {
     "few_rows": ("have fewer rows per chunk than their dimension needs",
-                 "raise --chunk-size and the number of examples, or see docs/statistics.md"),
-    "partial": ("were scored on one partial chunk (fewer rows than --chunk-size)", "give more examples"),
+                 f"raise {option('chunk_size')} and the number of examples, or see docs/statistics.md"),
+    "partial": (f"were scored on one partial chunk (fewer rows than {option('chunk_size')})", "give more examples"),
     "eps_dominated": ("have activations so small that the metric's absolute ε ({eps}) moves the score",
                       "a metric whose ε is relative to the covariance does not have this (docs/statistics.md)"),
     "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
     "rank_ambiguous": ("have a direction of X at r2's rank cutoff, which another correct reduction of the same "
-                       "data could fit or drop", "their R² may differ by 1e-2 between reduce_in graph and numpy "
-                       "(docs/statistics.md)"),
+                       "data could fit or drop", f"their R² may differ by 1e-2 between {option('reduce_in', 'graph')} "
+                       f"and {option('reduce_in', 'numpy')} (docs/statistics.md)"),
     "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),
 }
 

@@ -1,11 +1,14 @@
 """The CLI's one option mapping: a configuration field's error reaches the user under its flag."""
 
+import dataclasses
+
 import click
 import pytest
 
 from onnxaff.analysis import AnalysisConfig
 from onnxaff.cli import cli
-from onnxaff.cli.config import FLAGS, RunOptions, run_options
+from onnxaff.cli.config import RunOptions, analysis_kwargs, flag_map, run_options
+from onnxaff.cli.options import ConfigOption, analysis_options
 from onnxaff.errors import ConfigError
 from tests.conftest import run_cli
 
@@ -32,13 +35,56 @@ def test_config_error_names_the_flag(raising_command, capfd, field, flag):
     assert err == f"onnxaff: error: {flag} must be at least 2, got 1\n"
 
 
-def test_every_analysis_flag_has_its_field():
-    def flags_of(command):
-        return {opt for p in cli.commands[command].params if isinstance(p, click.Option) for opt in p.opts}
+# Options of the Python API alone: `images` is set key by key (--mean: images.mean); threads and
+# graph_optimization change float32 rounding only (docs/reproducibility.md).
+API_ONLY = {"images", "threads", "graph_optimization"}
 
-    analyze = flags_of("analyze")
-    assert set(FLAGS.values()) - {"--metric"} <= analyze and "--metric" in flags_of("report")
-    assert analyze - set(FLAGS.values()) <= {"--out", "--help"}
+
+def test_every_config_field_has_a_flag():
+    fields = {f.name for f in dataclasses.fields(AnalysisConfig)}
+    flagged = {f for f in flag_map() if f in fields or f.startswith("images.")}
+    assert fields - API_ONLY == {f for f in flagged if f in fields}
+    assert not API_ONLY & set(flag_map())
+    assert flag_map()["chunk_size"] == "--chunk-size" and flag_map()["progress"] == "--quiet"
+    assert flag_map()["images.draft"] == "--fast-decode" and flag_map()["force"] == "--force"
+
+
+def test_one_flag_per_field_in_every_command():
+    """A field set in two commands (--chunk-size in analyze, study and demo) is one flag in all of them."""
+    from onnxaff.cli.config import FIELD_OF_PARAM
+
+    for command in cli.commands.values():
+        for p in command.params:
+            if isinstance(p, click.Option):
+                assert flag_map()[FIELD_OF_PARAM.get(p.name, p.name)] in p.opts, (command.name, p.opts)
+
+
+def test_click_defaults_are_the_configs():
+    """AnalysisConfig declares each default once: the flags show it, and a command given none builds the same
+    configuration as the library's (images aside: the CLI passes the folder preset explicitly)."""
+    default = AnalysisConfig()
+    for command in cli.commands.values():
+        ctx = command.make_context(command.name, [], resilient_parsing=True)
+        for p in command.params:
+            if isinstance(p, ConfigOption):
+                assert p.get_default(ctx) == getattr(default, p.field), (command.name, p.name)
+                assert p.show_default
+    ctx = cli.commands["analyze"].make_context("analyze", ["m.onnx", "--data", "x.npy"])
+    flags = {k: v for k, v in ctx.params.items() if k not in ("model", "data", "out")}
+    from_cli = run_options(**flags).analysis
+    assert dataclasses.replace(from_cli, images=None) == dataclasses.replace(default, images=None)
+    study = cli.commands["study"].make_context("study", ["m.onnx", "--data", "x.npy", "--out", "o"]).params
+    keep = {p.name for p in click.command()(analysis_options(lambda **_: None)).params}
+    from_study = AnalysisConfig(**analysis_kwargs(**{k: v for k, v in study.items() if k in keep}))
+    assert dataclasses.replace(from_study, images=None) == dataclasses.replace(default, images=None)
+
+
+def test_help_shows_the_config_defaults(capfd):
+    code, out, _ = run_cli(capfd, "analyze", "--help")
+    assert code == 0
+    for text in ("[default: 512]", "[default: 64]", "[default: mean]", "[default: auto]", "[default: graph]",
+                 "[default: 0]"):
+        assert text in " ".join(out.split()), text
 
 
 def test_options_map_to_analysis_keywords():
@@ -61,3 +107,20 @@ def test_option_errors_name_the_flag(tmp_path, capfd, args, message):
     code, _, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", "synthetic:gaussian",
                            "--out", tmp_path / "s.json", *args)
     assert code == 2 and err == f"onnxaff: error: {message}\n"
+
+
+def test_a_warning_says_the_field_in_the_file_and_the_flag_on_the_terminal(tmp_path, capfd):
+    import json
+    import pickle
+
+    from onnxaff.cli.app import echo_err
+    from onnxaff.errors import option
+    from onnxaff.signature import Signature
+
+    sig = Signature(model={}, data={}, options={}, runtime={}, metrics={}, sites=[],
+                    warnings=[f"lower {option('chunk_size')} or {option('reduce', 'mean')}"])
+    assert sig.warnings == ["lower chunk_size or reduce=mean"]  # what a Python caller reads
+    assert json.loads(json.dumps(sig.to_dict()["warnings"])) == ["lower chunk_size or reduce=mean"]
+    assert pickle.loads(pickle.dumps(sig.warnings[0])).template == sig.warnings[0].template
+    echo_err(sig.warnings[0])
+    assert capfd.readouterr().err == "lower --chunk-size or --reduce mean\n"

@@ -113,10 +113,10 @@ def test_nhwc_non_square_input(photo_folder):  # noqa: F811
 def test_symbolic_hw_needs_a_size(photo_folder):  # noqa: F811
     model = image_model(["N", 3, "H", "W"])
     with pytest.raises(OnnxaffError, match=r"x: float32\[N, 3, H, W\] has a symbolic image height/width: give "
-                                           r"the size with --input-shape x=3xHxW or --crop HxW"):
+                                           r"the size with input_shapes=x=3xHxW or images.crop=HxW"):
         batch_of(model, photo_folder)
     nhwc = image_model(["N", "H", "W", 3])
-    with pytest.raises(OnnxaffError, match=r"--input-shape x=HxWx3"):
+    with pytest.raises(OnnxaffError, match=r"input_shapes=x=HxWx3"):
         batch_of(nhwc, photo_folder)
 
 
@@ -126,7 +126,7 @@ def test_input_shape_and_crop_fix_symbolic_hw_alike(photo_folder):  # noqa: F811
     _, by_crop = batch_of(model, photo_folder, crop=(48, 320))
     assert by_shape.shape[1:] == (3, 48, 320) and np.array_equal(by_shape, by_crop)
     assert s1.describe()["preprocessing"]["center_crop"] == [48, 320]
-    with pytest.raises(OnnxaffError, match=r"--input-shape x=3x48x320 gives examples of shape"):
+    with pytest.raises(OnnxaffError, match=r"input_shapes=x=3x48x320 gives examples of shape"):
         batch_of(image_model(["N", 3, 32, "W"]), photo_folder, shapes={"x": (3, 48, 320)})
     with pytest.raises(OnnxaffError, match="gives 2 dims, but an image input takes 3"):
         batch_of(model, photo_folder, shapes={"x": (48, 320)})

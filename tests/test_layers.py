@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,3 +69,37 @@ def test_the_architecture_page_lists_the_same_layers():
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
     assert [r.split("|")[1].strip() for r in rows[:len(LAYERS)]] == [name for name, _ in LAYERS]
+
+
+def _cli_flags() -> set[str]:
+    """Every long option of the `onnxaff` commands, read off click."""
+    import click
+
+    from onnxaff.cli import cli
+
+    return {o for command in cli.commands.values() for p in command.params if isinstance(p, click.Option)
+            for o in p.opts if o.startswith("--")}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def test_only_the_command_line_names_flags():
+    """Below onnxaff/cli/ a message names an option with errors.option(field): a Python caller is told the
+    configuration field, the CLI renders its flag. Docstrings and comments may name flags."""
+    flag = re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, sorted(_cli_flags(), key=len, reverse=True)))
+                      + r")(?![\w-])")
+    found = []
+    for path in sorted((ROOT / "onnxaff").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("onnxaff/cli/"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        found += [f"{rel}:{node.lineno}: {m.group(0)}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                  for m in [flag.search(node.value)] if m]
+    assert not found, "\n".join(found)

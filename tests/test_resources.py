@@ -15,6 +15,7 @@ import zipfile
 
 import numpy as np
 
+from onnxaff.errors import option
 from tests.builders import chain_text, save
 from tests.conftest import cli_process, one_line_error, parse, run_cli
 
@@ -124,7 +125,7 @@ def test_chunk_size_whose_exact_assignment_would_take_long_is_warned_with_the_ti
     model = save(parse(chain_text("Relu")), tmp_path / "m.onnx")
     run = open_run(model, "synthetic:gaussian:n=8192", chunk_size=4096, metrics=["affinity"], progress=False)
     line = next((w for w in run.plan.warnings if "assignment" in w), "")
-    assert "4,096-row chunk" in line and "--chunk-size" in line, run.plan.warnings
+    assert "4,096-row chunk" in line and option("chunk_size") in line, run.plan.warnings  # the CLI: --chunk-size
     assert re.search(r"about [0-9.]+ (s|min|h)", line), line
     quick = open_run(model, "synthetic:gaussian:n=8192", chunk_size=512, metrics=["affinity"], progress=False)
     assert not any("assignment" in w for w in quick.plan.warnings)

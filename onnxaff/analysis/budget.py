@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from onnxaff.errors import option
 from onnxaff.graph.rewrite import feature_dim
 from onnxaff.memory import check_fits, size
 from onnxaff.metrics.dispatch import serving
@@ -38,7 +39,7 @@ def check_batches(source, inputs, batch_size: int) -> None:
         parts.append((2 * batch_size * per_example,
                       f"a batch of {batch_size} examples of input {spec.name} ({spec.dtype.name}[{dims}], "
                       f"{size(per_example)} each)",
-                      "lower --batch-size, or the input's shape (--input-shape), or its data"))
+                      f"lower {option('batch_size')}, or the input's shape ({option('input_shapes')}), or its data"))
     check_fits(parts)
 
 
@@ -59,18 +60,19 @@ def check_sites(sites, stage_probes, metrics, config, examples: int) -> None:
         chunk = rows * (dx + dy) * FLOAT64
         widest = max(widest, (chunk, s.id))
         parts.append((HELD * chunk, f"site {s.id}'s {rows:,}-row chunks of {dx:,} + {dy:,} features",
-                      "lower --chunk-size (or --reduce mean for fewer features)"))
+                      f"lower {option('chunk_size')} (or {option('reduce', 'mean')} for fewer features)"))
         if moments:
             parts.append((3 * (dx + dy) ** 2 * FLOAT64, f"site {s.id}'s pooled moments ({dx + dy:,}² float64)",
-                          "leave the pooled-moment metrics out of --metrics, or --reduce mean for fewer features"))
+                          f"leave the pooled-moment metrics out of {option('metrics')}, or {option('reduce', 'mean')} "
+                          "for fewer features"))
     for probes in stage_probes:
         d = [feature_dim(p, config.reduce) for p in probes]
         if None not in d:
             parts.append((HELD * rows * sum(d) * FLOAT64, f"a residual stage's {rows:,}-row chunks of {sum(d):,} "
-                          "features", "lower --chunk-size"))
+                          "features", f"lower {option('chunk_size')}"))
     if widest[0]:
         parts.append((HALVES // 2 * widest[0], f"the one-chunk interval's {HALVES} half-samples of site {widest[1]}",
-                      "lower --chunk-size"))
+                      f"lower {option('chunk_size')}"))
     check_fits(parts)
 
 
@@ -89,8 +91,8 @@ def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, exa
         seconds = max(c[0] for c in costs)
         total = sum(c[0] for c in costs) * chunks
         lines.append(f"metric {m.name}: {max(costs)[1]} takes about {_duration(seconds)} a {rows:,}-row chunk, "
-                     f"about {_duration(total)} for {chunks} chunk(s) × {len(costs)} site(s); a smaller --chunk-size "
-                     f"with more chunks scales (or a metric on pooled moments)")
+                     f"about {_duration(total)} for {chunks} chunk(s) × {len(costs)} site(s); a smaller "
+                     f"{option('chunk_size')} with more chunks scales (or a metric on pooled moments)")
     return lines
 
 

@@ -151,6 +151,13 @@ class AnalysisConfig:
         return options
 
 
+def default(name: str):
+    """The default of AnalysisConfig's field `name`: the one declaration of it, which the CLI's flags and the
+    demo read instead of restating it."""
+    f = next(f for f in dataclasses.fields(AnalysisConfig) if f.name == name)
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
 def _texts(value) -> tuple[str, ...]:
     """One text or a list of texts (a lone string is one item, not its characters)."""
     return (str(value),) if isinstance(value, str | Path) else tuple(str(v) for v in value or ())

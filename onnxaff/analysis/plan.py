@@ -15,7 +15,7 @@ import onnx
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.data import fixed_batch_of, model_inputs, no_usable, open_source
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, option
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.complexity import model_stats
@@ -93,7 +93,7 @@ class Plan:
         sites = listed.sites
         if not sites:
             raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "
-                               "--pairs IN:OUT scores any two tensors)")
+                               f"{option('pairs', 'IN:OUT')} scores any two tensors)")
         available = registry(config.plugins)
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
         metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from onnxaff.cli.app import cli, echo_err
-from onnxaff.cli.config import RunOptions, run_options
-from onnxaff.cli.options import analysis_options, scale_options
-from onnxaff.errors import OnnxaffError
+from onnxaff.cli.config import RunOptions, flag_of, run_options
+from onnxaff.cli.options import analysis_options, configured, scale_options
+from onnxaff.errors import OnnxaffError, render_options
 from onnxaff.text import printable
 
 
@@ -21,7 +21,7 @@ def print_summary(sig) -> None:
 
     click.echo("\n".join(summary_lines(sig)))
     for w in sig.warnings:
-        echo_err(f"warning: {w}")
+        echo_err(f"warning: {render_options(w, flag_of)}")
 
 
 def default_out(model: str, shard: tuple[int, int] | None) -> str:
@@ -36,9 +36,9 @@ def default_out(model: str, shard: tuple[int, int] | None) -> str:
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @analysis_options
 @scale_options
-@click.option("--nlc-directions", "nlc_directions", default=None, metavar="N|all",
-              help="Network NLC on wide inputs: rolls per example [1], or all (exact estimator, ~14x slower; "
-                   "docs/statistics.md).")
+@configured("--nlc-directions", "nlc_directions", metavar="N|all",
+            help="Network NLC on wide inputs: rolls per example, or all (exact estimator, ~14x slower; "
+                 "docs/statistics.md).")
 def analyze(model, data, out, **flags) -> None:
     """Score every site of MODEL on DATA and write the signature JSON."""
     opts = run_options(**flags)

@@ -23,7 +23,10 @@ def cli() -> None:
 
 
 def echo_err(line: str) -> None:
-    """A progress or warning line on stderr, as printable text."""
+    """A progress or warning line on stderr, as printable text; the options the library names in it (a study's
+    progress, a plan's warnings) as flags."""
+    from onnxaff.cli.config import flag_of
+    from onnxaff.errors import render_options
     from onnxaff.text import printable
 
-    click.echo(printable(line), err=True)
+    click.echo(printable(render_options(line, flag_of)), err=True)

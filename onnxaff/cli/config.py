@@ -3,33 +3,43 @@ configuration field to its flag (so a library error naming `chunk_size` reads `-
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import click
 
 from onnxaff.errors import ConfigError
 
 if TYPE_CHECKING:
     from onnxaff.analysis.config import AnalysisConfig
 
-# Configuration field (of AnalysisConfig, `images.KEY` of its image options, or of a run) -> its flag.
-FLAGS = {
-    "metrics": "--metrics", "chunk_size": "--chunk-size", "batch_size": "--batch-size", "limit": "--limit",
-    "reduce": "--reduce", "device": "--device", "reduce_in": "--reduce-in", "chunk_workers": "--chunk-workers",
-    "layout": "--layout", "seed": "--seed", "input_shapes": "--input-shape", "plugins": "--plugin",
-    "progress": "--quiet", "pairs": "--pairs", "blocks": "--blocks", "nlc_directions": "--nlc-directions",
-    "shard": "--shard", "images.preprocess": "--preprocess", "images.mean": "--mean", "images.std": "--std",
-    "images.resize": "--resize", "images.crop": "--crop", "images.fit": "--fit", "images.pad_value": "--pad-value",
-    "images.interpolation": "--interpolation", "images.shuffle": "--shuffle", "images.workers": "--workers",
-    "images.draft": "--fast-decode", "executor": "--executor", "shards": "--shards", "ray_address": "--ray-address",
-    "checkpoint": "--checkpoint", "checkpoint_every": "--checkpoint-every", "resume": "--resume",
-    "data": "--data", "metric": "--metric",
-}
+IMAGE_KEYS = ("preprocess", "mean", "std", "resize", "crop", "fit", "pad_value", "interpolation", "shuffle", "workers")
+# The click parameters that set a configuration field of another name. Every other option's parameter is named
+# as its field (--chunk-size: chunk_size), or as a run's or a command's own option (--resume: resume).
+FIELD_OF_PARAM = {"quiet": "progress", "plugin": "plugins", "input_shape": "input_shapes",
+                  "fast_decode": "images.draft", **{key: f"images.{key}" for key in IMAGE_KEYS}}
+
+
+@functools.cache
+def flag_map() -> dict[str, str]:
+    """Configuration field (of AnalysisConfig, `images.KEY` of its image options, or of a run) -> its flag, read
+    off the commands' own click options, so a flag is declared once (built on first use: every command is
+    registered by then)."""
+    from onnxaff.cli.app import cli
+
+    out = {}
+    for command in cli.commands.values():
+        for p in command.params:
+            if isinstance(p, click.Option):
+                out.setdefault(FIELD_OF_PARAM.get(p.name, p.name), next(o for o in p.opts if o.startswith("--")))
+    return out
 
 
 def flag_of(field_name: str) -> str:
     """The flag that sets a configuration field (the field itself where no flag does)."""
-    return FLAGS.get(field_name, field_name)
+    return flag_map().get(field_name, field_name)
 
 
 @dataclass(frozen=True)
@@ -95,8 +105,8 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
     return options
 
 
-def run_options(shard=None, executor="local", shards=4, ray_address=None, checkpoint=None, checkpoint_every=0,
-                resume=False, **flags) -> RunOptions:
+def run_options(shard=None, executor=RunOptions.executor, shards=RunOptions.shards, ray_address=None, checkpoint=None,
+                checkpoint_every=RunOptions.checkpoint_every, resume=False, **flags) -> RunOptions:
     """`analyze`'s options, each checked once, before the model is read."""
     from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every  # not on import: `--help` stays fast
 

@@ -4,23 +4,46 @@ from __future__ import annotations
 
 import click
 
+from onnxaff.cli.config import RunOptions
+
+
+class ConfigOption(click.Option):
+    """A flag whose default is AnalysisConfig's for its field (`field`, else the parameter's name): declared once,
+    in the config. Read when a command parses or shows its help, never on import: the config's module loads
+    onnxruntime, which `onnxaff --help` and `onnxaff plugins` need not."""
+
+    def __init__(self, *decls, field: str | None = None, **attrs):
+        super().__init__(*decls, show_default=True, **attrs)
+        self.field = field or self.name
+
+    def get_default(self, ctx, call: bool = True):
+        from onnxaff.analysis.config import default
+
+        return default(self.field)
+
+
+def configured(*decls, **attrs):
+    """click.option with AnalysisConfig's default (ConfigOption)."""
+    return click.option(*decls, cls=ConfigOption, **attrs)
+
+
 ANALYSIS_OPTIONS = [
-    click.option("--metrics", default=None,
-                 help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
-                      "[default: the metrics that declare themselves default; `onnxaff plugins --format json`]."),
-    click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk."),
-    click.option("--batch-size", type=int, default=64, show_default=True),
-    click.option("--limit", type=int, default=None, help="Use at most N examples."),
-    click.option("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]), default="mean",
-                 show_default=True, help="How a site's tensors become [rows, D] features."),
-    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True),
-    click.option("--reduce-in", "reduce_in", type=click.Choice(["graph", "numpy"]), default="graph",
-                 show_default=True, help="numpy: fetch full activations and reduce on the host (naive baseline)."),
-    click.option("--chunk-workers", type=int, default=None,
-                 help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
-    click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
-                 show_default=True, help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of synthetic data."),
+    configured("--metrics",
+               help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
+                    "[default: the metrics that declare themselves default; `onnxaff plugins --format json`]."),
+    configured("--chunk-size", type=int, help="Rows per scored chunk."),
+    configured("--batch-size", type=int),
+    configured("--limit", type=int, help="Use at most N examples."),
+    configured("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]),
+               help="How a site's tensors become [rows, D] features."),
+    configured("--device", type=click.Choice(["auto", "cpu", "cuda"])),
+    configured("--reduce-in", "reduce_in", type=click.Choice(["graph", "numpy"]),
+               help="numpy: fetch full activations and reduce on the host (naive baseline)."),
+    configured("--chunk-workers", type=int,
+               help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
+    configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
+               help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
+    configured("--seed", type=int, help="Seed of synthetic data."),
     click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
                  help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
                       "folders: e.g. x=3x48x320)."),
@@ -52,14 +75,16 @@ ANALYSIS_OPTIONS = [
 ]
 
 SCALE_OPTIONS = [
-    click.option("--shard", default=None, metavar="I/N",
-                 help="Analyse shard I of N (0-based; chunk-aligned slices) and save its state for `onnxaff merge`."),
-    click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+    configured("--shard", metavar="I/N",
+               help="Analyse shard I of N (0-based; chunk-aligned slices) and save its state for `onnxaff merge`."),
+    # How a run is executed and saved: RunOptions' defaults (cli/config.py), light enough to read on import.
+    click.option("--executor", type=click.Choice(["local", "ray"]), default=RunOptions.executor, show_default=True,
                  help="ray: run --shards shards as Ray tasks and merge them (pip install 'onnxaff[ray]')."),
-    click.option("--shards", type=int, default=4, show_default=True, help="Shards for --executor ray."),
-    click.option("--ray-address", default=None, help="An existing Ray cluster (e.g. auto) [default: a local one]."),
-    click.option("--checkpoint", default=None, help="Checkpoint file [default: OUT.ckpt.npz]."),
-    click.option("--checkpoint-every", type=int, default=0, show_default=True,
+    click.option("--shards", type=int, default=RunOptions.shards, show_default=True, help="Shards for --executor ray."),
+    click.option("--ray-address", default=RunOptions.ray_address,
+                 help="An existing Ray cluster (e.g. auto) [default: a local one]."),
+    click.option("--checkpoint", default=RunOptions.checkpoint, help="Checkpoint file [default: OUT.ckpt.npz]."),
+    click.option("--checkpoint-every", type=int, default=RunOptions.checkpoint_every, show_default=True,
                  help="Save the state every N batches (0: only on SIGINT/SIGTERM)."),
     click.option("--resume", is_flag=True, help="Continue from the checkpoint of an interrupted run."),
 ]

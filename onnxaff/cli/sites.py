@@ -8,6 +8,9 @@ import os
 import click
 
 from onnxaff.cli.app import cli
+from onnxaff.cli.config import flag_of
+from onnxaff.cli.options import configured
+from onnxaff.errors import render_options
 from onnxaff.terminal import table
 from onnxaff.text import printable
 
@@ -15,8 +18,8 @@ from onnxaff.text import printable
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]), default="auto",
-              show_default=True, help="Feature axis of rank-4 tensors.")
+@configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
+            help="Feature axis of rank-4 tensors.")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
               help="Dims after the batch axis for an input with symbolic dims (for the probe run, as in analyze).")
 @click.option("--data", default="synthetic:gaussian", show_default=True,
@@ -49,7 +52,7 @@ def _print_sites(listed, model_name: str) -> None:
 
     found = listed.sites
     rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",
-             "+".join(s.op_types), format_params(s.params), s.reason] for s in found]
+             "+".join(s.op_types), format_params(s.params), render_options(s.reason, flag_of)] for s in found]
     click.echo(table(rows, ["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"]))
     ok = sum(s.ok for s in found)
     extra = f", {len(listed.extra)} of them pairs/blocks" if listed.extra else ""

@@ -7,9 +7,9 @@ import sys
 import click
 
 from onnxaff.cli.app import cli, echo_err
-from onnxaff.cli.config import analysis_kwargs
-from onnxaff.cli.options import analysis_options
-from onnxaff.errors import ConfigError
+from onnxaff.cli.config import analysis_kwargs, flag_of
+from onnxaff.cli.options import analysis_options, configured
+from onnxaff.errors import ConfigError, render_options
 from onnxaff.text import printable
 
 # Exit status when the study finished but some models failed (2 is a user error before anything ran).
@@ -53,7 +53,7 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
     if not quiet and result.rows:
         click.echo(models_table(result.rows, result.metric))
     for label, reason in result.failed.items():
-        echo_err(f"failed: {label}: {reason}")
+        echo_err(f"failed: {label}: {render_options(reason, flag_of)}")
     failed = f", {len(result.failed)} failed" if result.failed else ""
     click.echo(printable(f"study outputs in {result.folder.resolve()}: report.html, compare.json and signatures/ "
                          f"({len(result.signatures)} models{failed})"))
@@ -65,8 +65,8 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
 @click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
 @click.option("--metrics", default=None,
               help="Comma-separated metrics; the first one heads the tables [default: the declared defaults].")
-@click.option("--chunk-size", type=int, default=512, show_default=True, help="Rows per scored chunk.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@configured("--chunk-size", type=int, help="Rows per scored chunk.")
+@configured("--device", type=click.Choice(["auto", "cpu", "cuda"]))
 @click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
 @click.option("--quiet", is_flag=True, help="No progress or tables, only the output folder.")
 @click.option("--force", is_flag=True, help="Reanalyse every network, even those already in OUT.")

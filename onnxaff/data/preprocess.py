@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from onnxaff.data.source import InputSpec, unknown_dims_text
-from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError, option
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 FITS = ("crop", "letterbox", "pad")
@@ -131,7 +131,7 @@ def _fix_shape(spec: InputSpec, shape) -> InputSpec:
     if len(shape) != 3:
         raise ConfigError("input_shapes", f"{{option}} {spec.name}={_fmt_size(shape)} gives {len(shape)} dims, but "
                           f"an image input takes 3 after the batch axis (CxHxW, or HxWxC for channels-last)")
-    check_example_shape(spec, shape, f"--input-shape {spec.name}={_fmt_size(shape)}")
+    check_example_shape(spec, shape, option("input_shapes", f"{spec.name}={_fmt_size(shape)}"))
     return replace(spec, shape=(spec.shape[0] if spec.shape else "N", *shape))
 
 
@@ -182,7 +182,7 @@ def _crop_size(spec: InputSpec, layout: str, hw: tuple, crop, resize, fit) -> tu
         what = "has a symbolic image height/width" if not any(isinstance(d, int) and d <= 0 for d in spec.shape[1:]) \
             else unknown_dims_text(spec.shape[1:])
         raise OnnxaffError(f"model input {spec.describe()} {what}: give the size with "
-                           f"--input-shape {spec.name}={dims} or --crop HxW")
+                           f"{option('input_shapes', f'{spec.name}={dims}')} or {option('images.crop', 'HxW')}")
     return h, w
 
 

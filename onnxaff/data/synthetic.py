@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxaff.data.source import DataSource, InputSpec, unknown_dims_text
-from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError, option
 
 KINDS = ("gaussian", "uniform", "grid")
 DEFAULT_N = 1024
@@ -67,8 +67,8 @@ class SyntheticSource(DataSource):
             if unknown:
                 raise OnnxaffError(
                     f"model input {spec_.describe()} {unknown_dims_text(shape)}; "
-                    f"give them with --input-shape {spec_.name}=" + "x".join(
-                        str(d) if isinstance(d, int) and d > 0 else "D" for d in shape)
+                    "give them with " + option("input_shapes", f"{spec_.name}=" + "x".join(
+                        str(d) if isinstance(d, int) and d > 0 else "D" for d in shape))
                 )
             self.shapes[spec_.name] = shape
             lo, hi = self._range(spec_)

@@ -36,7 +36,8 @@ def _known(view: GraphView) -> set[str]:
 def _check_tensor(view: GraphView, name: str, known: set[str]) -> None:
     if name not in known:
         close = difflib.get_close_matches(name, sorted(known), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else " (`onnxaff sites MODEL --format json` lists sites)"
+        hint = (f"; did you mean {', '.join(close)}?" if close else
+                " (`onnxaff sites MODEL`, or onnxaff.discover_sites in Python, lists sites)")
         raise OnnxaffError(f"tensor {name!r} is not in the model{hint}")
 
 

@@ -92,7 +92,8 @@ def run_lines(sig) -> list[str]:
              printable(f"chunks of {sig.options['chunk_size']}, reduce={sig.options['reduce']}, "
                        f"{rt['providers'][0]}, {rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")]
     if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
-        lines.append("* scored on one partial chunk: the data has fewer rows than --chunk-size")
+        lines.append(f"* scored on one partial chunk: the data has fewer rows than the chunk size "
+                     f"({sig.options['chunk_size']})")
     return lines
 
 

@@ -194,7 +194,8 @@ def _correlation_body(result: dict, level: int = 2) -> str:
 
     parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
                  "statistics that carry flags (few rows, partial chunk, ...; docs/statistics.md); their models are "
-                 "drawn hollow above. --exclude-flagged leaves such scores out.</p>"
+                 "drawn hollow above. Comparisons can leave such scores out: the exclude-flagged option of compare and "
+                 "correlate, onnxaff.stats.drop_flagged in Python.</p>"
                  + _table(["model", "accuracy", "group", "flagged sites"],
                           [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]))
     return "".join(parts)

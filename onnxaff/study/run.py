@@ -11,7 +11,7 @@ from pathlib import Path
 
 from onnxaff.analysis.checkpoint import is_checkpoint
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
-from onnxaff.errors import ConfigError, Interrupted, OnnxaffError, first_line
+from onnxaff.errors import ConfigError, Interrupted, Message, OnnxaffError, first_line, option
 from onnxaff.files import check_writable, exclusive, refuse_overwrite, write_text_atomic
 from onnxaff.metrics import default_metrics, registry, resolve
 from onnxaff.metrics.loader import code_fingerprints, stage_metrics
@@ -60,7 +60,7 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
         raise OnnxaffError(f"{checkpoint} is where the study keeps this model's checkpoint, and holds a file that "
                            "is not one; move it away or label the model otherwise (LABEL=MODEL)")
     with open_run(model.path, data, AnalysisConfig(**options), checkpoint=checkpoint, resume="auto",
-                  on_mismatch="restart", echo=lambda line: echo(f"    {line}")) as run:
+                  on_mismatch="restart", echo=lambda line: echo(Message(f"    {line}"))) as run:
         run.execute(every, finish=True)  # Ctrl-C during the last scores still saves the model's state
         return run.signature()
 
@@ -171,7 +171,7 @@ def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: di
         identity = model_identity(model.path) if digests[model.label] is not None else None
         key = {"model_sha256": identity, "data": data_keys[model_data], "options": opt_key, "code": code}
         reason = "unreadable" if identity is None else (
-            "--force" if force else stale_reason(sig_dir / f"{model.label}.json", key))
+            option("force") if force else stale_reason(sig_dir / f"{model.label}.json", key))
         plan[model.label] = (model_data, key, reason)
     return plan
 
@@ -199,7 +199,7 @@ class _Run:
 
     def fail(self, head: str, label: str, reason: str) -> None:
         self.failed[label] = reason
-        self.echo(f"{head}: FAILED: {reason}")
+        self.echo(Message(f"{head}: FAILED: {getattr(reason, 'template', reason)}"))
 
 
 class _ModelFailed(Exception):
@@ -249,17 +249,17 @@ def _study_model(run: _Run, k: int, model: StudyModel) -> None:
     if run.force:
         remove_checkpoint(checkpoint)
     waiting = "waiting for its Ray tasks" if run.pending is not None else "analysing"
-    run.echo(f"{head}: {waiting} ({reason}){run.eta(len(run.models) - k + 1)}")
+    run.echo(Message(f"{head}: {waiting} ({reason}){run.eta(len(run.models) - k + 1)}"))
     t0 = time.perf_counter()
     try:
         sig = _signature_of(run, model, checkpoint)
     except _ModelFailed as exc:
-        return run.fail(head, model.label, str(exc))
+        return run.fail(head, model.label, Message(exc))
     sig.runtime["study"] = key
     try:
         _label(sig, model).write(target)
     except OnnxaffError as exc:  # a full disk fails this model, as any error of its own would
-        return run.fail(head, model.label, str(exc))
+        return run.fail(head, model.label, Message(exc))
     remove_checkpoint(checkpoint)  # only an onnxaff checkpoint is ever removed
     run.sigs[model.label] = sig
     seconds = time.perf_counter() - t0
@@ -277,12 +277,12 @@ def _signature_of(run: _Run, model: StudyModel, checkpoint: Path) -> Signature:
             return run.pending[model.label].result()
         return _analyse(model, run.plan[model.label][0], run.options, checkpoint, run.checkpoint_every, run.echo)
     except Interrupted as exc:
-        raise Interrupted(f"{model.label}: {str(exc).split(' (continue with')[0]}; rerun the same command "
+        raise Interrupted(f"{model.label}: {exc.template.split(' (continue with')[0]}; rerun the same command "
                           "to continue (models done are kept)") from None
     except (KeyboardInterrupt, MemoryError):
         raise
     except OnnxaffError as exc:
-        raise _ModelFailed(str(exc)) from None
+        raise _ModelFailed(exc.template) from None
     except Exception as exc:  # onnxruntime's own errors (unsupported operator, ...) are this model's
         raise _ModelFailed(f"{type(exc).__name__}: {first_line(exc)}") from None
 
