@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.metrics.base import Metric
+from onnxaff.metrics.base import RESERVED, Metric
 from onnxaff.metrics.output import plugin_output
 from onnxaff.metrics.params import build
 from onnxaff.metrics.types import NEEDS, Needs
@@ -87,6 +87,10 @@ def _check(cls, origin: str) -> None:
         raise OnnxaffError(f"{what} has no compute method")
     if not (cls.default is None or (isinstance(cls.default, int) and not isinstance(cls.default, bool))):
         raise OnnxaffError(f"{what} declares default {cls.default!r:.80}; it must be None or a whole number")
+    taken = [k for k in cls.parameters() if k in RESERVED]
+    if taken:  # build() sets spec, and name reads it: a keyword of either name would be overwritten or refused
+        raise OnnxaffError(f"{what} takes a parameter {taken[0]!r}: {' and '.join(RESERVED)} are every metric's "
+                           f"own attributes; give the parameter another name")
 
 
 def _add(found: dict[str, Registered], cls, origin: str, path: Path | None = None, helpers: tuple = ()) -> None:
@@ -173,14 +177,14 @@ def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Regist
 
 
 def resolve(names: list[str], plugin_files=(), available: dict[str, Registered] | None = None) -> list[Metric]:
-    """Metric instances for `name` or `name:key=value:...` specs (a parameterised one is named by its spec)."""
+    """Metric instances for `name` or `name:key=value:...` specs (each instance's `spec` is its entries' key)."""
     available = registry(plugin_files) if available is None else available
     metrics = [build(spec, available) for spec in names]
     seen = set()
-    for m in metrics:  # two entries of one name would store each chunk's score twice under it
-        if m.name in seen:
-            raise ConfigError("metrics", f"{{option}} names {m.name!r} twice")
-        seen.add(m.name)
+    for m in metrics:  # two entries of one spec would store each chunk's score twice under it
+        if m.spec in seen:
+            raise ConfigError("metrics", f"{{option}} names {m.spec!r} twice")
+        seen.add(m.spec)
     return metrics
 
 
