@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.metrics import Chunk, Metric, Moments
+from onnxaff.metrics import Chunk, Metric, Moments, Needs
 from onnxaff_plugins.linalg import as_rows
-from onnxaff_plugins.pooled import pooled_variant
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -41,5 +40,13 @@ class CKA(Metric):
         return linear_cka(chunk.x, chunk.y)
 
 
-CKAPooled = pooled_variant(CKA, "cka_pooled", "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)",
-                           pooled_cka, __name__)
+class CKAPooled(CKA):
+    """cka from the pooled moments of all rows: one value per site, with cka's range, direction and rows rule."""
+
+    name = "cka_pooled"
+    description = "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)"
+    needs = Needs.MOMENTS
+    default = None
+
+    def compute(self, moments: Moments) -> float:
+        return pooled_cka(moments)
