@@ -103,7 +103,7 @@ class R2(Metric):
     description = "in-sample R² of the least-squares affine map X → Y per chunk (the reference's)"
     range = (0.0, 1.0)
     needs = Needs.CHUNK
-    rows_per_dim, rows_per_dim_strict = 8, 64
+    rows_per_dim = 8
     rank_sensitive = True
 
     def compute(self, chunk: Chunk) -> float:

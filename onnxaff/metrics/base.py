@@ -51,10 +51,9 @@ class Metric:
     # correlate and report show unless told); `stage_default` residual stages get when no stage metric is asked.
     default: ClassVar[int | None] = None
     stage_default: ClassVar[bool] = False
-    # The finite-sample rules (docs/statistics.md): rows per chunk per feature dimension for a bias under 0.05
-    # (flagged `few_rows` below it; None: just n > d) and under 0.01 (documented, not flagged).
+    # The finite-sample rule (docs/statistics.md): rows per chunk per feature dimension for a bias under 0.05
+    # (flagged `few_rows` below it; None: just n > d).
     rows_per_dim: ClassVar[float | None] = None
-    rows_per_dim_strict: ClassVar[float | None] = None
     regularised: ClassVar[bool] = False  # adds an absolute ε to covariances: flagged `eps_dominated` where it bites
     rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
 
