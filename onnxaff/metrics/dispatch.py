@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff.metrics import NEEDS, Chunk, ChunkPair, Metric, Needs, Tracks
+from onnxaff.metrics.base import Metric
+from onnxaff.metrics.types import NEEDS, Chunk, ChunkPair, Needs, Tracks
 
 
 @dataclass(frozen=True)

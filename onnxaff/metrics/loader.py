@@ -69,7 +69,7 @@ def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not math.isnan(v)
 
 
-def _check(cls, origin: str) -> None:
+def check_declarations(cls, origin: str) -> None:
     """The declared attributes, checked at load time: a bad one is one line now, not a traceback mid-run."""
     if not (inspect.isclass(cls) and issubclass(cls, Metric)) or not cls.name or not isinstance(cls.name, str):
         raise OnnxaffError(f"{origin} is not an onnxaff Metric subclass with a name")
@@ -94,7 +94,7 @@ def _check(cls, origin: str) -> None:
 
 
 def _add(found: dict[str, Registered], cls, origin: str, path: Path | None = None, helpers: tuple = ()) -> None:
-    _check(cls, origin)
+    check_declarations(cls, origin)
     if cls.name in found:
         if found[cls.name].cls is cls:
             return  # the same class listed twice (editable installs list entry points twice)
