@@ -146,7 +146,7 @@ def merge_nlc_states(states: list[dict]) -> dict:
 
 def network_results(d: dict, metrics: list) -> dict:
     """The signature's `network`: each metric that takes JvpStats, scored on the network's sums per output."""
-    return {m.name: jvp_result(d, m) for m in metrics if serving(m).end_input == "jvp"}
+    return {m.spec: jvp_result(d, m) for m in metrics if serving(m).end_input == "jvp"}
 
 
 def jvp_result(d: dict, metric) -> dict:

@@ -200,14 +200,14 @@ _FLAG_TEXT = {
 
 def _eps_text(names: list[str], metrics) -> str:
     """The ε of the flagged metrics as the user set it: the paper's 1e-6 only where that is the one in use."""
-    eps = sorted({float(getattr(m, "eps", 1e-6)) for m in metrics if m.name in names} or {1e-6})
+    eps = sorted({float(getattr(m, "eps", 1e-6)) for m in metrics if m.spec in names} or {1e-6})
     return "the paper's 1e-6" if eps == [1e-6] else ", ".join(f"{e:g}" for e in eps)
 
 
 def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
     """One line per flag kind over all sites and metrics, with counts and what to do (replaces per-site lines);
     `metrics` (the run's Metric instances) give the rows a few_rows site would need."""
-    per_dim = {m.name: getattr(m, "rows_per_dim", None) for m in metrics}
+    per_dim = {m.spec: getattr(m, "rows_per_dim", None) for m in metrics}
     lines = []
     for kind, (what, todo) in _FLAG_TEXT.items():
         counts, worst = {}, None

@@ -209,7 +209,7 @@ class Affinity(Metric):
     needs = Needs.CHUNK
     equal_dims = True
     default = 0
-    rows_per_dim, rows_per_dim_strict = 4, 16  # docs/statistics.md; Ledoit–Wolf needs 32 for both
+    rows_per_dim = 4  # docs/statistics.md; Ledoit–Wolf needs 32
     regularised = True
 
     def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = False, method: str = "auto"):
@@ -221,7 +221,7 @@ class Affinity(Metric):
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
         self.eps, self.shrinkage, self.relative_eps, self.method = eps, shrinkage, relative_eps, method
         if shrinkage == "ledoit_wolf":
-            self.rows_per_dim = self.rows_per_dim_strict = 32
+            self.rows_per_dim = 32
         self.regularised = not relative_eps  # a relative ε scales with the data: tiny activations do not drown
 
     def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxaff.metrics import Chunk, Metric, Moments
+from onnxaff.metrics import Chunk, Metric, Moments, Needs
 from onnxaff_plugins.linalg import as_rows
-from onnxaff_plugins.pooled import pooled_variant
 
 
 def linear_cka(x: np.ndarray, y: np.ndarray) -> float:
@@ -35,11 +34,19 @@ def pooled_cka(m: Moments) -> float:
 class CKA(Metric):
     name = "cka"
     description = "linear CKA between X and Y, per chunk (Kornblith et al. 2019)"
-    rows_per_dim, rows_per_dim_strict = 8, 32  # range [0, 1] and a Chunk per call: the Metric defaults
+    rows_per_dim = 8  # range [0, 1] and a Chunk per call: the Metric defaults
 
     def compute(self, chunk: Chunk) -> float:
         return linear_cka(chunk.x, chunk.y)
 
 
-CKAPooled = pooled_variant(CKA, "cka_pooled", "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)",
-                           pooled_cka, __name__)
+class CKAPooled(CKA):
+    """cka from the pooled moments of all rows: one value per site, with cka's range, direction and rows rule."""
+
+    name = "cka_pooled"
+    description = "linear CKA from the pooled moments of all rows: ‖Σ_XY‖²/(‖Σ_X‖‖Σ_Y‖)"
+    needs = Needs.MOMENTS
+    default = None
+
+    def compute(self, moments: Moments) -> float:
+        return pooled_cka(moments)

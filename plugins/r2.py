@@ -15,7 +15,6 @@ from onnxaff.metrics import (
     relative_singular_values,
 )
 from onnxaff_plugins.linalg import as_rows
-from onnxaff_plugins.pooled import pooled_variant
 
 
 def _fit(x: np.ndarray, y: np.ndarray, rounding: float = FLOAT32_EPS) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +103,7 @@ class R2(Metric):
     description = "in-sample R² of the least-squares affine map X → Y per chunk (the reference's)"
     range = (0.0, 1.0)
     needs = Needs.CHUNK
-    rows_per_dim, rows_per_dim_strict = 8, 64
+    rows_per_dim = 8
     rank_sensitive = True
 
     def compute(self, chunk: Chunk) -> float:
@@ -133,5 +132,17 @@ class R2HeldOut(Metric):
         return r2_held_out(*pair)
 
 
-R2Pooled = pooled_variant(R2, "r2_pooled", "R² of the best affine map X → Y from the pooled moments of all rows",
-                          r2_pooled, __name__)
+class R2Pooled(R2):
+    """r2 from the pooled moments of all rows: one value per site, with r2's range, rows rule and rank flags; no
+    caveat, as r2's speaks of the rows of one chunk."""
+
+    name = "r2_pooled"
+    description = "R² of the best affine map X → Y from the pooled moments of all rows"
+    needs = Needs.MOMENTS
+    default = None
+
+    def compute(self, moments: Moments) -> float:
+        return r2_pooled(moments)
+
+    def caveat(self, rows, dx, dy):
+        return None

@@ -49,7 +49,8 @@ def test_spec_syntax_and_values():
 
 def test_a_parameter_reaches_compute_and_names_the_entry(rng):
     (m,) = resolve(["affinity:eps=0.01"])
-    assert m.name == "affinity:eps=0.01" and m.eps == 0.01 and isinstance(m.eps, float)
+    assert m.spec == "affinity:eps=0.01" and m.eps == 0.01 and isinstance(m.eps, float)
+    assert type(m).name == "affinity" and m.name == m.spec  # registered name; the instance alias
     assert m.params() == {"eps": 0.01, "shrinkage": "none", "relative_eps": False, "method": "auto"}
     c = _chunk(rng)
     assert m.compute(c) == affinity_score(c.x, c.y, eps=0.01) != affinity_score(c.x, c.y)
@@ -62,7 +63,7 @@ def test_parameters_equal_the_registered_preset(rng, spec, preset):
     c = _chunk(rng)
     assert a.compute(c) == b.compute(c)  # bit for bit
     assert (a.rows_per_dim, a.regularised) == (b.rows_per_dim, b.regularised)
-    assert b.name == preset and "ledoit_wolf" not in b.name
+    assert b.spec == preset and "ledoit_wolf" not in b.spec
 
 
 @pytest.mark.parametrize("spec, match", [
@@ -93,8 +94,8 @@ def test_the_signature_records_parameters(tmp_path):
 def test_two_spellings_of_one_metric_are_one_name():
     from onnxaff.metrics import resolve
 
-    assert {m.name for m in resolve(["affinity:eps=1e-5"])} == {m.name for m in resolve(["affinity:eps=0.00001"])}
-    assert resolve(["affinity:eps=1e-6"])[0].name == "affinity"  # the default: the plain metric
+    assert {m.spec for m in resolve(["affinity:eps=1e-5"])} == {m.spec for m in resolve(["affinity:eps=0.00001"])}
+    assert resolve(["affinity:eps=1e-6"])[0].spec == "affinity"  # the default: the plain metric
     with pytest.raises(OnnxaffError, match="names 'affinity' twice"):
         resolve(["affinity", "affinity:eps=0.000001"])
 
@@ -153,7 +154,7 @@ def test_a_needs_no_row_serves_is_refused_when_the_metric_loads(tmp_path):
 
 def test_flags_follow_the_metric_declarations():
     seen = {"eps_dominated", "rank_deficient"}
-    by_name = {m.name: m for m in resolve(["affinity", "affinity_rel", "r2_heldout", "cka_pooled"])}
+    by_name = {m.spec: m for m in resolve(["affinity", "affinity_rel", "r2_heldout", "cka_pooled"])}
     assert metric_flags(by_name["affinity"], 10, 4, False, seen) == ["few_rows", "eps_dominated"]
     assert metric_flags(by_name["affinity_rel"], 100, 4, False, seen) == []
     assert metric_flags(by_name["r2_heldout"], 10, 4, True, seen) == ["partial", "rank_deficient"]
@@ -237,3 +238,25 @@ def test_a_parameter_kept_under_another_name_is_refused(tmp_path):
     assert resolve(["hidden"], available=registry([path]))[0].params() == {"k": 1.0}
     with pytest.raises(OnnxaffError, match="keeps its parameter 'k' under another name"):
         resolve(["hidden:k=5"], available=registry([path]))
+
+
+def test_name_is_the_registered_name_and_spec_the_instances(tmp_path):
+    """cls.name is what the plugin declares; an instance's name reads its spec and cannot be set apart from it."""
+    from tests.builders import write_plugin
+
+    (m,) = resolve(["affinity:shrinkage=ledoit_wolf"])
+    assert type(m).name == "affinity" and m.spec == m.name == "affinity:shrinkage=ledoit_wolf"
+    with pytest.raises(AttributeError, match="set spec"):
+        m.name = "other"
+    path = write_plugin(tmp_path / "taken.py", '''
+        class Taken(Metric):
+            name = "taken"
+
+            def __init__(self, spec: str = "x"):
+                self.spec = spec
+
+            def compute(self, chunk):
+                return 0.5
+    ''')
+    with pytest.raises(OnnxaffError, match="takes a parameter 'spec': name and spec are every metric's own"):
+        registry([path])

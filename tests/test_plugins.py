@@ -70,7 +70,7 @@ def test_plugin_file(tmp_path):
     found = registry([str(path)])
     assert found["mean_abs_change"].origin == f"file {path}"
     (metric,) = resolve(["mean_abs_change"], [str(path)])
-    assert metric.name == "mean_abs_change"
+    assert metric.spec == type(metric).name == "mean_abs_change"
 
 
 def test_duplicate_names_fail_loudly(tmp_path):

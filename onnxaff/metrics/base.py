@@ -9,6 +9,27 @@ from onnxaff.metrics.types import Needs
 
 _KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 DIRECTION = {True: "higher = more linear", False: "lower = more linear", None: "descriptive"}
+RESERVED = ("name", "spec")  # instance attributes of every metric: no constructor keyword may be called so
+
+
+class _RegisteredName:
+    """`cls.name` is the registered name; `instance.name` reads `instance.spec`.
+
+    The instance alias stays because the collection and analysis code keys entries by `m.name` (the spec);
+    new code reads `m.spec` for the entry's key and `type(m).name` for the registered name. Metric's
+    `__init_subclass__` wraps each class's own `name` in this, so plugins keep declaring a plain string.
+    """
+
+    __slots__ = ("registered",)
+
+    def __init__(self, registered):
+        self.registered = registered
+
+    def __get__(self, obj, owner=None):
+        return self.registered if obj is None else obj.spec
+
+    def __set__(self, obj, value):
+        raise AttributeError(f"a metric instance's name is its spec: set spec, not name ({value!r:.60})")
 
 
 class Metric:
@@ -20,7 +41,7 @@ class Metric:
     rows): set it on `self` in `__init__`.
     """
 
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # the registered name (`--metrics` names it); on an instance, an alias of `spec`
     description: ClassVar[str] = ""
     higher_is_more_linear: ClassVar[bool | None] = True  # None: descriptive, not a linearity score
     range: ClassVar[tuple[float, float]] = (0.0, 1.0)
@@ -30,12 +51,28 @@ class Metric:
     # correlate and report show unless told); `stage_default` residual stages get when no stage metric is asked.
     default: ClassVar[int | None] = None
     stage_default: ClassVar[bool] = False
-    # The finite-sample rules (docs/statistics.md): rows per chunk per feature dimension for a bias under 0.05
-    # (flagged `few_rows` below it; None: just n > d) and under 0.01 (documented, not flagged).
+    # The finite-sample rule (docs/statistics.md): rows per chunk per feature dimension for a bias under 0.05
+    # (flagged `few_rows` below it; None: just n > d).
     rows_per_dim: ClassVar[float | None] = None
-    rows_per_dim_strict: ClassVar[float | None] = None
     regularised: ClassVar[bool] = False  # adds an absolute ε to covariances: flagged `eps_dominated` where it bites
     rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
+
+    _spec: str | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in vars(cls) and not isinstance(vars(cls)["name"], _RegisteredName):
+            cls.name = _RegisteredName(vars(cls)["name"])
+
+    @property
+    def spec(self) -> str:
+        """This instance as a run names it, the key of its entries: the registered name, or `name:key=value`
+        for parameters set away from their defaults (one spelling, onnxaff.metrics.params.canonical_name)."""
+        return self._spec or type(self).name
+
+    @spec.setter
+    def spec(self, text: str) -> None:
+        self._spec = text
 
     def compute(self, sample) -> float:  # pragma: no cover - the interface
         raise NotImplementedError

@@ -56,8 +56,13 @@ def unserved(metric: Metric | type[Metric]) -> str | None:
     return f"declares unknown needs {metric.needs!r}; one of {', '.join(NEEDS)}"
 
 
+def needs_of(metric: Metric | type[Metric]) -> Needs:
+    """The kind of input a (served) metric declared."""
+    return Needs(metric.needs)
+
+
 def serving(metric: Metric | type[Metric]) -> Serving:
-    return SERVING[Needs(metric.needs)]
+    return SERVING[needs_of(metric)]
 
 
 def any_serving(metrics: list[Metric], attribute: str) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.metrics.base import Metric
+from onnxaff.metrics.base import RESERVED, Metric
 from onnxaff.metrics.dispatch import serving, unserved
 from onnxaff.metrics.output import plugin_output
 from onnxaff.metrics.params import build
@@ -69,7 +69,7 @@ def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and not math.isnan(v)
 
 
-def _check(cls, origin: str) -> None:
+def check_declarations(cls, origin: str) -> None:
     """The declared attributes, checked at load time: a bad one is one line now, not a traceback mid-run."""
     if not (inspect.isclass(cls) and issubclass(cls, Metric)) or not cls.name or not isinstance(cls.name, str):
         raise OnnxaffError(f"{origin} is not an onnxaff Metric subclass with a name")
@@ -88,10 +88,14 @@ def _check(cls, origin: str) -> None:
         raise OnnxaffError(f"{what} has no compute method")
     if not (cls.default is None or (isinstance(cls.default, int) and not isinstance(cls.default, bool))):
         raise OnnxaffError(f"{what} declares default {cls.default!r:.80}; it must be None or a whole number")
+    taken = [k for k in cls.parameters() if k in RESERVED]
+    if taken:  # build() sets spec, and name reads it: a keyword of either name would be overwritten or refused
+        raise OnnxaffError(f"{what} takes a parameter {taken[0]!r}: {' and '.join(RESERVED)} are every metric's "
+                           f"own attributes; give the parameter another name")
 
 
 def _add(found: dict[str, Registered], cls, origin: str, path: Path | None = None, helpers: tuple = ()) -> None:
-    _check(cls, origin)
+    check_declarations(cls, origin)
     if cls.name in found:
         if found[cls.name].cls is cls:
             return  # the same class listed twice (editable installs list entry points twice)
@@ -174,14 +178,14 @@ def registry(plugin_files: tuple[str, ...] | list[str] = ()) -> dict[str, Regist
 
 
 def resolve(names: list[str], plugin_files=(), available: dict[str, Registered] | None = None) -> list[Metric]:
-    """Metric instances for `name` or `name:key=value:...` specs (a parameterised one is named by its spec)."""
+    """Metric instances for `name` or `name:key=value:...` specs (each instance's `spec` is its entries' key)."""
     available = registry(plugin_files) if available is None else available
     metrics = [build(spec, available) for spec in names]
     seen = set()
-    for m in metrics:  # two entries of one name would store each chunk's score twice under it
-        if m.name in seen:
-            raise ConfigError("metrics", f"{{option}} names {m.name!r} twice")
-        seen.add(m.name)
+    for m in metrics:  # two entries of one spec would store each chunk's score twice under it
+        if m.spec in seen:
+            raise ConfigError("metrics", f"{{option}} names {m.spec!r} twice")
+        seen.add(m.spec)
     return metrics
 
 

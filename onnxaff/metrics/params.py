@@ -79,7 +79,7 @@ def _coerce(spec: str, cls, key: str, text: str):
 
 
 def build(spec: str, available: dict):
-    """One metric instance; a spec with parameters names its instance (the signature entry is the spec)."""
+    """One metric instance; its `spec` is the spec written one way (the signature entry's key)."""
     name, given = parse_spec(spec)
     if name not in available:
         raise ConfigError("metrics", f"{{option}}: unknown metric {name!r}; available: {', '.join(sorted(available))}")
@@ -102,5 +102,5 @@ def build(spec: str, available: dict):
         raise OnnxaffError(f"metric {name!r} ({reg.origin}) keeps its parameter {hidden[0]!r} under another name; "
                            f"store each constructor keyword as an attribute of the same name (scikit-learn's rule)")
     if given:
-        metric.name = canonical_name(name, kwargs, reg.cls.parameters())
+        metric.spec = canonical_name(name, kwargs, reg.cls.parameters())
     return metric
