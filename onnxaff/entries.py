@@ -28,15 +28,15 @@ def not_applicable(st: SiteState, m: Metric) -> str | None:
 
 
 def entry(st: SiteState, m: Metric) -> dict:
-    seen, values = st.seen, st.scores.values.get(m.name, [])
+    seen, values = st.seen, st.scores.values.get(m.spec, [])
     partial = st.schedule.partial
     out = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
     if seen.nonfinite_rows:
         out["status"] = "nonfinite"
     elif (reason := not_applicable(st, m)) is not None:
         out.update(status="not_applicable", reason=reason)
-    elif m.name in st.scores.errors:
-        out.update(status="error", error=st.scores.errors[m.name])
+    elif m.spec in st.scores.errors:
+        out.update(status="error", error=st.scores.errors[m.spec])
     elif not values:
         out["status"] = "no_data"
         why = serving(m).no_data
@@ -60,7 +60,7 @@ def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
     rows = seen.rows if pooled else (st.schedule.chunk_rows or seen.rows)
     d = max(seen.dims) if seen.dims else 0
     flags = metric_flags(m, rows, d, st.schedule.partial, _seen_by(st, m, pooled), seen.scale)
-    ci = None if pooled else entry_ci(values, st.scores.halves.get(m.name), m.range)
+    ci = None if pooled else entry_ci(values, st.scores.halves.get(m.spec), m.range)
     return {"flags": flags, "ci95": ci}
 
 

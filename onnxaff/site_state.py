@@ -153,7 +153,7 @@ class SiteState:
             return
         halves = [Chunk(readonly(solo.x[i]), readonly(solo.y[i]), solo.rounding) for i in half_sample_rows(solo.n)]
         jobs = [(m, h) for m in metrics if serving(m).half_samples and not not_applicable(self, m)
-                and m.name in self.scores.values for h in halves]
+                and m.spec in self.scores.values for h in halves]
         if jobs:
             if (results := scorer.results(scorer.submit(jobs))) is None:
                 return  # stopped: the solo chunk stays, so a resumed run scores its halves

@@ -23,7 +23,7 @@ def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Met
             seen = st.seen
             d.update(rows=seen.rows, chunks=st.chunks, partial_chunk=st.schedule.partial,
                      dim=seen.dims[0] // st.tracks if seen.dims else None)
-            d["metrics"] = {m.name: st.entry(m) for m in metrics}
+            d["metrics"] = {m.spec: st.entry(m) for m in metrics}
         else:
             d["metrics"] = {}
         out.append(d)
@@ -49,7 +49,7 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
             d["status"] = "flagged"
             d["reason"] = f"NaN/Inf in the features of {seen.nonfinite_rows} of {seen.rows} rows"
             warnings.append(f"{label}: {d['reason']}")
-        d["metrics"] = {m.name: st.entry(m) for m in metrics}
+        d["metrics"] = {m.spec: st.entry(m) for m in metrics}
         for name, err in st.scores.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
         out.append(d)

@@ -90,7 +90,7 @@ def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, exa
             continue
         seconds = max(c[0] for c in costs)
         total = sum(c[0] for c in costs) * chunks
-        lines.append(f"metric {m.name}: {max(costs)[1]} takes about {_duration(seconds)} a {rows:,}-row chunk, "
+        lines.append(f"metric {m.spec}: {max(costs)[1]} takes about {_duration(seconds)} a {rows:,}-row chunk, "
                      f"about {_duration(total)} for {chunks} chunk(s) × {len(costs)} site(s); a smaller "
                      f"{option('chunk_size')} with more chunks scales (or a metric on pooled moments)")
     return lines

@@ -76,7 +76,7 @@ class Feeder:
             "model": plan.model_info, "data": description, "options": plan.options,
             "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__,
                         "threads": config.threads, "graph_optimization": config.graph_optimization},
-            "metrics": {m.name: metric_info(m, plan.registry[type(m).name].origin)
+            "metrics": {m.spec: metric_info(m, plan.registry[type(m).name].origin)
                         for m in plan.metrics + plan.track_metrics},
             "warnings": list(plan.warnings),
         }

@@ -150,7 +150,7 @@ def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Met
     track_metrics = [m for m in asked if serving(m).stage]
     if has_stages and not track_metrics:  # residual stages get the trajectory metrics unasked
         track_metrics = resolve(stage_metrics(available), available=available)
-    return metrics, track_metrics, [m.name for m in asked]
+    return metrics, track_metrics, [m.spec for m in asked]
 
 
 def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:

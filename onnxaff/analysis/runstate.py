@@ -120,7 +120,7 @@ class RunState:
         options = self.header["options"]
         available = registry(options["plugins"])
         metrics = [m for m in resolve(options["metrics"], available=available) if not serving(m).stage]
-        names = {m.name for m in metrics}
+        names = {m.spec for m in metrics}
         track_metrics = resolve([n for n in self.header["metrics"] if n not in names], available=available)
         if (what := code_mismatch(code_fingerprints(metrics + track_metrics, available), self.key.get("metrics"))):
             which = "" if self.shard is None else f" {self.shard[0]}/{self.shard[1]}"

@@ -15,8 +15,8 @@ RESERVED = ("name", "spec")  # instance attributes of every metric: no construct
 class _RegisteredName:
     """`cls.name` is the registered name; `instance.name` reads `instance.spec`.
 
-    The instance alias stays because the collection and analysis code keys entries by `m.name` (the spec);
-    new code reads `m.spec` for the entry's key and `type(m).name` for the registered name. Metric's
+    The core reads `m.spec` for an entry's key and `type(m).name` for the registered name; the instance alias
+    stays for plugin code that reads `self.name`. Metric's
     `__init_subclass__` wraps each class's own `name` in this, so plugins keep declaring a plain string.
     """
 
