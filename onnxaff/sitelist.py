@@ -26,6 +26,8 @@ class SiteList:
     extra: list[Site]  # pair and block sites, deduplicated
     stages: list[list]  # residual stages (chains of residual blocks)
     sites: list[Site]  # activations + extra, numbered
+    # With explain: the non-linearities left unclaimed or unnamed, with each rule's refusal (graph.explain).
+    misses: list | None = None
 
 
 def _dedupe(sites: list[Site]) -> list[Site]:
@@ -38,8 +40,11 @@ def _dedupe(sites: list[Site]) -> list[Site]:
     return out
 
 
-def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=()) -> SiteList:
-    """Activations, then pairs and blocks, numbered in that order (shapes as static inference gives them)."""
+def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=(), explain: bool = False) -> SiteList:
+    """Activations, then pairs and blocks, numbered in that order (shapes as static inference gives them).
+
+    explain: also say why the non-linearities no site names were refused (one more discovery pass).
+    """
     view = loaded.view
     activations = find_sites(view, layout)
     extra = pair_sites(view, [tuple(p) for p in pairs], layout) if pairs else []
@@ -52,7 +57,12 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=()) -
     sites = activations + extra
     for k, s in enumerate(sites):
         s.index = k
-    return SiteList(activations, extra, stages, sites)
+    misses = None
+    if explain:
+        from onnxaff.graph.explain import explain_misses
+
+        misses = explain_misses(view, activations)
+    return SiteList(activations, extra, stages, sites, misses)
 
 
 def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,

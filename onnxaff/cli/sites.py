@@ -27,7 +27,10 @@ from onnxaff.text import printable
 @click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]", help="Also list these tensor pairs (as analyze).")
 @click.option("--blocks", default=None, metavar="KINDS",
               help="Also list discovered blocks: residual, attention, mlp or all (as analyze).")
-def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks) -> None:
+@click.option("--explain", is_flag=True,
+              help="Also say, for each non-linearity no site names, which rules were tried and why each refused "
+                   "(JSON: an object with 'sites' and 'misses').")
+def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks, explain: bool) -> None:
     """List the non-linearities (sites) of MODEL in forward order, with the status analyze gives them."""
     from onnxaff.data import parse_input_shapes
     from onnxaff.graph import load_model
@@ -36,13 +39,18 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
     from onnxaff.sitelist import list_sites, resolve_by_probe
 
     loaded = load_model(model)
-    listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks))
+    listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks), explain=explain)
     resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape),
                      explicit=data != "synthetic:gaussian" or bool(input_shape))
     if fmt == "json":
-        click.echo(json.dumps([s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites], indent=1))
+        found = [s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites]
+        if explain:
+            found = {"sites": found, "misses": [m.to_dict() for m in listed.misses]}
+        click.echo(json.dumps(found, indent=1))
         return
     _print_sites(listed, os.path.basename(model))
+    if explain:
+        _print_misses(listed.misses)
 
 
 def _print_sites(listed, model_name: str) -> None:
@@ -60,6 +68,28 @@ def _print_sites(listed, model_name: str) -> None:
     if listed.stages:
         click.echo(f"{len(listed.stages)} residual stage(s) of "
                    f"{', '.join(str(len(st)) for st in listed.stages)} blocks get trajectory metrics")
+
+
+def _print_misses(misses) -> None:
+    """One row per refusal; of the library's, only the nearest (smallest deviation where it decided)."""
+    if not misses:
+        click.echo("\nevery non-affine node belongs to a named site: nothing to explain")
+        return
+    rows = []
+    for m in misses:
+        where = f"site {m.site}" if m.site else "+".join(m.ops) + " (" + ", ".join(m.nodes) + ")"
+        library = [t for t in m.tried if t.stage == "library"]
+        shown = [t for t in m.tried if t.stage != "library"]
+        if library:
+            shown.append(min(library, key=lambda t: t.gap))
+        for t in shown:
+            rule = f"nearest of {len(library)}: {t.rule}" if t.stage == "library" and len(library) > 1 else t.rule
+            ops = f"{len(t.ops)} op" + "s" * (len(t.ops) > 1)
+            rows.append([where, t.stage, rule, f"{t.entry} → {t.exit} ({ops})", t.reason])
+            where = ""
+    click.echo("\n" + printable(f"non-linearities no site names: {len(misses)}; the rules tried and why each "
+                                 "refused (--format json lists every library refusal)"))
+    click.echo(table(rows, ["unnamed", "pass", "rule", "region tried", "reason"]))
 
 
 @cli.command()

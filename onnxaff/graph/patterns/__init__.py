@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from onnxaff.graph.patterns import gelu, hardswish, mish, relu6, softsign, swish
 from onnxaff.graph.patterns.islands import match_islands
 from onnxaff.graph.patterns.region import ANCHORS, Candidate, candidates, evaluator
-from onnxaff.graph.patterns.rule import Rule
+from onnxaff.graph.patterns.rule import Miss, Rule
 from onnxaff.graph.patterns.softmax import match_softmax
 from onnxaff.graph.view import GraphView
 
@@ -21,26 +21,47 @@ class PatternMatch:
     params: dict = field(default_factory=dict)
 
 
-def match(view: GraphView) -> list[PatternMatch]:
+def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = None) -> list[PatternMatch]:
     """Every decomposed activation in the graph; each node belongs to at most one match.
 
-    Decomposed softmaxes first, then the anchored rules (exporters' forms), then anonymous islands.
+    Decomposed softmaxes first, then the anchored rules (exporters' forms), then anonymous islands. With
+    `misses`, each pass records (pass, region, Miss) for every refusal; what is found stays the same.
     """
     claimed: set[int] = set()
-    found = [PatternMatch(kind, cand, params) for kind, cand, params in match_softmax(view, claimed)]
+    found = [PatternMatch(kind, cand, params) for kind, cand, params in match_softmax(view, claimed, misses)]
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
         node = view.nodes[i]
         if i in claimed or node.op_type not in ANCHORS or node.domain not in ("", "ai.onnx"):
             continue
         rules = [r for r in RULES if node.op_type in r.anchors]
-        for cand in candidates(view, i):
-            if len(cand.nodes) < 2 or claimed.intersection(cand.nodes):
+        cands = [c for c in candidates(view, i) if len(c.nodes) >= 2]
+        if not cands and rules and misses is not None:
+            misses.append(("rule", Candidate(node.input[0] if node.input else "", node.output[0], (i,)),
+                           Miss("anchor", NO_REGION, (node.op_type,))))
+        for cand in cands:
+            if claimed.intersection(cand.nodes):
+                if misses is not None:
+                    misses.append(("rule", cand, Miss("anchor", "overlaps a site found earlier")))
                 continue
-            f = evaluator(view, cand)
-            hit = next(((r, p) for r in rules if (p := r.classify(f)) is not None), None)
+            hit = _classify(rules, evaluator(view, cand), cand, misses)
             if hit is not None:
                 found.append(PatternMatch(hit[0].kind, cand, hit[1]))
                 claimed.update(cand.nodes)
                 break
-    found += [PatternMatch(kind, cand, params) for kind, cand, params in match_islands(view, claimed)]
+    found += [PatternMatch(kind, cand, params) for kind, cand, params in match_islands(view, claimed, misses)]
     return found
+
+
+NO_REGION = ("no closed region of two ops or more around this {} (an inner tensor read outside, a second "
+             "variable input, or an op the rules do not evaluate)")
+
+
+def _classify(rules: list[Rule], f, cand: Candidate, misses) -> tuple[Rule, dict] | None:
+    """The first rule that names f, with its parameters; the others' refusals go to `misses`."""
+    for r in rules:
+        p = r.classify(f)
+        if type(p) is not Miss:
+            return r, p
+        if misses is not None:
+            misses.append(("rule", cand, p))
+    return None

@@ -18,6 +18,7 @@ from onnxaff.graph import elementwise
 from onnxaff.graph.fold import as_float64
 from onnxaff.graph.patterns import library
 from onnxaff.graph.patterns.region import Candidate
+from onnxaff.graph.patterns.rule import Miss
 from onnxaff.graph.view import GraphView
 
 MAX_ISLAND_NODES = 16
@@ -133,23 +134,30 @@ class Islands:
                 out.update((c, None) for c in group)
         return out
 
-    def name(self, cand: Candidate, g: np.ndarray) -> tuple[str, dict] | None:
-        """The named function (kind, params) the island computes, or None (affine functions name none)."""
+    def name(self, cand: Candidate, g: np.ndarray, misses: list[Miss] | None = None) -> tuple[str, dict] | None:
+        """The named function (kind, params) the island computes, or None (affine functions name none);
+        each library entry's refusal goes to `misses` when given."""
         if g.shape[1] == 1 or np.array_equal(g, np.broadcast_to(g[:, :1], g.shape), equal_nan=True):
-            return library.identify(g[:, 0], lambda x: self.function(cand)(x)[:, 0])
+            return library.identify(g[:, 0], lambda x: self.function(cand)(x)[:, 0], misses)
         try:
             shape = np.broadcast_shapes(*(c.shape for c in self._consts(cand.entry, cand.nodes).values()))
         except ValueError:
+            if misses is not None:
+                misses.append(Miss("prelu", "its per-position constants do not broadcast together"))
             return None
-        return library.identify_columns(g, shape if int(np.prod(shape)) == g.shape[1] else (g.shape[1],))
+        return library.identify_columns(g, shape if int(np.prod(shape)) == g.shape[1] else (g.shape[1],), misses)
 
 
 def _ops(view: GraphView, cand: Candidate) -> list[str]:
     return [view.nodes[i].op_type for i in cand.nodes]
 
 
-def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candidate, dict]]:
-    """Named islands first (largest first), then unnamed non-affine ones, none overlapping `claimed`."""
+def match_islands(view: GraphView, claimed: set[int],
+                  misses: list[tuple[str, Candidate, Miss]] | None = None) -> list[tuple[str, Candidate, dict]]:
+    """Named islands first (largest first), then unnamed non-affine ones, none overlapping `claimed`.
+
+    With `misses`, every refusal is recorded with its region (what `sites` explains); the result is the same.
+    """
     isl = Islands(view, claimed)
     exits = [i for i in sorted(range(len(view.nodes)), key=view.order.__getitem__, reverse=True)
              if i not in claimed and isl.variable_inputs(i) is not None
@@ -166,17 +174,28 @@ def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
             affine_memo[c] = library.is_affine(values[c])
         return affine_memo[c]
 
+    def refuse(c: Candidate, why: str, *args) -> None:
+        if misses is not None:
+            misses.append(("island", c, Miss("island", why, args)))
+
     named, unnamed, dead = [], [], set()
     for i in exits:
+        for c in per_exit[i]:
+            if values[c] is None:
+                refuse(c, "not a function of its entry alone (constants that do not broadcast, a tensor bound)")
         cands = [c for c in per_exit[i] if values[c] is not None]
         if cands and affine(cands[-1]) and not set(_ops(view, cands[-1])) <= _ALGEBRA:
             # Non-linear parts that cancel (Clip with min > max: a constant) make no non-linearity.
             dead.update(cands[-1].nodes)
+            refuse(cands[-1], "affine overall: its non-linear parts cancel, so neither it nor its ops are sites")
             continue
         # Named: the outermost name, taken as far in as that same name and parameters reach.
         pick = None
         for cand in reversed(cands):
-            hit = isl.name(cand, values[cand])
+            tried = None if misses is None else []
+            hit = isl.name(cand, values[cand], tried)
+            if tried:
+                misses.extend(("library", cand, m) for m in tried)
             if hit is None:
                 if pick is not None:
                     break
@@ -188,6 +207,8 @@ def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
             # A lone op is the single-node pass's (Relu, Max(x, 0)) or no site (|x| is a leaky ReLU of -1).
             if len([op for op in _ops(view, pick[0]) if op not in _PASS_THROUGH]) >= 2:
                 named.append(pick)
+            else:
+                refuse(pick[0], "computes {} but is a lone op: the single-node pass's, or no site", pick[1])
             continue
         # Unnamed: the innermost non-affine region; single activation nodes are their own sites.
         for cand in cands:
@@ -195,6 +216,8 @@ def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
                 core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
                 if len(core) >= 2 and not set(core) & _SINGLE_NODE_SITES and not set(core) <= _ALGEBRA:
                     unnamed.append((cand, "elementwise", {}))
+                else:
+                    _refuse_unnamed(refuse, cand, core)
                 break
     found = []
     taken = set(claimed) | dead
@@ -203,4 +226,18 @@ def match_islands(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
             if taken.isdisjoint(cand.nodes):
                 taken.update(cand.nodes)
                 found.append((kind, cand, params))
+            else:
+                refuse(cand, "would be {} but overlaps a site taken first (a larger island or an earlier pass)", kind)
     return found
+
+
+def _refuse_unnamed(refuse, cand: Candidate, core: list[str]) -> None:
+    """Why the innermost non-affine island names nothing and is still no `elementwise` site."""
+    if len(core) < 2:
+        refuse(cand, "names nothing and is a lone op ({}): an unnamed site takes two ops or more", "+".join(core))
+    elif set(core) & _SINGLE_NODE_SITES:
+        refuse(cand, "names nothing and holds {}, a site of its own: an unnamed island takes no activation op",
+               "+".join(sorted(set(core) & _SINGLE_NODE_SITES)))
+    else:
+        refuse(cand, "names nothing and is algebra only ({}): the arithmetic of normalisations and scaling",
+               "+".join(core))

@@ -15,7 +15,7 @@ import numpy as np
 
 from onnxaff.graph import special
 from onnxaff.graph.patterns import gelu, hardswish, mish, rule, softsign, swish
-from onnxaff.graph.patterns.rule import PROBE
+from onnxaff.graph.patterns.rule import PROBE, Miss, deviation, gap
 
 FAR = 1.0e4
 # The rule probes plus far points (bounds, saturation) and a few off-grid values near 0.
@@ -36,6 +36,12 @@ def close_to(g: np.ndarray, reference: np.ndarray) -> bool:
 
 _NEAR = np.abs(WIDE) <= 50
 _SAMPLE = np.searchsorted(WIDE, [-3.0, -1.0, -0.37, 0.37, 1.0, 3.0])
+
+
+def _differs(kind: str, name: str, g: np.ndarray, reference: np.ndarray) -> Miss:
+    """Why `close_to(g, reference)` failed, on the points it compares."""
+    ok = np.isfinite(g) | ~_NEAR
+    return deviation(kind, name, WIDE[ok], g[ok], reference[ok])
 
 
 def f32(v: float) -> float:
@@ -60,9 +66,10 @@ def _fixed(kind, reference):
 
     def fit(g, f, k):
         expected = values()
-        if all(_near(k[x], float(expected[_INDEX[x]])) for x in (-1.0, 0.37, 1.0, 2.0)) and close_to(g, expected):
-            return kind, {}
-        return None
+        for x in (-1.0, 0.37, 1.0, 2.0):
+            if not _near(k[x], want := float(expected[_INDEX[x]])):
+                return Miss(kind, "f({:g}) = {:.6g}, {} gives {:.6g}", (x, k[x], kind, want), gap(k[x], want))
+        return (kind, {}) if close_to(g, expected) else _differs(kind, kind, g, expected)
 
     return fit
 
@@ -72,12 +79,14 @@ def _clip(g, f, k):
     lo = None if not np.isfinite(lo) or lo < -FAR / 2 else lo
     hi = None if not np.isfinite(hi) or hi > FAR / 2 else hi
     if (lo is None and hi is None) or (lo is not None and hi is not None and lo >= hi):
-        return None
+        return Miss("clip", "unbounded at both ends, or f(-1e4) ≥ f(1e4): no clamp")
     lo_, hi_ = -np.inf if lo is None else lo, np.inf if hi is None else hi
-    if not all(_near(k[x], min(max(x, lo_), hi_)) for x in (-1.0, 0.37, 1.0)):
-        return None
-    if not close_to(g, np.clip(WIDE, lo_, hi_)):
-        return None
+    for x in (-1.0, 0.37, 1.0):
+        if not _near(k[x], want := min(max(x, lo_), hi_)):
+            return Miss("clip", "f({:g}) = {:.6g}, clip({:.6g}, {:.6g}) gives {:.6g}", (x, k[x], lo_, hi_, want),
+                        gap(k[x], want))
+    if not close_to(g, reference := np.clip(WIDE, lo_, hi_)):
+        return _differs("clip", f"clip(x, {lo_:g}, {hi_:g})", g, reference)
     if lo == 0.0 and hi is None:
         return "relu", {}
     if lo == 0.0 and hi == 6.0:
@@ -87,22 +96,25 @@ def _clip(g, f, k):
 
 def _leaky(g, f, k):
     alpha = -k[-1.0]
-    if k[2.0] != 2.0 or alpha in (0.0, 1.0) or not _near(k[-0.37], -0.37 * alpha):
-        return None
-    if not close_to(g, np.where(WIDE < 0, alpha * WIDE, WIDE)):
-        return None
+    if k[2.0] != 2.0:
+        return Miss("leaky_relu", "f(2) = {:.6g}, not 2", (k[2.0],), gap(k[2.0], 2.0))
+    if alpha in (0.0, 1.0) or not _near(k[-0.37], -0.37 * alpha):
+        return Miss("leaky_relu", "slope {:.6g} read at -1 does not give f(-0.37) = {:.6g}", (alpha, k[-0.37]),
+                    gap(k[-0.37], -0.37 * alpha))
+    if not close_to(g, reference := np.where(WIDE < 0, alpha * WIDE, WIDE)):
+        return _differs("leaky_relu", f"leaky_relu(α={alpha:.6g})", g, reference)
     return "leaky_relu", {"alpha": f32(alpha)}
 
 
 def _thresholded(g, f, k):
     if k[FAR] != FAR or k[-FAR] != 0.0:
-        return None
+        return Miss("thresholded_relu", "f(-1e4) = {:.6g} and f(1e4) = {:.6g}, not 0 and 1e4", (k[-FAR], k[FAR]))
     zero, ident = g == 0.0, np.isclose(g, WIDE, rtol=1e-7, atol=0) & (WIDE != 0)
     if not np.all(zero | ident) or not zero.any() or not ident.any():
-        return None
+        return Miss("thresholded_relu", "neither 0 nor x at x={:g}", (float(WIDE[np.argmin(zero | ident)]),))
     lo, hi = WIDE[zero & (WIDE != 0)].max(initial=-np.inf), WIDE[ident].min()
     if not WIDE[zero].max() < hi or not np.isfinite(lo):
-        return None
+        return Miss("thresholded_relu", "no single jump from 0 to x")
     lo = max(lo, WIDE[zero].max())
     for _ in range(80):  # the jump from 0 to x: y = x where x > alpha
         mid = 0.5 * (lo + hi)
@@ -117,12 +129,15 @@ def _thresholded(g, f, k):
 def _selu_elu(g, f, k):
     gamma = k[1.0]
     if gamma <= 0 or not _near(k[2.0], 2.0 * gamma):
-        return None
+        return Miss("elu/selu", "not γ·x for x > 0: f(1) = {:.6g}, f(2) = {:.6g}", (gamma, k[2.0]),
+                    gap(k[2.0], 2.0 * gamma))
     alpha = k[-1.0] / (gamma * np.expm1(-1.0))
-    if alpha <= 0 or not _near(k[-0.37], gamma * alpha * np.expm1(-0.37)):
-        return None
-    if not close_to(g, gamma * np.where(WIDE > 0, WIDE, alpha * np.expm1(np.minimum(WIDE, 0.0)))):
-        return None
+    want = gamma * alpha * np.expm1(-0.37)
+    if alpha <= 0 or not _near(k[-0.37], want):
+        return Miss("elu/selu", "α = {:.6g} read at -1 gives f(-0.37) = {:.6g}, not {:.6g}", (alpha, want, k[-0.37]),
+                    gap(k[-0.37], want))
+    if not close_to(g, reference := gamma * np.where(WIDE > 0, WIDE, alpha * np.expm1(np.minimum(WIDE, 0.0)))):
+        return _differs("elu/selu", f"{gamma:.6g}·elu(α={alpha:.6g})", g, reference)
     if f32(gamma) == 1.0:
         return "elu", {"alpha": f32(alpha)}
     return "selu", {"alpha": f32(alpha), "gamma": f32(gamma)}
@@ -130,24 +145,30 @@ def _selu_elu(g, f, k):
 
 def _celu(g, f, k):
     alpha = -k[-FAR]
-    if k[2.0] != 2.0 or not 0 < alpha < FAR / 20 or not _near(k[-1.0], alpha * np.expm1(-1.0 / alpha)):
-        return None
-    if not close_to(g, np.where(WIDE > 0, WIDE, alpha * np.expm1(np.minimum(WIDE, 0.0) / alpha))):
-        return None
+    if k[2.0] != 2.0 or not 0 < alpha < FAR / 20:
+        return Miss("celu", "f(2) = {:.6g} and f(-1e4) = {:.6g}: not x for x > 0 with a bound -α below",
+                    (k[2.0], k[-FAR]), gap(k[2.0], 2.0))
+    if not _near(k[-1.0], want := alpha * np.expm1(-1.0 / alpha)):
+        return Miss("celu", "α = {:.6g} read at -1e4 gives f(-1) = {:.6g}, not {:.6g}", (alpha, want, k[-1.0]),
+                    gap(k[-1.0], want))
+    if not close_to(g, reference := np.where(WIDE > 0, WIDE, alpha * np.expm1(np.minimum(WIDE, 0.0) / alpha))):
+        return _differs("celu", f"celu(α={alpha:.6g})", g, reference)
     return "celu", {"alpha": f32(alpha)}
 
 
 def _hard_sigmoid(g, f, k):
     if k[-FAR] != 0.0 or k[FAR] != 1.0:
-        return None
+        return Miss("hard_sigmoid", "f(-1e4) = {:.6g} and f(1e4) = {:.6g}, not 0 and 1", (k[-FAR], k[FAR]))
     inner = np.flatnonzero((g > 1e-9) & (g < 1 - 1e-9))
     if len(inner) < 2:
-        return None
+        return Miss("hard_sigmoid", "fewer than two probes strictly between 0 and 1: no slope to read")
     (x1, x2), (y1, y2) = WIDE[inner[[0, -1]]], g[inner[[0, -1]]]
     alpha = (y2 - y1) / (x2 - x1)
     beta = y1 - alpha * x1
-    if alpha <= 0 or not close_to(g, np.clip(alpha * WIDE + beta, 0.0, 1.0)):
-        return None
+    if alpha <= 0:
+        return Miss("hard_sigmoid", "slope {:.6g} between its ends is not positive", (alpha,))
+    if not close_to(g, reference := np.clip(alpha * WIDE + beta, 0.0, 1.0)):
+        return _differs("hard_sigmoid", f"hard_sigmoid(α={alpha:.6g}, β={beta:.6g})", g, reference)
     return "hard_sigmoid", {"alpha": f32(alpha), "beta": f32(beta)}
 
 
@@ -155,12 +176,15 @@ def _swish(g, f, k):
     # x·σ(βx) at x = 1 is σ(β): read β off one probe, then demand agreement everywhere.
     at_one = k[1.0]
     if not 0.0 < at_one < 1.0:
-        return None
+        return Miss("swish", "f(1) = {:.6g} is outside (0, 1): no σ(β) to read β from", (at_one,))
     beta = float(special.logit(at_one))
-    if beta <= 0 or not _near(k[2.0], 2.0 * special.expit(2.0 * beta)):
-        return None
-    if not close_to(g, WIDE * special.expit(beta * WIDE)):
-        return None
+    if beta <= 0:
+        return Miss("swish", "β = {:.6g} read at 1 is not positive", (beta,))
+    if not _near(k[2.0], want := 2.0 * special.expit(2.0 * beta)):
+        return Miss("swish", "β = {:.6g} read at 1 gives f(2) = {:.6g}, not {:.6g}", (beta, want, k[2.0]),
+                    gap(k[2.0], want))
+    if not close_to(g, reference := WIDE * special.expit(beta * WIDE)):
+        return _differs("swish", f"x·σ({beta:.6g}x)", g, reference)
     if abs(beta - 1.0) <= 1e-4:
         return "silu", {}
     if abs(beta - swish.QUICK_GELU_BETA) <= 1e-4:
@@ -198,22 +222,31 @@ def is_affine(g: np.ndarray) -> bool:
     return bool(np.all(resid <= 1e-9 * (1.0 + np.abs(g) + FAR * np.abs(coef[1]))))
 
 
-def identify(g: np.ndarray, f: Callable[[np.ndarray], np.ndarray]) -> tuple[str, dict] | None:
-    """(kind, params) of the named function g = f(WIDE) is, or None."""
+def identify(g: np.ndarray, f: Callable[[np.ndarray], np.ndarray],
+             misses: list[Miss] | None = None) -> tuple[str, dict] | None:
+    """(kind, params) of the named function g = f(WIDE) is, or None; each entry's refusal goes to `misses`."""
     if not np.isfinite(g[_NEAR]).all():  # every named function is finite on [-50, 50]
+        if misses is not None:
+            x = float(WIDE[_NEAR][np.argmin(np.isfinite(g[_NEAR]))])
+            misses.append(Miss("library", "not finite at x={:g}, where every named function is", (x,)))
         return None
     k = dict(zip(_KEYS, g[_KEY_INDEX].tolist(), strict=True))
     with np.errstate(all="ignore"):
         for entry in NAMED:
             hit = entry(g, f, k)
-            if hit is not None:
+            if type(hit) is not Miss:
                 return hit
+            if misses is not None:
+                misses.append(hit)
     return None
 
 
-def identify_columns(g: np.ndarray, slope_shape: tuple) -> tuple[str, dict] | None:
+def identify_columns(g: np.ndarray, slope_shape: tuple, misses: list[Miss] | None = None) -> tuple[str, dict] | None:
     """An island with per-position constants: PReLU when each position is a leaky ReLU of its own slope."""
     slopes = -g[np.searchsorted(WIDE, -1.0)]
-    if not close_to(g, np.where(WIDE[:, None] < 0, slopes[None, :] * WIDE[:, None], WIDE[:, None])):
+    reference = np.where(WIDE[:, None] < 0, slopes[None, :] * WIDE[:, None], WIDE[:, None])
+    if not close_to(g, reference):
+        if misses is not None:
+            misses.append(Miss("prelu", "its constants vary by position and no position-wise leaky ReLU fits it"))
         return None
     return "prelu", {"slope": np.float32(slopes).astype(np.float64).reshape(slope_shape).tolist()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxaff.graph.patterns.region import Candidate
+from onnxaff.graph.patterns.rule import Miss
 from onnxaff.graph.view import GraphView
 
 
@@ -38,8 +39,16 @@ def _producer(view: GraphView, tensor: str, op: str) -> int | None:
     return i
 
 
-def match_softmax(view: GraphView, claimed: set[int]) -> list[tuple[str, Candidate, dict]]:
+def match_softmax(view: GraphView, claimed: set[int],
+                  misses: list[tuple[str, Candidate, Miss]] | None = None) -> list[tuple[str, Candidate, dict]]:
+    """Softmaxes from each Exp; with `misses`, why an Exp starts none."""
     found = []
+
+    def refuse(e: int, why: str, *args) -> None:
+        if misses is not None:
+            node = view.nodes[e]
+            misses.append(("softmax", Candidate(node.input[0], node.output[0], (e,)), Miss("softmax", why, args)))
+
     for e, node in enumerate(view.nodes):
         if node.op_type != "Exp" or node.domain not in ("", "ai.onnx") or e in claimed:
             continue
@@ -47,10 +56,13 @@ def match_softmax(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
         users = view.consumers.get(ex, [])
         sums = [j for j in users if view.nodes[j].op_type == "ReduceSum" and view.nodes[j].input[0] == ex]
         if len(sums) != 1 or not _keepdims(view.nodes[sums[0]]):
+            refuse(e, "its output has no single ReduceSum with keepdims=1" if len(sums) != 1
+                   else "its ReduceSum drops the reduced axis (keepdims=0)")
             continue
         r = sums[0]
         axes, s = _axes(view, view.nodes[r]), view.nodes[r].output[0]
         if axes is None or len(axes) != 1:
+            refuse(e, "its ReduceSum reduces {} axes, not one", "unknown" if axes is None else len(axes))
             continue
         nodes, y, kind = [e, r], None, None
         div = [j for j in users if view.nodes[j].op_type == "Div" and list(view.nodes[j].input) == [ex, s]]
@@ -65,6 +77,7 @@ def match_softmax(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
                     kind, y = "log_softmax", view.nodes[sub].output[0]
                     nodes += [log, sub]
         if kind is None:
+            refuse(e, "the Exp and its sum make neither Div(exp, sum) nor Sub(x, Log(sum)), or are read elsewhere")
             continue
         x = t
         sub = _producer(view, t, "Sub")
@@ -77,6 +90,7 @@ def match_softmax(view: GraphView, claimed: set[int]) -> list[tuple[str, Candida
                     x = view.nodes[sub].input[0]
                     nodes += [mx, sub]
         if claimed.intersection(nodes):
+            refuse(e, "overlaps a softmax found earlier")
             continue
         cand = Candidate(x, y, tuple(sorted(nodes, key=view.order.__getitem__)))
         found.append((kind, cand, {"axis": axes[0]}))
