@@ -134,7 +134,7 @@ class SiteState:
         if not self.seen.nonfinite_rows and (rest := self.schedule.remainder(self.seen.chunk_rounding)) is not None:
             self.score(rest, metrics, scorer)
         self.collect()
-        self._half_samples(metrics, scorer)
+        _half_samples(self, metrics, scorer)
         inputs = {} if self.seen.nonfinite_rows else self.pooled.inputs(self.seen.chunk_rounding)
         jobs = [(m, inputs[serving(m).end_input]) for m in metrics
                 if inputs.get(serving(m).end_input) is not None and not not_applicable(self, m)]
@@ -143,22 +143,6 @@ class SiteState:
         if self.schedule.unscored or scorer.stop:
             raise KeyboardInterrupt
         self.finished = True
-
-    def _half_samples(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
-        """A run with one chunk: score random halves of it, for that chunk's ci95 (onnxaff.stats.entry_ci).
-
-        Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
-        solo = self.schedule.solo
-        if self.schedule.chunks != 1 or solo is None or solo.n < 8:
-            return
-        halves = [Chunk(readonly(solo.x[i]), readonly(solo.y[i]), solo.rounding) for i in half_sample_rows(solo.n)]
-        jobs = [(m, h) for m in metrics if serving(m).half_samples and not not_applicable(self, m)
-                and m.spec in self.scores.values for h in halves]
-        if jobs:
-            if (results := scorer.results(scorer.submit(jobs))) is None:
-                return  # stopped: the solo chunk stays, so a resumed run scores its halves
-            self.scores.store_halves(results)
-        self.schedule.solo = None
 
     def entry(self, m: Metric) -> dict:
         return entry(self, m)
@@ -191,3 +175,20 @@ class SiteState:
             for chunk in mine.cut(x, y, self.seen.chunk_rounding):
                 self.score(chunk, metrics, scorer)
             self.collect()  # these chunks come after the part's own: record them now, in that order
+
+
+def _half_samples(st: SiteState, metrics: list[Metric], scorer: ChunkScorer) -> None:
+    """A run with one chunk: score random halves of it, for that chunk's ci95 (onnxaff.stats.entry_ci).
+
+    Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
+    solo = st.schedule.solo
+    if st.schedule.chunks != 1 or solo is None or solo.n < 8:
+        return
+    halves = [Chunk(readonly(solo.x[i]), readonly(solo.y[i]), solo.rounding) for i in half_sample_rows(solo.n)]
+    jobs = [(m, h) for m in metrics if serving(m).half_samples and not not_applicable(st, m)
+            and m.spec in st.scores.values for h in halves]
+    if jobs:
+        if (results := scorer.results(scorer.submit(jobs))) is None:
+            return  # stopped: the solo chunk stays, so a resumed run scores its halves
+        st.scores.store_halves(results)
+    st.schedule.solo = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 
 from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.graph import flow
 from onnxaff.graph.sites import Site, settle_shape
 from onnxaff.graph.view import GraphView
 
@@ -43,7 +44,7 @@ def _check_tensor(view: GraphView, name: str, known: set[str]) -> None:
 
 def between(view: GraphView, x: str, y: str) -> list[int]:
     """Indices of the nodes on some path from tensor x to tensor y, in forward order."""
-    return sorted(view.between(x, y), key=view.order.__getitem__)
+    return sorted(flow.between(view, x, y), key=view.order.__getitem__)
 
 
 def tensor_pair_site(view: GraphView, x: str, y: str, *, kind: str, site_id: str, group: str, layout: str,

@@ -6,16 +6,11 @@ statistics and rewriting: every derived index (topological order, folded constan
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable
 from functools import cached_property
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-# Ops that only reshape or retype a value: a constant stays a constant through them.
-_VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"}
 # Ops that read only their input's shape: what they compute is static even from a data tensor.
 SHAPE_ONLY = {"Shape", "Size"}
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -42,8 +37,9 @@ class GraphView:
         self.initializers = {t.name: t for t in graph.initializer}
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
         self.graph_outputs = {o.name for o in graph.output}
-        self._const_cache: dict[str, np.ndarray | None] = {}
-        self._depth = 0
+        from onnxaff.graph.constants import ConstantValues
+
+        self._constants = ConstantValues(self)
 
     # -- order -------------------------------------------------------------------------------
     @cached_property
@@ -61,74 +57,19 @@ class GraphView:
 
     @cached_property
     def order(self) -> dict[int, int]:
-        """Node index -> position in the forward pass (topological, ties by position in the file).
+        """Node index -> position in the forward pass (onnxaff.graph.flow.forward_order)."""
+        from onnxaff.graph.flow import forward_order
 
-        Kahn's algorithm taking the lowest ready index first (networkx's lexicographical order, without the
-        0.07 s of importing networkx on every command)."""
-        n = len(self.nodes)
-        children: list[list[int]] = [[] for _ in range(n)]
-        waiting = [len(p) for p in self.predecessors]
-        for i, preds in enumerate(self.predecessors):
-            for j in preds:
-                children[j].append(i)
-        ready = [i for i in range(n) if waiting[i] == 0]
-        ordered = []
-        while ready:
-            i = heapq.heappop(ready)
-            ordered.append(i)
-            for c in children[i]:
-                waiting[c] -= 1
-                if waiting[c] == 0:
-                    heapq.heappush(ready, c)
-        if len(ordered) < n:  # a cyclic graph is invalid ONNX; keep file order
-            ordered = list(range(n))
-        return {i: k for k, i in enumerate(ordered)}
+        return forward_order(self.predecessors)
 
     # -- constants ---------------------------------------------------------------------------
     def constant(self, name: str) -> np.ndarray | None:
         """The value of a tensor fixed at export time (initializer, Constant node, or a reshape of one)."""
-        if name in self._const_cache:
-            return self._const_cache[name]
-        if self._depth > 256:  # folding recurses up the graph; a chain this long holds no constant worth it
-            return None
-        self._depth += 1
-        try:
-            value = self._compute_constant(name)
-        finally:
-            self._depth -= 1
-        self._const_cache[name] = value
-        return value
-
-    def _compute_constant(self, name: str) -> np.ndarray | None:
-        if not name:
-            return None
-        if name in self.initializers:
-            tensor = self.initializers[name]
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                return None  # weights left on disk are never scalars worth reading here
-            return numpy_helper.to_array(tensor)
-        i = self.producer.get(name)
-        if i is None:
-            return None
-        node = self.nodes[i]
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            return _constant_node_value(node)
-        if node.op_type in _VALUE_PRESERVING and node.input:
-            inner = self.constant(node.input[0])
-            if inner is not None and inner.size == 1:
-                return inner.reshape(())
-        from onnxaff.graph.fold import fold_node
-
-        return fold_node(self, node)
+        return self._constants.value(name)
 
     def scalar(self, name: str) -> float | None:
-        from onnxaff.graph.fold import as_float64
-
-        value = self.constant(name)
-        value = None if value is None else as_float64(value)
-        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):
-            return None
-        return float(value.reshape(()))
+        """A constant's one number as a float, None for anything else."""
+        return self._constants.scalar(name)
 
     # -- shapes ------------------------------------------------------------------------------
     @cached_property
@@ -177,8 +118,7 @@ class GraphView:
         return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
 
     def node_label(self, i: int) -> str:
-        node = self.nodes[i]
-        return node.name or f"{node.op_type}#{i}"
+        return self.nodes[i].name or f"{self.nodes[i].op_type}#{i}"
 
     def base_id(self, i: int, output: str) -> str:
         """A site's or block's id before deduplication: the node's name, else op type and output tensor."""
@@ -228,81 +168,6 @@ class GraphView:
         """Forward position of a tensor's producer (×2: a fused sum comes before its normalised form)."""
         p = self.producer.get(name)
         return -1 if p is None else 2 * self.order[p] + (name in self.fused_sum_of)
-
-    def common_source(self, tensors: list[str], limit: int = 20000) -> str | None:
-        """The latest tensor (in forward order) that every one of `tensors` derives from, or None.
-
-        Walks the data ancestors in decreasing forward order, so when a tensor is popped every
-        path to it from the start tensors is known: the first one reached from all of them is the
-        nearest common ancestor.
-        """
-        full = (1 << len(tensors)) - 1
-        mask: dict[str, int] = {}
-        for k, t in enumerate(tensors):
-            mask[t] = mask.get(t, 0) | (1 << k)
-        heap = [(-self.tensor_order(t), t) for t in mask]
-        heapq.heapify(heap)
-        for _ in range(limit):
-            if not heap:
-                return None
-            _, t = heapq.heappop(heap)
-            m = mask[t]
-            if m == full:
-                return t
-            for u in self.parents(t):
-                if u not in mask:
-                    mask[u] = m
-                    heapq.heappush(heap, (-self.tensor_order(u), u))
-                else:
-                    mask[u] |= m
-        return None
-
-    def between(self, src: str, dst: str, also: Iterable[str] = ()) -> set[int]:
-        """Nodes on some path from tensor `src` (or one of `also`) to tensor `dst`, shape computations included."""
-        end = self.producer.get(dst)
-        if end is None:
-            return set()
-        hi = self.order[end]  # a node after `dst`'s producer cannot lead to it
-        fwd: set[int] = set()
-        stack = [c for t in (src, *also) for c in self.consumers.get(t, []) if self.order[c] <= hi]
-        while stack:
-            n = stack.pop()
-            if n in fwd:
-                continue
-            fwd.add(n)
-            for o in self.nodes[n].output:
-                stack.extend(c for c in self.consumers.get(o, []) if self.order[c] <= hi and c not in fwd)
-        if end not in fwd:
-            return set()
-        inside: set[int] = set()
-        stack = [end]
-        while stack:
-            n = stack.pop()
-            if n in inside or n not in fwd:
-                continue
-            inside.add(n)
-            for name in self.nodes[n].input:
-                p = self.producer.get(name)
-                if p is not None and p not in inside:
-                    stack.append(p)
-        return inside
-
-
-def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
-    for attr in node.attribute:
-        if attr.name == "value":
-            if attr.t.data_location == onnx.TensorProto.EXTERNAL:
-                return None
-            return numpy_helper.to_array(attr.t)
-        if attr.name == "value_float":
-            return np.array(attr.f, dtype=np.float32)
-        if attr.name == "value_floats":
-            return np.array(list(attr.floats), dtype=np.float32)
-        if attr.name == "value_int":
-            return np.array(attr.i, dtype=np.int64)
-        if attr.name == "value_ints":
-            return np.array(list(attr.ints), dtype=np.int64)
-    return None
 
 
 def iter_tensors(graph: onnx.GraphProto):

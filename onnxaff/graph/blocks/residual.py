@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from onnxaff.graph.blocks.block import Found
 from onnxaff.graph.blocks.walk import LAYOUT, MIXING, VALUE_PRESERVING, between, dims_compatible
+from onnxaff.graph.flow import common_source
 from onnxaff.graph.view import SKIP_NORMS, GraphView
 
 
@@ -27,7 +28,7 @@ def residual_blocks(view: GraphView, site_nodes: set[int], score_nodes: set[int]
             (shape := view.shape(t)) is not None and not dims_compatible(shape, out_shape) for t in data
         ):
             continue  # an operand is broadcast: a mask or a per-channel term, not a stream plus a branch
-        src = view.common_source(data)
+        src = common_source(view, data)
         if src is None:
             continue  # two unrelated streams (embeddings of two inputs, a mask)
         inside = between(view, src, out)

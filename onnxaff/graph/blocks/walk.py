@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from onnxaff.graph import flow
 from onnxaff.graph.view import GraphView
 
 # A linear map of one data tensor by constant weights.
@@ -36,7 +37,7 @@ def single_user(view: GraphView, name: str) -> int | None:
 
 def between(view: GraphView, src: str, dst: str) -> set[int]:
     """Nodes on some path from `src` to `dst`, where a fused sum also leads to the LayerNorm computed from it."""
-    return view.between(src, dst, also=view.fused_sums.get(src, ()))
+    return flow.between(view, src, dst, also=view.fused_sums.get(src, ()))
 
 
 def is_projection(view: GraphView, i: int) -> bool:
