@@ -8,23 +8,24 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = [  # top to bottom, as in docs/architecture.md
-    ("foundations", ["onnxaff/errors.py", "onnxaff/text.py", "onnxaff/files.py", "onnxaff/progress.py",
-                     "onnxaff/terminal.py", "onnxaff/memory.py", "onnxaff/stopping.py", "onnxaff/statefields.py"]),
-    ("metric API", ["onnxaff/metrics/"]),
-    ("graph", ["onnxaff/graph/", "onnxaff/export.py"]),
-    ("data", ["onnxaff/data/"]),
-    ("collection", ["onnxaff/collect.py", "onnxaff/scoring.py", "onnxaff/stats.py", "onnxaff/chunks.py",
-                    "onnxaff/pooled.py", "onnxaff/observations.py", "onnxaff/scores.py", "onnxaff/entries.py",
-                    "onnxaff/site_state.py"]),
-    ("runtime", ["onnxaff/runtime.py", "onnxaff/network.py"]),
-    ("signature format", ["onnxaff/signature.py", "onnxaff/schema.py", "onnxaff/tables.py"]),
-    ("analysis", ["onnxaff/analysis/", "onnxaff/sitelist.py"]),
-    ("results", ["onnxaff/compare.py", "onnxaff/shards.py", "onnxaff/executors.py"]),
-    ("reports", ["onnxaff/report/"]),
-    ("studies", ["onnxaff/study/", "onnxaff/demo.py"]),
-    ("command line", ["onnxaff/cli/"]),
-]
+
+
+def _table() -> list[tuple[str, list[str], list[str]]]:
+    """(layer, module paths, modules it never imports) from docs/architecture.md's layer table, top to bottom."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = page.index("| layer | modules | holds | never touches |")
+    rows = []
+    for line in page[start:].splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        name, modules, _, never = (c.strip() for c in line.strip("|").split(" | "))
+        paths = [m if m.startswith("onnxaff/") else f"onnxaff/{m}" for m in re.findall(r"`([^`]+)`", modules)]
+        rows.append((name, paths, re.findall(r"`([\w.]+)`", never)))
+    return rows
+
+
+TABLE = _table()
+LAYERS = [(name, paths) for name, paths, _ in TABLE]  # top to bottom, as in docs/architecture.md
 
 
 def layer_of(path: str) -> int | None:
@@ -65,10 +66,55 @@ def test_every_module_has_a_layer_and_imports_only_upwards():
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_architecture_page_lists_the_same_layers():
-    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("| layer")]
-    assert [r.split("|")[1].strip() for r in rows[:len(LAYERS)]] == [name for name, _ in LAYERS]
+def test_the_layer_table_names_real_modules():
+    assert [name for name, _ in LAYERS][:2] == ["foundations", "metric API"] and LAYERS[-1][0] == "command line"
+    missing = [p for _, paths in LAYERS for p in paths if not (ROOT / p).exists()]
+    assert not missing, missing
+
+
+def _imports(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+
+
+def test_no_layer_imports_what_it_never_touches():
+    """The "never touches" column of docs/architecture.md, held: each backticked module there is one the layer's
+    modules never import (e.g. the collection never imports onnx or onnxaff.graph, the metric API no onnxruntime)."""
+    wrong = []
+    for path in sorted((ROOT / "onnxaff").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        mine = layer_of(rel)
+        if mine is None:
+            continue
+        never = TABLE[mine][2]
+        wrong += [f"{rel}:{line} ({TABLE[mine][0]}) imports {module}"
+                  for line, module in _imports(ast.parse(path.read_text(encoding="utf-8")))
+                  if any(module == n or module.startswith(n + ".") for n in never)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_classes_and_modules_stay_small():
+    """No class in onnxaff/ over 150 lines, no module over 400: one job each, readable alone."""
+    big = []
+    for path in sorted((ROOT / "onnxaff").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(ROOT).as_posix()
+        if text.count("\n") > 400:
+            big.append(f"{rel}: {text.count(chr(10))} lines")
+        big += [f"{rel}: class {n.name} {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(ast.parse(text))
+                if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > 150]
+    assert not big, big
+
+
+def test_no_getattr_on_a_data_source():
+    """DataSource declares every member the run reads (skipped, warnings, example_shapes): no probing."""
+    probe = re.compile(r"\b(?:getattr|hasattr)\([^)]*source")
+    found = [f"{p.relative_to(ROOT)}:{k}" for p in sorted((ROOT / "onnxaff").rglob("*.py"))
+             for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if probe.search(line)]
+    assert not found, found
 
 
 def _cli_flags() -> set[str]:

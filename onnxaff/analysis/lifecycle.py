@@ -31,7 +31,7 @@ from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
 from onnxaff.data import no_usable
-from onnxaff.errors import ConfigError, DataFailed, Interrupted, OnnxaffError, StopWhileWaiting, option
+from onnxaff.errors import ConfigError, DataFailed, Interrupted, Message, OnnxaffError, StopWhileWaiting, option
 from onnxaff.files import exclusive, lock_beside
 from onnxaff.progress import Progress
 from onnxaff.scoring import ChunkScorer
@@ -48,7 +48,8 @@ def open_run(model: str | os.PathLike | onnx.ModelProto, data: str, config: Anal
     """A prepared run (a context manager: it holds the checkpoint's lock until closed).
 
     A file at `checkpoint` that is not an onnxaff checkpoint is refused, never replaced. `echo` receives the
-    lines a person should read (a checkpoint continued or replaced), with options marked (onnxaff.errors.option).
+    lines a person should read (a checkpoint continued or replaced) as `Message`s: text naming configuration
+    fields, which the CLI renders with its flags.
     """
     config = AnalysisConfig.of(config, **options)
     if resume not in RESUME:
@@ -63,7 +64,7 @@ def open_run(model: str | os.PathLike | onnx.ModelProto, data: str, config: Anal
             held.enter_context(exclusive(lock_beside(checkpoint), f"the checkpoint {checkpoint}"))
             prepare(checkpoint)
         run = Run(Feeder(Plan.build(model, data, config)), checkpoint, held)
-        _continue(run, resume, on_mismatch, echo or (lambda line: None))
+        _continue(run, resume, on_mismatch, (lambda line: echo(Message(line))) if echo else (lambda line: None))
     except BaseException:
         held.close()
         raise

@@ -60,7 +60,7 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
         raise OnnxaffError(f"{checkpoint} is where the study keeps this model's checkpoint, and holds a file that "
                            "is not one; move it away or label the model otherwise (LABEL=MODEL)")
     with open_run(model.path, data, AnalysisConfig(**options), checkpoint=checkpoint, resume="auto",
-                  on_mismatch="restart", echo=lambda line: echo(Message(f"    {line}"))) as run:
+                  on_mismatch="restart", echo=lambda line: echo(Message("    " + line.template))) as run:
         run.execute(every, finish=True)  # Ctrl-C during the last scores still saves the model's state
         return run.signature()
 
