@@ -5,7 +5,7 @@ Read from a finished SiteState; nothing here changes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -27,10 +27,27 @@ def not_applicable(st: SiteState, m: Metric) -> str | None:
     return None
 
 
-def entry(st: SiteState, m: Metric) -> dict:
+class MetricEntry(TypedDict, total=False):
+    """One metric at one site or stage in the signature (docs/signature.md; tests/test_docs.py holds them equal)."""
+
+    mean: float | None
+    std: float | None
+    chunks: int
+    status: str  # ok, error, not_applicable, no_data, nonfinite
+    values: list[float]
+    reason: str
+    error: str
+    partial: bool
+    pooled_rows: int
+    caveat: str
+    flags: list[str]
+    ci95: list[float] | None
+
+
+def entry(st: SiteState, m: Metric) -> MetricEntry:
     seen, values = st.seen, st.scores.values.get(m.spec, [])
     partial = st.schedule.partial
-    out = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
+    out = MetricEntry(mean=None, std=None, chunks=len(values), status="ok")
     if seen.nonfinite_rows:
         out["status"] = "nonfinite"
     elif (reason := not_applicable(st, m)) is not None:

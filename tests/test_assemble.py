@@ -112,10 +112,10 @@ def test_stage_results_consume_states_only_for_ok_stages(rng):
     stacked = np.hstack([h, np.tanh(h), np.tanh(np.tanh(h))])  # h⁰ h¹ h² side by side, Y empty
     st = _collected(stacked, stacked[:, :0], tracks, tracks=3)
     stages = [{"index": 0, "id": "stage:a..b", "blocks": ["a", "b"], "tensors": ["t0", "t1", "t2"], "status": "ok",
-               "reason": "", "probes": ["p"] * 3},
+               "reason": ""},
               {"index": 1, "id": "stage:c..c", "blocks": ["c"], "tensors": [], "status": "skipped",
-               "reason": "t: unknown rank", "probes": []}]
+               "reason": "t: unknown rank"}]
     ok, skipped = stage_results(stages, [st], tracks)
-    assert "probes" not in ok and (ok["length"], ok["dim"], ok["rows"], ok["chunks"]) == (2, 4, 64, 2)
+    assert (ok["length"], ok["dim"], ok["rows"], ok["chunks"]) == (2, 4, 64, 2)
     assert ok["metrics"]["lss"]["status"] == "ok"
     assert skipped["metrics"] == {} and skipped["length"] == 1 and skipped["reason"] == "t: unknown rank"

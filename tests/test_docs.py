@@ -42,3 +42,23 @@ def test_the_reproducibility_table_is_the_studys():
     text = DOC.read_text(encoding="utf-8")
     assert BEGIN in text and END in text
     assert text.split(BEGIN, 1)[1].split(END, 1)[0].strip() == table(load("tolerances.json"))
+
+
+def test_signature_page_names_every_entry_field():
+    """The entry types the core builds (onnxaff.entries.MetricEntry, onnxaff.analysis.assemble.StageEntry) are the
+    fields docs/signature.md describes: a field added to one is documented, or this fails."""
+    import re
+    import typing
+
+    from onnxaff.analysis.assemble import StageEntry
+    from onnxaff.entries import MetricEntry
+
+    page = (ROOT / "docs" / "signature.md").read_text(encoding="utf-8")
+    metric_rows = " ".join(line for line in page.splitlines() if line.startswith("| `metrics.<name>")
+                           or line.startswith("Metric statuses") or "`reason`" in line)
+    named = set(re.findall(r"`([a-z_0-9]+)`", metric_rows)) | {"flags", "ci95"}
+    assert set(typing.get_type_hints(MetricEntry)) <= named, set(typing.get_type_hints(MetricEntry)) - named
+    stage = page[page.index("## A stage"):]
+    stage = stage[stage.index("`index`"):].split("\n\n")[0]
+    documented = {name.split(".")[0] for name in re.findall(r"`([a-z_0-9.]+)`", stage)}
+    assert set(typing.get_type_hints(StageEntry)) == documented

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+from typing import TypedDict
 
 from onnxaff import __version__
+from onnxaff.entries import MetricEntry
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric
 from onnxaff.signature import Signature
@@ -12,11 +14,29 @@ from onnxaff.site_state import SiteState
 from onnxaff.stats import flag_warnings
 
 
-def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Metric]) -> list[dict]:
-    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff_plugins.trajectory)."""
+class StageEntry(TypedDict, total=False):
+    """A residual stage in the signature (docs/signature.md, "A stage"; tests/test_docs.py holds them equal)."""
+
+    index: int
+    id: str
+    blocks: list[str]
+    tensors: list[str]
+    status: str
+    reason: str
+    length: int
+    rows: int
+    chunks: int
+    partial_chunk: bool
+    dim: int | None
+    metrics: dict[str, MetricEntry]
+
+
+def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Metric]) -> list[StageEntry]:
+    """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff_plugins.trajectory);
+    `stages` are their saved discovery entries (Stage.base)."""
     out, ok = [], iter(states)
     for stage in stages:
-        d = {k: v for k, v in stage.items() if k != "probes"}
+        d = StageEntry(**stage)
         d["length"] = len(stage["blocks"])
         if stage["status"] == "ok":
             st = next(ok)

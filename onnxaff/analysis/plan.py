@@ -50,7 +50,7 @@ class Plan:
     loaded: LoadedModel
     sites: list[Site]
     ok_sites: list[Site]
-    stages: list[dict]
+    stages: list[Stage]
     registry: dict[str, Registered]
     metrics: list[Metric]
     track_metrics: list[Metric]
@@ -79,7 +79,7 @@ class Plan:
 
     def stage_bases(self) -> list[dict]:
         """The residual stages' discovery entries as a signature records them (without their probe sites)."""
-        return [{k: v for k, v in st.items() if k != "probes"} for st in self.stages]
+        return [st.base() for st in self.stages]
 
     @property
     def host_reduce(self) -> str | None:
@@ -118,8 +118,8 @@ class Plan:
         if not ok_sites:
             raise OnnxaffError("no site can be analysed: " + "; ".join(sorted({s.reason for s in sites})))
         stages = _stage_entries(loaded.view, listed.stages, config.layout, first_index=len(sites))
-        track_sites = [t for stage in stages if stage["status"] == "ok" for t in stage["probes"]]
-        probes = [stage["probes"] for stage in stages if stage["status"] == "ok"]
+        track_sites = [t for stage in stages if stage.ok for t in stage.probes]
+        probes = [stage.probes for stage in stages if stage.ok]
         examples = max(1, len(source) // (config.shard[1] if config.shard else 1))
         check_sites(ok_sites, probes, metrics, config, examples)
         slow = slow_chunk_warnings(ok_sites, metrics, track_metrics if probes else [], probes, config, examples)
@@ -161,16 +161,38 @@ def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:
         slices.append(slice(len(names), len(names) + len(own)))
         names += own
     for stage in stages:  # a residual stage: its tracks' features side by side as X (h⁰ … h^L)
-        if stage["status"] != "ok":
+        if not stage.ok:
             continue
-        stage_probes.append(stage["probes"])
-        own = [outputs[t.index].x for t in stage["probes"]]
+        stage_probes.append(stage.probes)
+        own = [outputs[t.index].x for t in stage.probes]
         stage_slices.append(slice(len(names), len(names) + len(own)))
         names += own
     return tuple(names), tuple(slices), tuple(stage_slices), tuple(stage_probes)
 
 
-def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index: int) -> list[dict]:
+@dataclass(frozen=True)
+class Stage:
+    """A residual stage as discovery found it: its blocks, its track tensors h⁰ … h^L and a probe site for each."""
+
+    index: int
+    id: str
+    blocks: list[str]
+    tensors: list[str]
+    status: str
+    reason: str
+    probes: list[Site]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def base(self) -> dict:
+        """What the signature records of it before any metric (docs/signature.md, "A stage")."""
+        return {"index": self.index, "id": self.id, "blocks": list(self.blocks), "tensors": list(self.tensors),
+                "status": self.status, "reason": self.reason}
+
+
+def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index: int) -> list[Stage]:
     """Residual stages with a probe site per track tensor (h⁰ … h^L), numbered after the real sites."""
     entries, index = [], first_index
     for k, stage in enumerate(stages):
@@ -180,11 +202,9 @@ def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index
             probes.append(tensor_probe(view, t, layout, index))
             index += 1
         bad = next((p for p in probes if not p.ok), None)
-        entries.append({
-            "index": k, "id": f"stage:{stage[0].id}..{stage[-1].id}", "blocks": [b.id for b in stage],
-            "tensors": tensors, "status": "ok" if bad is None else "skipped",
-            "reason": "" if bad is None else f"{bad.input}: {bad.reason}", "probes": probes,
-        })
+        entries.append(Stage(index=k, id=f"stage:{stage[0].id}..{stage[-1].id}", blocks=[b.id for b in stage],
+                             tensors=tensors, status="ok" if bad is None else "skipped",
+                             reason="" if bad is None else f"{bad.input}: {bad.reason}", probes=probes))
     return entries
 
 
