@@ -38,6 +38,8 @@ def _plain(value):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, set):
+        return set(value)
     return value
 
 
@@ -47,9 +49,14 @@ def to_state(obj) -> dict:
         if f.metadata.get("transient"):
             continue
         if f.metadata.get("part") is not None:
-            out.update(to_state(getattr(obj, f.name)))
+            inner = to_state(getattr(obj, f.name))
+            if clash := set(inner) & set(out):
+                raise TypeError(f"{type(obj).__name__}.{f.name} saves {sorted(clash)} twice in one flat state")
+            out.update(inner)
             continue
         value, encode = getattr(obj, f.name), f.metadata.get("encode")
+        if f.name in out:
+            raise TypeError(f"{type(obj).__name__}.{f.name} is saved twice in one flat state")
         out[f.name] = encode(value) if encode is not None and value is not None else _plain(value)
     return out
 

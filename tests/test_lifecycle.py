@@ -61,7 +61,7 @@ def test_a_mismatched_checkpoint_is_refused_or_replaced(tmp_path):
     with open_run(TANH, DATA, checkpoint=ckpt, resume="auto", on_mismatch="restart", echo=lines.append,
                   **other) as run:
         assert run.state.cursor == 0
-    assert len(lines) == 1 and lines[0].startswith("not continuing c.npz: ") and "starting over" in lines[0]
+    assert lines == ["not continuing c.npz (from other options (chunk_size)); starting over"]
 
 
 @pytest.mark.parametrize("kwargs, field", [(dict(resume="sometimes"), "resume"), (dict(resume="always"), "resume"),

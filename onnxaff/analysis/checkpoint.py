@@ -164,12 +164,21 @@ def code_mismatch(mine: dict | None, theirs: dict | None) -> str | None:
     return None
 
 
+class NotThisRun(OnnxaffError):
+    """A saved state that is not a checkpoint of this very run; `why` says what it is instead."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 def check_resumable(path, mine: dict, saved: dict) -> None:
     """Refuse to continue a state that is not a checkpoint of this very run, saying why in one line."""
     if not isinstance(saved, dict) or saved.get("kind") != STATE_KIND_CHECKPOINT:
-        raise OnnxaffError(f"{path} is a shard part, not a checkpoint")
+        raise NotThisRun(f"{path} is a shard part, not a checkpoint", "a shard part")
     if (what := key_mismatch(mine, saved["key"])) is not None:
-        raise OnnxaffError(f"checkpoint {path} is from {what}; remove it or run without {option('resume')}")
+        raise NotThisRun(f"checkpoint {path} is from {what}; remove it or run without {option('resume')}",
+                         f"from {what}")
 
 
 # --- the --checkpoint file ---

@@ -22,6 +22,7 @@ from onnxaff.analysis.assemble import check_some_number
 from onnxaff.analysis.checkpoint import (
     STATE_KIND_CHECKPOINT,
     STATE_KIND_PART,
+    NotThisRun,
     check_resumable,
     load_state,
     prepare,
@@ -44,12 +45,14 @@ ON_MISMATCH = ("refuse", "restart")  # a checkpoint of another run: an error / a
 
 def open_run(model: str | os.PathLike | onnx.ModelProto, data: str, config: AnalysisConfig | None = None, *,
              checkpoint: str | os.PathLike | None = None, resume: str = "never", on_mismatch: str = "refuse",
-             echo: Callable[[str], None] | None = None, **options) -> Run:
+             echo: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None,
+             **options) -> Run:
     """A prepared run (a context manager: it holds the checkpoint's lock until closed).
 
-    A file at `checkpoint` that is not an onnxaff checkpoint is refused, never replaced. `echo` receives the
-    lines a person should read (a checkpoint continued or replaced) as `Message`s: text naming configuration
-    fields, which the CLI renders with its flags.
+    A file at `checkpoint` that is not an onnxaff checkpoint is refused, never replaced. `echo` receives what a
+    person may like to know (a checkpoint continued, or one of another run replaced), `warn` (default: `echo`)
+    what they should read (a checkpoint replaced because no resume was asked for), as `Message`s: text naming
+    configuration fields, which the CLI renders with its flags.
     """
     config = AnalysisConfig.of(config, **options)
     if resume not in RESUME:
@@ -64,7 +67,8 @@ def open_run(model: str | os.PathLike | onnx.ModelProto, data: str, config: Anal
             held.enter_context(exclusive(lock_beside(checkpoint), f"the checkpoint {checkpoint}"))
             prepare(checkpoint)
         run = Run(Feeder(Plan.build(model, data, config)), checkpoint, held)
-        _continue(run, resume, on_mismatch, (lambda line: echo(Message(line))) if echo else (lambda line: None))
+        note = (lambda line: echo(Message(line))) if echo else (lambda line: None)
+        _continue(run, resume, on_mismatch, note, (lambda line: warn(Message(line))) if warn else note)
     except BaseException:
         held.close()
         raise
@@ -203,12 +207,13 @@ class Run:
         return sig
 
 
-def _continue(run: Run, resume: str, on_mismatch: str, echo: Callable[[str], None]) -> None:
+def _continue(run: Run, resume: str, on_mismatch: str, echo: Callable[[str], None],
+              warn: Callable[[str], None]) -> None:
     """The one resume path: the checkpoint of this very run continued, as `resume` and `on_mismatch` say."""
     path = run.checkpoint
     if path is None or resume == "never":
         if path is not None and path.exists():
-            echo(f"{path} holds an interrupted run; starting over replaces it ({option('resume')} continues it)")
+            warn(f"{path} holds an interrupted run; starting over replaces it ({option('resume')} continues it)")
         return
     if not path.exists():
         if resume == "always":
@@ -219,7 +224,8 @@ def _continue(run: Run, resume: str, on_mismatch: str, echo: Callable[[str], Non
     except OnnxaffError as exc:
         if on_mismatch == "refuse":
             raise
-        echo(f"not continuing {path.name}: {exc.template}; starting over")
+        why = exc.why if isinstance(exc, NotThisRun) else exc.template
+        echo(f"not continuing {path.name} ({why}); starting over")
         return
     st = run.state
     echo(f"continuing from {path.name} ({st.cursor - st.start} of {st.stop - st.start} examples done)")

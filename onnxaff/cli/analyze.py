@@ -100,8 +100,12 @@ def _run_locked(model, data, out, outputs, checkpoint: str, opts: RunOptions):
     def warn(line: str) -> None:
         echo_err(f"warning: {render_options(line, flag_of)}")
 
+    def note(line: str) -> None:
+        if not opts.quiet:
+            echo_err(render_options(line, flag_of))
+
     resume = "always" if opts.resume else "never"
-    with open_run(model, data, opts.analysis, checkpoint=checkpoint, resume=resume, echo=warn) as run:
+    with open_run(model, data, opts.analysis, checkpoint=checkpoint, resume=resume, echo=note, warn=warn) as run:
         refuse_overwrite(outputs, _weight_files(run.plan.loaded))
         for w in run.plan.slow_chunks:  # said before the hours, not after
             warn(w)

@@ -216,7 +216,8 @@ class ImageFolderSource(DataSource):
 
     def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
         self.skipped, self.used = [], 0
-        should_stop = should_stop or (lambda: False)
+        if should_stop is None:
+            should_stop = lambda: False  # noqa: E731 - nobody asks this source to stop
         tasks = self._tasks(batch_size, start, len(self.files) if stop is None else min(stop, len(self.files)))
         if self.workers <= 0:
             for paths in tasks:
