@@ -4,8 +4,6 @@ Tiny inline models on synthetic data: each test says one thing about the lifecyc
 
 from __future__ import annotations
 
-import signal
-
 import numpy as np
 import pytest
 from onnx.parser import parse_model as parse
@@ -13,6 +11,7 @@ from onnx.parser import parse_model as parse
 from onnxaff.analysis import STATE_KIND_CHECKPOINT, STATE_KIND_PART, analyze, open_run
 from onnxaff.analysis.checkpoint import load_state, save_state, write_result
 from onnxaff.errors import ConfigError, Interrupted, OnnxaffError
+from tests.test_scale import interrupt_after
 
 TANH = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 3] x) => (float[N, 3] y) { y = Tanh(x) }')
 DATA = "synthetic:gaussian:n=256"
@@ -22,15 +21,7 @@ OPTIONS = dict(metrics=["affinity", "cka"], chunk_size=64, batch_size=32, progre
 def interrupted_checkpoint(path, batches: int = 3):
     """A checkpoint left by SIGINT during batch `batches` of a run."""
     with open_run(TANH, DATA, checkpoint=path, **OPTIONS) as run:
-        original, count = run.runner.run, [0]
-
-        def runner(names, feed):
-            count[0] += 1
-            if count[0] == batches:
-                signal.raise_signal(signal.SIGINT)
-            return original(names, feed)
-
-        run.runner.run = runner
+        interrupt_after(run, batches)
         with pytest.raises(Interrupted, match=f"SIGINT after {32 * batches} of 256 examples"):
             run.execute()
     return path
@@ -87,15 +78,7 @@ def test_execute_again_after_interrupted_equals_one_run(tmp_path):
     """An API caller that catches Interrupted and calls execute() again ends with one run's numbers."""
     ckpt = tmp_path / "c.npz"
     with open_run(TANH, DATA, checkpoint=ckpt, **OPTIONS) as run:
-        original, count = run.runner.run, [0]
-
-        def runner(names, feed):
-            count[0] += 1
-            if count[0] == 2:
-                signal.raise_signal(signal.SIGINT)
-            return original(names, feed)
-
-        run.runner.run = runner
+        interrupt_after(run, 2)
         with pytest.raises(Interrupted):
             run.execute()
         assert load_state(ckpt)["cursor"] == 64
