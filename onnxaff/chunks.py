@@ -16,7 +16,7 @@ import numpy as np
 from onnxaff.collect import ChunkBuffer
 from onnxaff.metrics import Chunk
 from onnxaff.metrics.rank import FLOAT32_EPS
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.statefields import saved, transient
 
 
@@ -47,7 +47,7 @@ class Pending(NamedTuple):
     """A chunk whose scores are being computed, with what is needed to score it again."""
 
     future: Future
-    scorer: ChunkScorer
+    scorer: MetricScorer
     chunk: Chunk
     previous: Chunk | None
 
@@ -94,7 +94,7 @@ class ChunkSchedule:
         if self.first is None:
             self.first = chunk
 
-    def submit(self, chunk: Chunk, previous: Chunk | None, jobs: list, scorer: ChunkScorer) -> None:
+    def submit(self, chunk: Chunk, previous: Chunk | None, jobs: list, scorer: MetricScorer) -> None:
         if jobs:
             self.pending.append(Pending(scorer.submit(jobs), scorer, chunk, previous))
 

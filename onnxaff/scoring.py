@@ -65,8 +65,9 @@ def _score(jobs: list[tuple[Metric, object]]) -> list[tuple[str, float | None, s
     return [(m.spec, *evaluate(m, private(sample))) for m, sample in jobs]
 
 
-class ChunkScorer:
-    """Runs each chunk's metric jobs on daemon threads; `submit` returns a Future in chunk order.
+class MetricScorer:
+    """Runs metric jobs (a chunk's, a chunk pair's, the end-of-data pooled ones) on daemon threads; `submit`
+    returns a Future, and futures complete in submission order.
 
     workers=0 is inline: one thread, and `submit` returns once the chunk is scored (or a stop is asked).
     Once `stop` is set (a signal, or a plugin's KeyboardInterrupt) nothing new runs: later submits return
@@ -149,7 +150,7 @@ class ChunkScorer:
         self._threads = []
         self.inflight.clear()
 
-    def __enter__(self) -> ChunkScorer:
+    def __enter__(self) -> MetricScorer:
         return self
 
     def __exit__(self, *exc) -> None:

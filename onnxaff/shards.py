@@ -14,7 +14,7 @@ from onnxaff.analysis.runstate import RunState
 from onnxaff.errors import OnnxaffError, option
 from onnxaff.graph.load import sha256_of
 from onnxaff.schema import load_json, validate
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.signature import Signature
 
 
@@ -99,7 +99,7 @@ def merge_states(parts: list[dict]) -> Signature:
     states = [RunState.from_state(p) for p in sorted(parts, key=lambda p: p["shard"][0])]
     total = states[0]
     metrics, track_metrics = total.metrics()
-    with ChunkScorer(0) as scorer:
+    with MetricScorer(0) as scorer:
         for part in states[1:]:
             total.merge(part, metrics, track_metrics, scorer)
         sig = total.to_signature(metrics, track_metrics, scorer)

@@ -28,7 +28,7 @@ from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.observations import Observations
 from onnxaff.pooled import Pooled
 from onnxaff.scores import Scores
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.statefields import from_state, part, to_state, transient
 from onnxaff.stats import half_sample_rows
 
@@ -77,7 +77,7 @@ class SiteState:
 
     # --- the batch loop ---
 
-    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: ChunkScorer, block: int = 0) -> None:
+    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: MetricScorer, block: int = 0) -> None:
         """Rows of one batch; `block` numbers the shard unit the batch lies in (for exact pooled merges)."""
         if x.shape[0] != y.shape[0]:
             raise OnnxaffError(f"{self.label}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
@@ -94,7 +94,7 @@ class SiteState:
         if not self.pooled.add_jvp(n, dict(zip(self.jvp_names, arrays, strict=True))):
             self.seen.nonfinite_rows = max(self.seen.nonfinite_rows, 1)
 
-    def score(self, chunk: Chunk, metrics: list[Metric], scorer: ChunkScorer) -> None:
+    def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.seen.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
             self.schedule.solo = chunk if self.schedule.chunks == 1 else None
@@ -102,7 +102,7 @@ class SiteState:
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
             self.schedule.keep(chunk)
 
-    def _submit(self, chunk: Chunk, previous: Chunk | None, metrics: list[Metric], scorer: ChunkScorer) -> None:
+    def _submit(self, chunk: Chunk, previous: Chunk | None, metrics: list[Metric], scorer: MetricScorer) -> None:
         jobs = []
         for m in metrics:
             build = serving(m).chunk_input
@@ -111,7 +111,7 @@ class SiteState:
                 jobs.append((m, sample))
         self.schedule.submit(chunk, previous, jobs, scorer)
 
-    def rescore(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
+    def rescore(self, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Score again the chunks a stopped run left unscored (they come before any new chunk)."""
         for chunk, previous in self.schedule.take_unscored():
             self._submit(chunk, previous, metrics, scorer)
@@ -122,7 +122,7 @@ class SiteState:
 
     # --- the end of the data ---
 
-    def finish(self, metrics: list[Metric], scorer: ChunkScorer) -> None:
+    def finish(self, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Score the partial chunk if it is all there is, collect the chunks, then the pooled metrics.
 
         A stop asked for meanwhile (a plugin's KeyboardInterrupt) raises KeyboardInterrupt: no number is
@@ -149,7 +149,7 @@ class SiteState:
 
     # --- shards ---
 
-    def merge(self, other: SiteState, metrics: list[Metric], scorer: ChunkScorer) -> None:
+    def merge(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Append the state of the next slice of the data (self covers the examples just before it)."""
         try:
             self.seen.merge(other.seen)
@@ -177,7 +177,7 @@ class SiteState:
             self.collect()  # these chunks come after the part's own: record them now, in that order
 
 
-def _half_samples(st: SiteState, metrics: list[Metric], scorer: ChunkScorer) -> None:
+def _half_samples(st: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
     """A run with one chunk: score random halves of it, for that chunk's ci95 (onnxaff.stats.entry_ci).
 
     Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""

@@ -12,7 +12,7 @@ import pytest
 from onnxaff.analysis.assemble import assemble, check_some_number, site_entries, stage_results
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import Metric, resolve
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
 
 CHUNK = 32
@@ -20,7 +20,7 @@ CHUNK = 32
 
 def _collected(x, y, metrics, tracks=None) -> SiteState:
     st = SiteState.open(CHUNK, label="site act", tracks=tracks)
-    with ChunkScorer(0) as scorer:
+    with MetricScorer(0) as scorer:
         for i in range(0, len(x), 16):  # batches of 16 rows
             st.add(x[i:i + 16], y[i:i + 16], metrics, scorer)
         st.finish(metrics, scorer)

@@ -15,7 +15,7 @@ from onnxaff.collect import ChunkBuffer
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import resolve
 from onnxaff.observations import Observations
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
 from onnxaff.statefields import from_state, part, saved, to_state, transient
 
@@ -185,7 +185,7 @@ def more_metrics():
 
 @pytest.fixture
 def scorer():
-    with ChunkScorer(0) as s:
+    with MetricScorer(0) as s:
         yield s
 
 

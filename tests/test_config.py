@@ -186,13 +186,13 @@ def test_parts_from_two_versions_of_a_metric_are_not_merged(tmp_path, monkeypatc
 def test_run_state_merge_of_shards_is_one_run():
     """Parts merged by RunState.merge, finished once: the uninterrupted run's numbers, chunk for chunk."""
     from onnxaff.executors import shard_state
-    from onnxaff.scoring import ChunkScorer
+    from onnxaff.scoring import MetricScorer
 
     config = AnalysisConfig(metrics=("affinity", "cka", "nlc"), chunk_size=32, batch_size=16, progress=False)
     parts = [RunState.from_state(shard_state(TANH, DATA, (i, 3), config)) for i in range(3)]
     total = parts[0]
     metrics, track_metrics = total.metrics()
-    with ChunkScorer(0) as scorer:
+    with MetricScorer(0) as scorer:
         for part in parts[1:]:
             total.merge(part, metrics, track_metrics, scorer)
     merged = total.to_signature(metrics, track_metrics)

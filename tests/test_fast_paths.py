@@ -19,7 +19,7 @@ from onnxaff.graph.load import from_proto
 from onnxaff.graph.rewrite import SINK
 from onnxaff.metrics import Chunk, Metric
 from onnxaff.runtime import Runner
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff_models import shipped_models
 from tests.conftest import FIXTURES, parse
 
@@ -81,7 +81,7 @@ class SlowRandom(Metric):
 
 def test_scorer_keeps_chunk_order_and_errors():
     chunks = [Chunk(np.full((4, 2), float(k)), np.zeros((4, 2))) for k in range(12)]
-    with ChunkScorer(4) as scorer:
+    with MetricScorer(4) as scorer:
         futures = [scorer.submit([(SlowRandom(), c)]) for c in chunks]
         results = [f.result()[0] for f in futures]
     assert [r[1] for r in results if r[2] is None] == [float(k) for k in range(12) if k != 7]

@@ -14,7 +14,7 @@ from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.rewrite import feature_rounding, positions
 from onnxaff.metrics import FLOAT32_EPS, Chunk, Moments, rank_cutoff, rank_verdict, resolve
 from onnxaff.metrics.rank import CUTOFF, NOISE
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
 from onnxaff.stats import chunk_diagnostics, moments_rank
 from onnxaff_plugins.r2 import r2_held_out, r2_in_sample, r2_pooled
@@ -150,7 +150,7 @@ def test_rounding_reaches_chunks_and_moments_and_survives_state_and_merge(rng):
 
     x, y = low_rank(rng, n=256)
     parts = []
-    with ChunkScorer(0) as scorer:
+    with MetricScorer(0) as scorer:
         for rows in (slice(0, 128), slice(128, 256)):
             st = SiteState.open(64, rounding=STEM)
             st.add(x[rows], y[rows], metrics, Spy(scorer))

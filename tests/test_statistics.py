@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from onnxaff.metrics import resolve
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
 from onnxaff.stats import entry_ci, half_sample_ci, mean_ci, rows_needed
 from onnxaff_plugins.affinity import Affinity
@@ -19,7 +19,7 @@ def entries(x, y, chunk, metrics=METRICS):
     """Score rows x → y as one run would (chunks of `chunk` rows) and return the metric entries."""
     ms = resolve(metrics)
     st = SiteState.open(chunk)
-    with ChunkScorer(0) as scorer:
+    with MetricScorer(0) as scorer:
         for i in range(0, len(x), 100):
             st.add(x[i:i + 100], y[i:i + 100], ms, scorer)
         st.finish(ms, scorer)

@@ -20,7 +20,7 @@ from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
 from onnxaff.runtime import Runner, ort
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
 
 
@@ -81,14 +81,14 @@ class Feeder:
             "warnings": list(plan.warnings),
         }
 
-    def rescore(self, scorer: ChunkScorer) -> None:
+    def rescore(self, scorer: MetricScorer) -> None:
         """Chunks a stopped run left unscored come first."""
         for st in self.state.sites:
             st.rescore(self.plan.metrics, scorer)
         for st in self.state.stages:
             st.rescore(self.plan.track_metrics, scorer)
 
-    def feed(self, batch: dict, scorer: ChunkScorer) -> int:
+    def feed(self, batch: dict, scorer: MetricScorer) -> int:
         """One batch through the runtime and into the collectors; returns the examples used."""
         n = next(iter(batch.values())).shape[0]
         plan, state = self.plan, self.state

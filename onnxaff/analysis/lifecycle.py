@@ -35,7 +35,7 @@ from onnxaff.data import no_usable
 from onnxaff.errors import ConfigError, DataFailed, Interrupted, Message, OnnxaffError, StopWhileWaiting, option
 from onnxaff.files import exclusive, lock_beside
 from onnxaff.progress import Progress
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.signature import Signature
 from onnxaff.stopping import StopFlag
 
@@ -115,7 +115,7 @@ class Run:
         self._clock = time.perf_counter()
         try:
             with stop.catching() if saving else contextlib.nullcontext(), \
-                    ChunkScorer(self.config.chunk_workers, stop) as scorer:
+                    MetricScorer(self.config.chunk_workers, stop) as scorer:
                 try:
                     self._batches(every, scorer, bar)
                     self._end(scorer, finish)
@@ -127,7 +127,7 @@ class Run:
             bar.close()
         self._tick()
 
-    def _batches(self, every: int, scorer: ChunkScorer, bar: Progress) -> None:
+    def _batches(self, every: int, scorer: MetricScorer, bar: Progress) -> None:
         feeder, plan, st = self.feeder, self.plan, self.state
         feeder.rescore(scorer)
         batches = plan.source.batches(plan.batch_size, start=st.cursor, stop=st.stop, should_stop=self._stop)
@@ -138,7 +138,7 @@ class Run:
             if self.checkpoint is not None and every and k % every == 0:
                 self.save()
 
-    def _end(self, scorer: ChunkScorer, finish: bool) -> None:
+    def _end(self, scorer: MetricScorer, finish: bool) -> None:
         """The last chunk scores (and with `finish` the pooled metrics), stoppable: a stop meanwhile saves the
         state from before the finish, so a resumed run finishes from there."""
         self.state.collect()  # gives up on a stop; the chunks not done are saved unscored

@@ -18,7 +18,7 @@ from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
 from onnxaff.network import merge_nlc_states, network_results
-from onnxaff.scoring import ChunkScorer
+from onnxaff.scoring import MetricScorer
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
 from onnxaff.statefields import from_state, saved, to_state, transient
@@ -105,7 +105,7 @@ class RunState:
         for st in self.sites + self.stages:
             st.collect()
 
-    def finish(self, metrics: list[Metric], track_metrics: list[Metric], scorer: ChunkScorer) -> None:
+    def finish(self, metrics: list[Metric], track_metrics: list[Metric], scorer: MetricScorer) -> None:
         """The end-of-data scores of every collector (a no-op for finished ones): the one finish path."""
         for st in self.sites:
             st.finish(metrics, scorer)
@@ -129,12 +129,11 @@ class RunState:
         return metrics, track_metrics
 
     def merge(self, other: RunState, metrics: list[Metric], track_metrics: list[Metric],
-              scorer: ChunkScorer) -> None:
-        """Append `other`, the state of the data slice right after this one (a part of the same run)."""
+              scorer: MetricScorer) -> None:
+        """Append `other`, the state of the data slice right after this one (a part of the same run; the parts'
+        shard counts and order are checked once, by onnxaff.shards.merge_states)."""
         if (what := key_mismatch(self.key, other.key)) is not None:
             raise OnnxaffError(f"parts cannot be merged: one is from {what}")
-        if other.shard is None or self.shard is None or other.shard[1] != self.shard[1]:
-            raise OnnxaffError("parts come from different shard counts")
         if self.tail_ragged:
             self.ragged.append(f"{self.shard[0]}/{self.shard[1]}")
         for mine, theirs, ms in ((self.sites, other.sites, metrics), (self.stages, other.stages, track_metrics)):
@@ -150,9 +149,9 @@ class RunState:
         self.shard, self.tail_ragged = other.shard, other.tail_ragged
 
     def to_signature(self, metrics: list[Metric], track_metrics: list[Metric],
-                     scorer: ChunkScorer | None = None) -> Signature:
+                     scorer: MetricScorer | None = None) -> Signature:
         """Finish every collector (a no-op for finished ones) and assemble the signature."""
-        with ChunkScorer(0) if scorer is None else contextlib.nullcontext(scorer) as scorer:
+        with MetricScorer(0) if scorer is None else contextlib.nullcontext(scorer) as scorer:
             self.finish(metrics, track_metrics, scorer)
         data, runtime = self._data(), dict(self.header["runtime"], seconds=round(self.seconds, 3))
         if self.windows:
