@@ -162,8 +162,7 @@ def run(quick: bool) -> dict:
                         vals[m].append(score(m, x, y))
                     if rep < 4 and n >= 16 and n * d <= 2**16:  # one-chunk CI: half-sampling, on cheap cells
                         for m in METRICS:
-                            halves[m].append(half_sample_ci(lambda a, b, m=m: score(m, a, b), x, y,
-                                                            rng=np.random.default_rng(rep)))
+                            halves[m].append(half_sample_ci(lambda a, b, m=m: score(m, a, b), x, y, seed=rep))
                 for m in METRICS:
                     v = np.array(vals[m])
                     pop = site.population["affinity" if m == "affinity_lw" else m]

@@ -1,5 +1,10 @@
 """A site's rows cut into chunks, each chunk's metric jobs submitted in order and their scores kept in that order.
 
+Chunk rule: rows are cut into consecutive chunks of `chunk_size`; every full chunk is scored and a
+site's score is the mean over its chunks (std with ddof=0, and the count). A trailing partial chunk
+is dropped, so every score comes from equally sized samples, except when a site has no full chunk
+at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
+
 Chunks whose scores were not done when a run stopped (Ctrl-C while a metric is slow or stuck) are kept as
 `unscored` and scored again first when the run continues; a later chunk done early is scored again too, so the
 scores stay in chunk order.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def not_applicable(st: SiteState, m: Metric) -> str | None:
     """Why `m` cannot score this site at all (None when it can)."""
-    dims = st.seen.dims
+    dims = st.observed.dims
     if m.equal_dims and dims and dims[0] != dims[1]:
         return f"needs equal feature dimensions (X: {dims[0]}, Y: {dims[1]})"
     if serving(m).end_input == "jvp" and st.pooled.jvp is None:
@@ -45,10 +45,10 @@ class MetricEntry(TypedDict, total=False):
 
 
 def entry(st: SiteState, m: Metric) -> MetricEntry:
-    seen, values = st.seen, st.scores.values.get(m.spec, [])
+    observed, values = st.observed, st.scores.values.get(m.spec, [])
     partial = st.schedule.partial
     out = MetricEntry(mean=None, std=None, chunks=len(values), status="ok")
-    if seen.nonfinite_rows:
+    if observed.nonfinite_rows:
         out["status"] = "nonfinite"
     elif (reason := not_applicable(st, m)) is not None:
         out.update(status="not_applicable", reason=reason)
@@ -64,8 +64,8 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
         if partial and serving(m).site_chunks:
             out["partial"] = True
         if serving(m).pooled:
-            out.update(chunks=0, std=None, pooled_rows=seen.rows)
-        if seen.dims and (note := _caveat(st, m)):
+            out.update(chunks=0, std=None, pooled_rows=observed.rows)
+        if observed.dims and (note := _caveat(st, m)):
             out["caveat"] = note
         out.update(flags_and_ci(st, m, values))
     return out
@@ -73,10 +73,10 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
 
 def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
     """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range."""
-    seen, pooled = st.seen, serving(m).pooled
-    rows = seen.rows if pooled else (st.schedule.chunk_rows or seen.rows)
-    d = max(seen.dims) if seen.dims else 0
-    flags = metric_flags(m, rows, d, st.schedule.partial, _seen_by(st, m, pooled), seen.scale)
+    observed, pooled = st.observed, serving(m).pooled
+    rows = observed.rows if pooled else (st.schedule.chunk_rows or observed.rows)
+    d = max(observed.dims) if observed.dims else 0
+    flags = metric_flags(m, rows, d, st.schedule.partial, _seen_by(st, m, pooled), observed.scale)
     ci = None if pooled else entry_ci(values, st.scores.halves.get(m.spec), m.range)
     return {"flags": flags, "ci95": ci}
 
@@ -87,15 +87,15 @@ def _seen_by(st: SiteState, m: Metric, pooled: bool) -> set[str]:
     moments = st.pooled.moments
     if not (pooled and getattr(m, "rank_sensitive", False) and moments is not None and moments.n >= 2
             and moments.dx <= RANK_TEST_MAX_D):  # past it the test is skipped: merge no moment tree for it
-        return st.seen.seen
-    found = moments_rank(moments.total().cov_x(), st.seen.chunk_rounding)
-    return st.seen.seen if found is None else (st.seen.seen - set(RANK_FLAGS)) | found
+        return st.observed.seen
+    found = moments_rank(moments.total().cov_x(), st.observed.chunk_rounding)
+    return st.observed.seen if found is None else (st.observed.seen - set(RANK_FLAGS)) | found
 
 
 def _caveat(st: SiteState, m: Metric) -> str | None:
     try:
         with plugin_output():
-            note = m.caveat(st.schedule.chunk_rows or st.seen.rows, *st.seen.dims)
+            note = m.caveat(st.schedule.chunk_rows or st.observed.rows, *st.observed.dims)
     except Exception as exc:
         return f"caveat() failed: {type(exc).__name__}: {exc}"
     return None if note is None else str(note)

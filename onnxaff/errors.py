@@ -58,8 +58,11 @@ class OnnxaffError(Exception):
     `str()` names options as configuration fields; `render(flag_of)` as the CLI's flags."""
 
     def __init__(self, *args):
-        self.template = str(args[0]) if args else ""
+        self.template = (getattr(args[0], "template", None) or str(args[0])) if args else ""
         super().__init__(render_options(self.template), *args[1:])
+
+    def __reduce__(self):  # pickled (Ray) with its template: the options still render as flags after
+        return type(self), (self.template, *self.args[1:])
 
     def render(self, name: Callable[[str], str] | None = None) -> str:
         return render_options(self.template, name)
@@ -97,3 +100,6 @@ class ConfigError(OnnxaffError):
     def __init__(self, field: str, template: str):
         self.field = field
         super().__init__(template.replace("{option}", option(field)))
+
+    def __reduce__(self):
+        return type(self), (self.field, self.template.replace(option(self.field), "{option}"))

@@ -149,7 +149,7 @@ def run_ray(model: str, data: str, shards: int, options: AnalysisConfig | dict, 
         _cancel(ray, refs)
         cause = getattr(exc, "cause", None)
         if isinstance(cause, OnnxaffError):
-            raise OnnxaffError(f"a Ray shard failed: {cause}") from None
+            raise OnnxaffError(f"a Ray shard failed: {cause.template}") from None
         raise OnnxaffError(f"a Ray shard failed: {type(cause).__name__ if cause else 'error'}: "
                            f"{str(cause or exc).splitlines()[0]}") from None
     except ray.exceptions.RayError as exc:  # a worker died (out of memory, killed), a node was lost

@@ -44,7 +44,7 @@ class SiteState:
     finished: bool = False
     schedule: ChunkSchedule = part(ChunkSchedule)
     pooled: Pooled = part(Pooled)
-    seen: Observations = part(Observations)
+    observed: Observations = part(Observations)
     scores: Scores = part(Scores)
     label: str = transient("")
     jvp_names: tuple[str, ...] | None = transient(None)
@@ -55,7 +55,7 @@ class SiteState:
         """A live collector; `jvp` = (form, output names) when the run feeds the site's NLC statistics."""
         st = cls(index=index, tracks=tracks, label=label, jvp_names=None if jvp is None else tuple(jvp[1]))
         st.schedule.buffer = ChunkBuffer(chunk_size)
-        st.seen.rounding = rounding
+        st.observed.rounding = rounding
         if jvp is not None:
             st.pooled.jvp = JvpAccumulator(jvp[0])
         return st
@@ -81,22 +81,22 @@ class SiteState:
         """Rows of one batch; `block` numbers the shard unit the batch lies in (for exact pooled merges)."""
         if x.shape[0] != y.shape[0]:
             raise OnnxaffError(f"{self.label}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
-        if not self.seen.note_rows(x, y):
+        if not self.observed.note_rows(x, y):
             return  # a flagged site gets no number at all
         if any(serving(m).end_input == "moments" for m in metrics):  # d² float64 work per batch: only if asked
             self.pooled.add(x, y, block)
-        for chunk in self.schedule.cut(x, y, self.seen.chunk_rounding):
+        for chunk in self.schedule.cut(x, y, self.observed.chunk_rounding):
             self.score(chunk, metrics, scorer)
 
     def add_jvp(self, n: int, arrays: list[np.ndarray]) -> None:
-        if self.pooled.jvp is None or self.seen.nonfinite_rows:
+        if self.pooled.jvp is None or self.observed.nonfinite_rows:
             return
         if not self.pooled.add_jvp(n, dict(zip(self.jvp_names, arrays, strict=True))):
-            self.seen.nonfinite_rows = max(self.seen.nonfinite_rows, 1)
+            self.observed.nonfinite_rows = max(self.observed.nonfinite_rows, 1)
 
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
-            self.seen.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
+            self.observed.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
             self.schedule.solo = chunk if self.schedule.chunks == 1 else None
         self._submit(chunk, self.schedule.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
@@ -131,11 +131,12 @@ class SiteState:
         if self.finished:
             return
         self.rescore(metrics, scorer)
-        if not self.seen.nonfinite_rows and (rest := self.schedule.remainder(self.seen.chunk_rounding)) is not None:
+        rest = None if self.observed.nonfinite_rows else self.schedule.remainder(self.observed.chunk_rounding)
+        if rest is not None:
             self.score(rest, metrics, scorer)
         self.collect()
         _half_samples(self, metrics, scorer)
-        inputs = {} if self.seen.nonfinite_rows else self.pooled.inputs(self.seen.chunk_rounding)
+        inputs = {} if self.observed.nonfinite_rows else self.pooled.inputs(self.observed.chunk_rounding)
         jobs = [(m, inputs[serving(m).end_input]) for m in metrics
                 if inputs.get(serving(m).end_input) is not None and not not_applicable(self, m)]
         if jobs and (results := scorer.results(scorer.submit(jobs))) is not None:
@@ -152,7 +153,7 @@ class SiteState:
     def merge(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Append the state of the next slice of the data (self covers the examples just before it)."""
         try:
-            self.seen.merge(other.seen)
+            self.observed.merge(other.observed)
         except ValueError as exc:
             raise OnnxaffError(str(exc)) from None
         self.collect()  # chunks scored by an earlier merge come before this part's
@@ -161,7 +162,7 @@ class SiteState:
                                "shard again")
         boundary = None
         mine, theirs = self.schedule, other.schedule
-        if mine.previous is not None and theirs.first is not None and not self.seen.nonfinite_rows:
+        if mine.previous is not None and theirs.first is not None and not self.observed.nonfinite_rows:
             pair = ChunkPair(mine.previous, theirs.first)
             jobs = [(m, pair) for m in metrics if serving(m).keeps_previous and not not_applicable(self, m)]
             if jobs and (boundary := scorer.results(scorer.submit(jobs))) is None:
@@ -172,7 +173,7 @@ class SiteState:
         mine.solo = (mine.solo or theirs.solo) if one_chunk else None
         self.pooled.merge(other.pooled)
         for x, y in mine.append(theirs):  # only a slice that is not chunk-aligned leaves rows behind
-            for chunk in mine.cut(x, y, self.seen.chunk_rounding):
+            for chunk in mine.cut(x, y, self.observed.chunk_rounding):
                 self.score(chunk, metrics, scorer)
             self.collect()  # these chunks come after the part's own: record them now, in that order
 

@@ -21,14 +21,11 @@ class StopFlag:
 
     def __init__(self):
         self.signum: int | None = None
-        self._first_at = 0.0
+        self._signalled_at: float | None = None  # the first real signal (a plugin's interrupt is not one)
 
     def set(self, signum: int) -> None:
         if self.signum is None:
-            self.signum, self._first_at = signum, time.monotonic()
-
-    def clear(self) -> None:
-        self.signum = None
+            self.signum = signum
 
     def __bool__(self) -> bool:
         return self.signum is not None
@@ -48,9 +45,10 @@ class StopFlag:
             return
 
         def handler(signum, frame):
-            if self.signum is None:
+            if self._signalled_at is None:
+                self._signalled_at = time.monotonic()
                 self.set(signum)
-            elif signum == signal.SIGINT and time.monotonic() - self._first_at > REPEAT_SECONDS:
+            elif signum == signal.SIGINT and time.monotonic() - self._signalled_at > REPEAT_SECONDS:
                 raise KeyboardInterrupt
 
         before = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -218,7 +218,7 @@ def test_a_site_scores_each_full_chunk_with_every_metric(metrics, scorer):
     x, y = features(60)
     st = feed(SiteState.open(CHUNK, index=0, label="s"), x, y, metrics, scorer, 0, 60)
     got = finished(st, metrics, scorer)
-    assert st.finished and st.chunks == 3 and st.seen.rows == 60 and st.seen.dims == (6, 6)
+    assert st.finished and st.chunks == 3 and st.observed.rows == 60 and st.observed.dims == (6, 6)
     for name in METRICS:
         e = got[name]
         assert e["status"] == "ok" and e["chunks"] == 3 and len(e["values"]) == 3
@@ -262,7 +262,7 @@ def test_two_states_split_at_a_chunk_boundary_merge_into_one_bit_for_bit(more_me
     merged = finished(first, more_metrics, scorer)
     assert merged == one  # floats compared with ==: every value, mean, std and interval bit for bit
     assert merged["r2_heldout"]["chunks"] == 3  # the pair straddling the split is scored once
-    assert merged["cka_pooled"]["pooled_rows"] == 72 and first.seen.rows == 72
+    assert merged["cka_pooled"]["pooled_rows"] == 72 and first.observed.rows == 72
 
 
 def test_merging_parts_of_other_dimensions_is_an_error(metrics, scorer):
@@ -281,7 +281,7 @@ def test_nan_rows_flag_the_site_and_no_value_is_given(metrics, scorer, bad_row):
     x[bad_row + 1, 0] = np.inf
     st = feed(SiteState.open(CHUNK, index=0, label="s"), x, y, metrics, scorer, 0, 48)
     got = finished(st, metrics, scorer)
-    assert st.seen.nonfinite_rows == 2 and st.seen.rows == 48
+    assert st.observed.nonfinite_rows == 2 and st.observed.rows == 48
     for name in METRICS:
         assert got[name]["status"] == "nonfinite" and got[name]["mean"] is None and "values" not in got[name]
     if bad_row < CHUNK:  # flagged before its first chunk: nothing scored at all

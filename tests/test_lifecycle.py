@@ -148,3 +148,38 @@ def test_without_a_checkpoint_a_plugin_interrupt_is_keyboard_interrupt(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         run.execute()
     assert np.isfinite(run.state.seconds)
+
+
+def test_a_resume_keeps_the_plans_own_site_table(tmp_path):
+    """The discovery entries come from this run's plan, never from the file: a checkpoint edited to list no site
+    still gives the model's site (it once gave an empty signature)."""
+    ckpt = interrupted_checkpoint(tmp_path / "c.npz")
+    state = load_state(ckpt)
+    state["sites_base"], state["stages_base"] = [], []
+    save_state(ckpt, state)
+    with open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS) as run:
+        run.execute()
+        sig = run.signature()
+    assert [s["id"] for s in sig.sites] == [s["id"] for s in analyze(TANH, DATA, **OPTIONS).sites] != []
+
+
+def test_a_batch_that_fails_in_the_runtime_leaves_a_whole_state(tmp_path):
+    """The cursor moves only past batches the collectors took: a runtime error in batch 3 leaves a state that
+    saves, passes the counter checks and resumes to one run's numbers."""
+    ckpt = tmp_path / "c.npz"
+    with open_run(TANH, DATA, checkpoint=ckpt, **OPTIONS) as run:
+        original, count = run.runner.run, [0]
+
+        def runner(names, feed):
+            count[0] += 1
+            if count[0] == 3:
+                raise RuntimeError("out of memory in the runtime")
+            return original(names, feed)
+
+        run.runner.run = runner
+        with pytest.raises(RuntimeError):
+            run.execute()
+        assert (run.state.cursor, run.state.used) == (64, 64)
+        run.save()
+    resumed = analyze(TANH, DATA, checkpoint=ckpt, resume=True, **OPTIONS)
+    assert resumed.scores("affinity") == analyze(TANH, DATA, **OPTIONS).scores("affinity")

@@ -127,7 +127,7 @@ def test_both_reductions_hand_the_metrics_one_rounding(dims, tmp_path, rng):
         run = open_run(chain("Relu", dims=dims), str(tmp_path / "x.npy"), metrics=["r2", "r2_pooled"],
                        chunk_size=32, progress=False, reduce_in=where)
         run.execute(finish=False)
-        got[where] = run.state.sites[0].seen.rounding
+        got[where] = run.state.sites[0].observed.rounding
     assert got["graph"] == got["numpy"] == pytest.approx(12 * FLOAT32_EPS)
 
 
@@ -155,10 +155,10 @@ def test_rounding_reaches_chunks_and_moments_and_survives_state_and_merge(rng):
             st = SiteState.open(64, rounding=STEM)
             st.add(x[rows], y[rows], metrics, Spy(scorer))
             parts.append(SiteState.from_state(st.to_state()))
-        assert parts[0].seen.rounding == STEM and parts[0].schedule.first.rounding == STEM
+        assert parts[0].observed.rounding == STEM and parts[0].schedule.first.rounding == STEM
         parts[0].merge(parts[1], metrics, scorer)
         parts[0].finish(metrics, Spy(scorer))
-    assert parts[0].seen.rounding == STEM
+    assert parts[0].observed.rounding == STEM
     inputs = [c for s in seen for c in (s if isinstance(s, tuple) else (s,))]  # a ChunkPair's two chunks
     assert inputs and all(s.rounding == STEM for s in inputs)  # every Chunk and the Moments
     assert any(isinstance(s, Moments) for s in inputs)

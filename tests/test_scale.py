@@ -423,7 +423,7 @@ def test_ray_executor_equals_one_run(rescnn, reference, tmp_path):
 def test_threads_reach_every_session(rescnn):
     run = open_run(*rescnn, **{**OPTIONS, "metrics": ["affinity", "nlc"]}, threads=1)
     assert run.runner.session.get_session_options().intra_op_num_threads == 1
-    assert run.network.runner.session.get_session_options().intra_op_num_threads == 1
+    assert run.feeder.network.runner.session.get_session_options().intra_op_num_threads == 1
     assert "threads" not in run.state.key["options"]  # a result does not depend on it
 
 

@@ -40,9 +40,9 @@ def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Met
         d["length"] = len(stage["blocks"])
         if stage["status"] == "ok":
             st = next(ok)
-            seen = st.seen
-            d.update(rows=seen.rows, chunks=st.chunks, partial_chunk=st.schedule.partial,
-                     dim=seen.dims[0] // st.tracks if seen.dims else None)
+            observed = st.observed
+            d.update(rows=observed.rows, chunks=st.chunks, partial_chunk=st.schedule.partial,
+                     dim=observed.dims[0] // st.tracks if observed.dims else None)
             d["metrics"] = {m.spec: st.entry(m) for m in metrics}
         else:
             d["metrics"] = {}
@@ -62,12 +62,12 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
             out.append(d)
             continue
         label = f"site {d['index']} ({d['id']})"
-        seen = st.seen
-        d.update(dim=seen.dims[0] if seen.dims else None, dim_y=seen.dims[1] if seen.dims else None,
-                 rows=seen.rows, chunks=st.chunks, partial_chunk=st.schedule.partial)
-        if seen.nonfinite_rows:
+        observed = st.observed
+        d.update(dim=observed.dims[0] if observed.dims else None, dim_y=observed.dims[1] if observed.dims else None,
+                 rows=observed.rows, chunks=st.chunks, partial_chunk=st.schedule.partial)
+        if observed.nonfinite_rows:
             d["status"] = "flagged"
-            d["reason"] = f"NaN/Inf in the features of {seen.nonfinite_rows} of {seen.rows} rows"
+            d["reason"] = f"NaN/Inf in the features of {observed.nonfinite_rows} of {observed.rows} rows"
             warnings.append(f"{label}: {d['reason']}")
         d["metrics"] = {m.spec: st.entry(m) for m in metrics}
         for name, err in st.scores.errors.items():

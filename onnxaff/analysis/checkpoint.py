@@ -171,6 +171,9 @@ class NotThisRun(OnnxaffError):
         super().__init__(message)
         self.why = why
 
+    def __reduce__(self):
+        return type(self), (self.template, self.why)
+
 
 def check_resumable(path, mine: dict, saved: dict) -> None:
     """Refuse to continue a state that is not a checkpoint of this very run, saying why in one line."""

@@ -1,11 +1,6 @@
-"""The batch loop's one job: a Plan's batches through the runtime, each site's rows handed to its collector.
-
-Chunk rule: rows are cut into consecutive chunks of `chunk_size`; every full chunk is scored and a
-site's score is the mean over its chunks (std with ddof=0, and the count). A trailing partial chunk
-is dropped, so every score comes from equally sized samples, except when a site has no full chunk
-at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
-
-Signals, checkpoints and progress are the run's (onnxaff.analysis.lifecycle), not the feeder's.
+"""The batch loop's one job: a Plan's batches through the runtime, each site's rows handed to its collector
+(how rows become chunks and scores: onnxaff.chunks). Signals, checkpoints and progress are the run's
+(onnxaff.analysis.lifecycle), not the feeder's.
 """
 
 from __future__ import annotations
@@ -92,13 +87,26 @@ class Feeder:
         """One batch through the runtime and into the collectors; returns the examples used."""
         n = next(iter(batch.values())).shape[0]
         plan, state = self.plan, self.state
-        block, host = state.cursor // plan.unit, plan.host_reduce
-        state.cursor = min(state.cursor + plan.batch_size, state.stop)
-        if n == 0:
-            return 0  # every file of this batch was unreadable (they are counted by the source)
-        if plan.fixed_batch is not None and n != plan.batch_size:
-            state.dropped += n  # a fixed-batch model cannot take the short last batch
+        if n == 0 or (plan.fixed_batch is not None and n != plan.batch_size):
+            # every file of this batch was unreadable (they are counted by the source), or a fixed-batch model
+            # cannot take the short last batch
+            state.dropped += n
+            self._advance()
             return 0
+        self._rows(batch, n, scorer)
+        state.used += n
+        self._advance()
+        return n
+
+    def _advance(self) -> None:
+        """Past a batch that is whole in the state: the cursor, and the files the source skipped so far."""
+        state = self.state
+        state.cursor = min(state.cursor + self.plan.batch_size, state.stop)
+        state.skipped = self.earlier_skipped + list(self.plan.source.skipped)
+
+    def _rows(self, batch: dict, n: int, scorer: MetricScorer) -> None:
+        plan, state = self.plan, self.state
+        block, host = state.cursor // plan.unit, plan.host_reduce
         arrays = self.runner.run(self.names, batch)
         for st, site, part in zip(state.sites, plan.ok_sites, plan.slices, strict=True):
             x, y, *rest = arrays[part]
@@ -106,7 +114,7 @@ class Feeder:
             split = len(rest) - len(out.shapes or ())
             jvp, shapes = rest[:split], rest[split:]
             if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
-                st.seen.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
+                st.observed.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
                                                        tuple(shapes) if shapes else (x.shape, y.shape)))
             if host is not None:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
@@ -120,8 +128,6 @@ class Feeder:
             st.add(x, x[:, :0], plan.track_metrics, scorer, block=block)
         if self.network is not None:
             self.network.add(batch, arrays[len(arrays) - len(self.network.output_names):])
-        state.used += n
-        return n
 
     def take(self, saved: dict, label: str) -> None:
         """Continue from a saved state of this very run (RunState.from_state refuses any other, changing
@@ -129,13 +135,13 @@ class Feeder:
         state = RunState.from_state(saved, live=self.state, label=label)
         if self.network is not None and state.network is not None:
             self.network.restore(state.network)
-        state.key, state.header = self.state.key, self.state.header
+        live = self.state  # what the plan itself says, never the file's (a hand-edited site table would be used)
+        state.key, state.header, state.sites_base, state.stages_base = (live.key, live.header, live.sites_base,
+                                                                         live.stages_base)
         self.state, self.earlier_skipped = state, list(state.skipped)
 
     def synced(self) -> RunState:
-        """The state with what lives outside the collectors: the files the source skipped this session, the
-        network NLC's sums."""
+        """The state with what lives outside the collectors: the network NLC's sums."""
         state = self.state
-        state.skipped = self.earlier_skipped + list(self.plan.source.skipped)
         state.network = None if self.network is None else self.network.to_state()
         return state

@@ -87,7 +87,6 @@ class Run:
 
     state = property(lambda self: self.feeder.state)
     runner = property(lambda self: self.feeder.runner)
-    network = property(lambda self: self.feeder.network)
 
     def __enter__(self) -> Run:
         return self
@@ -119,6 +118,8 @@ class Run:
                 try:
                     self._batches(every, scorer, bar)
                     self._end(scorer, finish)
+                except StopWhileWaiting:  # a stop while the source waited: at a batch boundary
+                    self._stopped()
                 except DataFailed as exc:  # between batches: the state up to the last complete one is whole
                     if not saving:
                         raise
@@ -134,7 +135,7 @@ class Run:
         for k, batch in enumerate(batches, 1):
             bar.update(feeder.feed(batch, scorer))
             if self._stop:
-                self._stopped(self.saved())
+                self._stopped()
             if self.checkpoint is not None and every and k % every == 0:
                 self.save()
 
@@ -144,7 +145,7 @@ class Run:
         self.state.collect()  # gives up on a stop; the chunks not done are saved unscored
         if not finish:
             if self._stop:
-                self._stopped(self.saved())
+                self._stopped()
             return
         before = self.saved() if self.checkpoint is not None else None
         try:
@@ -158,19 +159,17 @@ class Run:
                 self.feeder.take(before, "the state before the finish")
             self._stopped(before)
 
-    def _stopped(self, saved: dict | None) -> None:
-        """Save and raise Interrupted; without a checkpoint, KeyboardInterrupt."""
+    def _stopped(self, saved: dict | None = None) -> None:
+        """Save (`saved`, else the state now) and raise Interrupted; without a checkpoint, KeyboardInterrupt."""
         if self.checkpoint is None:
             raise KeyboardInterrupt
-        save_state(self.checkpoint, saved)
+        save_state(self.checkpoint, self.saved() if saved is None else saved)
         st = self.state
         raise Interrupted(f"{signal.Signals(self._stop.signum or signal.SIGINT).name} after {st.cursor - st.start} "
                           f"of {st.stop - st.start} examples; state saved to {self.checkpoint} (continue with "
                           f"{option('resume')})")
 
     def _data_failed(self, exc: DataFailed) -> None:
-        if isinstance(exc, StopWhileWaiting):
-            self._stopped(self.saved())
         self.save()
         st = self.state
         raise DataFailed(f"{exc.template}; the state after {st.cursor - st.start} of {st.stop - st.start} examples "
@@ -199,7 +198,8 @@ class Run:
     def signature(self) -> Signature:
         plan = self.plan
         state = self.feeder.synced()
-        sig = state.to_signature(plan.metrics, plan.track_metrics)
+        with MetricScorer(self.config.chunk_workers) as scorer:  # a part's own signature finishes here
+            sig = state.to_signature(plan.metrics, plan.track_metrics, scorer)
         if self.config.shard is None:
             if state.used == 0:
                 raise no_usable(plan.data, plan.source)

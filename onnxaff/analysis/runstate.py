@@ -97,7 +97,7 @@ class RunState:
         if live is not None:
             for mine, theirs in zip(state.sites + state.stages, live.sites + live.stages, strict=True):
                 mine.label, mine.jvp_names = theirs.label, theirs.jvp_names
-                mine.seen.note_rounding(theirs.seen.rounding)
+                mine.observed.note_rounding(theirs.observed.rounding)
         return state
 
     def collect(self) -> None:

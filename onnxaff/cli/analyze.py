@@ -83,26 +83,20 @@ def _run_ray(model, data, out, outputs, opts: RunOptions):
 
 
 def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
-    from onnxaff.files import check_writable
-
-    check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
-    return _run_locked(model, data, out, outputs, checkpoint, opts)  # the lock is held to the result's last write
-
-
-def _run_locked(model, data, out, outputs, checkpoint: str, opts: RunOptions):
+    """Under the checkpoint's lock (open_run takes it), held to the result's last write."""
     from onnxaff.analysis import open_run
     from onnxaff.analysis.checkpoint import write_result
-    from onnxaff.cli.config import flag_of
-    from onnxaff.errors import render_options
-    from onnxaff.files import refuse_overwrite
+    from onnxaff.files import check_writable, refuse_overwrite
     from onnxaff.shards import write_part
 
+    check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
+
     def warn(line: str) -> None:
-        echo_err(f"warning: {render_options(line, flag_of)}")
+        echo_err("warning: " + getattr(line, "template", line))  # a Message keeps its options marked
 
     def note(line: str) -> None:
         if not opts.quiet:
-            echo_err(render_options(line, flag_of))
+            echo_err(line)
 
     resume = "always" if opts.resume else "never"
     with open_run(model, data, opts.analysis, checkpoint=checkpoint, resume=resume, echo=note, warn=warn) as run:
