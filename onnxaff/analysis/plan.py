@@ -105,7 +105,7 @@ class Plan:
                              images=config.images)
         fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
-        warnings = list(source.warnings)  # e.g. links an image walk met
+        warnings = list(loaded.notes) + list(source.warnings)  # what was expanded; links an image walk met
         if batch_size != config.batch_size:
             warnings.append(f"the model's batch size is fixed at {batch_size}: batches of {batch_size}")
         check_batches(source, inputs, batch_size)  # before the first batch is drawn (an unknown rank's probe)

@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.graph.expand import EXPANSIONS, expand
 from onnxaff.graph.view import GraphView, iter_tensors
 from onnxaff.text import printable
 
@@ -35,6 +36,7 @@ class LoadedModel:
     path: Path | None
     external_locations: list[str] = field(default_factory=list)
     inferred: bool = False
+    notes: list[str] = field(default_factory=list)  # what onnxaff.graph.expand rewrote for analysis
     _view: GraphView | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -253,7 +255,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     except Exception as exc:
         raise OnnxaffError(f"invalid ONNX model {path.name}: {first_line(exc)}") from None
     _check_tensors(model, path.name)
-    loaded = LoadedModel(model=model, path=path, external_locations=locations)
+    loaded = LoadedModel(model=model, path=path, external_locations=locations, notes=expand(model))
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, path)
     return loaded
@@ -267,6 +269,9 @@ def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel
     if loaded.external_locations:
         raise OnnxaffError("an in-memory model cannot reference external data; load it by path")
     _check_tensors(model, model.graph.name or "model")
+    if EXPANSIONS:  # never rewrite the caller's own proto
+        loaded.model = model = onnx.ModelProto.FromString(model.SerializeToString())
+        loaded.notes = expand(model)
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, None)
     return loaded
