@@ -61,11 +61,11 @@ def lstm_step(d: Direction, x: str, state: tuple, input_forget: bool) -> tuple:
         pre_i = em.op("Add", [pre_i, em.op("Mul", [d.peep[0], c])])
         pre_f = em.op("Add", [pre_f, em.op("Mul", [d.peep[2], c])])
     i = d.act("i", pre_i)
+    f = None if input_forget else d.act("f", pre_f)
     g = d.act("g", pre_c)
-    if input_forget:  # f = 1 − i: c' = c + i ⊙ (g − c)
+    if f is None:  # input_forget: f = 1 − i, so c' = c + i ⊙ (g − c)
         c_new = em.op("Add", [c, em.op("Mul", [i, em.op("Sub", [g, c])])])
     else:
-        f = d.act("f", pre_f)
         c_new = em.op("Add", [em.op("Mul", [f, c]), em.op("Mul", [i, g])])
     if d.peep is not None:
         pre_o = em.op("Add", [pre_o, em.op("Mul", [d.peep[1], c_new])])

@@ -13,27 +13,28 @@ class Emitter:
     def __init__(self, model: onnx.ModelProto, prefix: str, opset: int, elem_type: int):
         g = model.graph
         self.graph, self.prefix, self.opset, self.elem_type = g, prefix, opset, elem_type
-        self.used = {n.name for n in g.node} | {t.name for t in g.initializer}
-        self.used |= {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
+        self.node_names = {n.name for n in g.node}  # nodes and tensors are named apart
+        self.used = {t.name for t in g.initializer} | {v.name for v in (*g.input, *g.output, *g.value_info)}
         for n in g.node:
             self.used.update(n.input)
             self.used.update(n.output)
         self.nodes: list[onnx.NodeProto] = []
         self.constants: list[onnx.TensorProto] = []
 
-    def fresh(self, base: str) -> str:
+    def fresh(self, base: str, node: bool = False) -> str:
+        used = self.node_names if node else self.used
         name, k = base, 1
-        while name in self.used:
+        while name in used:
             k += 1
             name = f"{base}.{k}"
-        self.used.add(name)
+        used.add(name)
         return name
 
     def op(self, op: str, inputs: list[str], name: str | None = None, out: str | None = None, **attrs) -> str:
         """One node; its output's name. `name` and `out` ask for a node and a tensor name (made unique)."""
         base = name or f"{self.prefix}/{op}"
         result = self.fresh(out or base)
-        self.nodes.append(helper.make_node(op, inputs, [result], name=self.fresh(base), **attrs))
+        self.nodes.append(helper.make_node(op, inputs, [result], name=self.fresh(base, node=True), **attrs))
         return result
 
     def ints(self, values) -> str:

@@ -151,9 +151,12 @@ def _direction(em: Emitter, node: onnx.NodeProto, k: int, direction: str, all_ga
 
 def _stack(em: Emitter, d: Direction) -> None:
     """Each gate's steps stacked along the rows: [T·B, H] inputs and outputs, the pair discovery reads."""
+    stacked: set = set()  # a clip's stacked outputs are its activation's stacked inputs: one Concat
     for key, (xs, ys) in d.seen.items():
-        em.op("Concat", xs, name=f"{key}:x", out=f"{key}:x", axis=0)
+        if tuple(xs) not in stacked:
+            em.op("Concat", xs, name=f"{key}:x", out=f"{key}:x", axis=0)
         em.op("Concat", ys, name=key, out=key, axis=0)
+        stacked |= {tuple(xs), tuple(ys)}
 
 
 def _outputs(em: Emitter, node: onnx.NodeProto, outputs: dict, layout: int) -> None:
@@ -165,4 +168,4 @@ def _outputs(em: Emitter, node: onnx.NodeProto, outputs: dict, layout: int) -> N
         value = em.op("Concat", [em.unsqueeze(v, axis) for v in outputs[key]], axis=axis)
         if layout:
             value = em.op("Transpose", [value], perm=perm)
-        em.nodes.append(helper.make_node("Identity", [value], [name], name=em.fresh(f"{em.prefix}/{key}")))
+        em.nodes.append(helper.make_node("Identity", [value], [name], name=em.fresh(f"{em.prefix}/{key}", node=True)))
