@@ -11,7 +11,9 @@ import onnx
 from onnxaff.graph import patterns
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.patterns.region import clip_bounds
+from onnxaff.graph.recurrent import RECURRENT_OPS, gates
 from onnxaff.graph.span import Span, unique_ids
+from onnxaff.graph.stacked import Stack, find_stacks
 from onnxaff.graph.view import GraphView
 
 # Single-node activations: op type -> kind. Min, Max and Clip are classified by their constants.
@@ -242,8 +244,10 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
     if layout not in ("auto", "channels_first", "channels_last"):
         raise ValueError(f"unknown layout {layout!r}")
     entries: list[tuple[float, Site]] = []  # (forward position of the exit node, site)
-    claimed: set[int] = set()
-    for m in patterns.match(view):
+    stacks = find_stacks(view, _single_kind)
+    claimed: set[int] = {j for s in stacks for j in s.steps}
+    entries += [(view.order[s.y_concat], _stack_site(view, s)) for s in stacks]
+    for m in patterns.match(view, taken=set(claimed)):
         exit_node = m.candidate.nodes[-1]
         claimed.update(m.candidate.nodes)
         site = Site(
@@ -266,6 +270,24 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
     return sites
 
 
+def _stack_site(view: GraphView, s: Stack) -> Site:
+    """One activation's steps as one site (an unrolled recurrent gate): X and Y the stacked tensors."""
+    x, y = view.nodes[s.x_concat].output[0], view.nodes[s.y_concat].output[0]
+    return Site(index=-1, id=view.base_id(s.y_concat, y), kind=s.kind, input=x, output=y,
+                op_types=[view.nodes[j].op_type for j in s.steps], nodes=[view.node_label(j) for j in s.steps],
+                params=s.params, node_indices=list(s.steps))
+
+
+def _recurrent_sites(view: GraphView, i: int) -> list[Site]:
+    """The gates of a recurrent node left whole: skipped, under the ids they have when unrolled."""
+    node = view.nodes[i]
+    return [Site(index=-1, id=g.id, kind=SINGLE_NODE_KINDS.get(g.op, g.activation.lower()), input=node.input[0],
+                 output=node.output[0] if node.output else "", op_types=[node.op_type], nodes=[view.node_label(i)],
+                 node_indices=[i], status="skipped",
+                 reason=f"a gate inside a {node.op_type} node that could not be unrolled (the warnings say why)")
+            for g in gates(node)]
+
+
 def _node_sites(view: GraphView, claimed: set[int]) -> list[tuple[float, Site]]:
     """Single-node activations outside the matched patterns, and the skipped ones inside control flow."""
     entries: list[tuple[float, Site]] = []
@@ -280,6 +302,9 @@ def _node_sites(view: GraphView, claimed: set[int]) -> list[tuple[float, Site]]:
                     reason=f"inside a {node.op_type} subgraph ({where}): its tensors cannot be exported",
                 )
                 entries.append((view.order[i] + (k + 1) / 1000.0, site))
+            continue
+        if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
+            entries += [(view.order[i] + k / 1000.0, site) for k, site in enumerate(_recurrent_sites(view, i))]
             continue
         hit = _single_kind(view, i)
         if hit is None or not node.output or not node.output[0]:

@@ -21,13 +21,15 @@ class PatternMatch:
     params: dict = field(default_factory=dict)
 
 
-def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = None) -> list[PatternMatch]:
+def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = None,
+          taken: set[int] | frozenset = frozenset()) -> list[PatternMatch]:
     """Every decomposed activation in the graph; each node belongs to at most one match.
 
     Decomposed softmaxes first, then the anchored rules (exporters' forms), then anonymous islands. With
-    `misses`, each pass records (pass, region, Miss) for every refusal; what is found stays the same.
+    `misses`, each pass records (pass, region, Miss) for every refusal; what is found stays the same. Nodes in
+    `taken` belong to sites found before (stacked steps) and join no match.
     """
-    claimed: set[int] = set()
+    claimed: set[int] = set(taken)
     found = [PatternMatch(kind, cand, params) for kind, cand, params in match_softmax(view, claimed, misses)]
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
         node = view.nodes[i]
