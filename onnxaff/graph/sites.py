@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from onnxaff.graph import patterns
+from onnxaff.graph.expand import attention
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.patterns.region import clip_bounds
 from onnxaff.graph.recurrent import RECURRENT_OPS, gates
@@ -306,6 +307,9 @@ def _node_sites(view: GraphView, claimed: set[int]) -> list[tuple[float, Site]]:
         if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
             entries += [(view.order[i] + k / 1000.0, site) for k, site in enumerate(_recurrent_sites(view, i))]
             continue
+        if attention.is_fused(node):
+            entries.append((view.order[i], _fused_attention_site(view, i)))
+            continue
         hit = _single_kind(view, i)
         if hit is None or not node.output or not node.output[0]:
             continue
@@ -317,6 +321,18 @@ def _node_sites(view: GraphView, claimed: set[int]) -> list[tuple[float, Site]]:
         )
         entries.append((view.order[i], site))
     return entries
+
+
+def _fused_attention_site(view: GraphView, i: int) -> Site:
+    """A fused attention node the expansion left fused: its softmax, listed as skipped with the reason."""
+    node = view.nodes[i]
+    why = attention.refusal(node, attention.Types(view.graph), view.opset or 1)
+    return Site(
+        index=-1, id=f"{attention.label(node)}/softmax", kind="softmax", input=node.input[0], output=node.output[0],
+        op_types=[node.op_type], nodes=[view.node_label(i)], status="skipped",
+        reason=f"inside a fused {node.op_type}: {why or 'the model was not expanded (load it with load_model)'}",
+        node_indices=[i],
+    )
 
 
 def _settle_site(view: GraphView, site: Site, layout: str) -> None:

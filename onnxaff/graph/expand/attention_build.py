@@ -1,0 +1,114 @@
+"""Standard-ONNX node building for the attention expansion: names, small constants, head reshapes, the core.
+
+The core is the unfused export's arithmetic, scale·Q·Kᵀ + mask → Softmax → ·V, so the Softmax it writes is
+found as the plain export's is. Its node is named after the fused node, which makes the site's id say where
+it came from. Only small constants (shapes, split sizes, the scale, mask values) are added; weights stay the
+initializers they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+# What onnxruntime writes for a masked score: the lowest finite value of the type (ONNX Attention's masks,
+# and the contrib ops' causal mask); the contrib ops' padding masks use their mask_filter_value attribute.
+LOWEST = {TensorProto.FLOAT: float(np.finfo(np.float32).min), TensorProto.FLOAT16: float(np.finfo(np.float16).min)}
+NUMPY = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
+
+
+class Builder:
+    """New nodes and constants for one fused node, named `<label>/<what>` and unique in the graph."""
+
+    def __init__(self, label: str, taken: set[str], opset: int, elem_type: int):
+        self.label, self.taken, self.opset, self.elem_type = label, taken, opset, elem_type
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def name(self, what: str) -> str:
+        name, k = f"{self.label}/{what}", 1
+        while name in self.taken:
+            k += 1
+            name = f"{self.label}/{what}~{k}"
+        self.taken.add(name)
+        return name
+
+    def op(self, op_type: str, inputs: list[str], what: str | None = None, outputs: int = 1, **attrs) -> str:
+        """One node; its first output's name (the node is named as that output)."""
+        outs = [self.name(f"{what or op_type}" if outputs == 1 else f"{what or op_type}_{k}") for k in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=outs[0], **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def const(self, what: str, value, dtype=None) -> str:
+        array = np.asarray(value, dtype=dtype or NUMPY[self.elem_type])
+        name = self.name(what)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def ints(self, what: str, values) -> str:
+        return self.const(what, values, np.int64)
+
+    def split(self, x: str, sizes: list[int], axis: int, what: str) -> list[str]:
+        if self.opset >= 13:
+            return self.op("Split", [x, self.ints(f"{what}_sizes", sizes)], what, outputs=len(sizes), axis=axis)
+        return self.op("Split", [x], what, outputs=len(sizes), axis=axis, split=sizes)
+
+    def heads(self, x: str, num_heads: int, what: str) -> str:
+        """[B, S, N·h] → [B, N, S, h]."""
+        split = self.op("Reshape", [x, self.ints(f"{what}_shape", [0, 0, num_heads, -1])], f"{what}_split")
+        return self.op("Transpose", [split], what, perm=[0, 2, 1, 3])
+
+    def merge(self, x: str, output: str) -> None:
+        """[B, N, S, h] → [B, S, N·h], written to the fused node's output."""
+        t = self.op("Transpose", [x], "context_t", perm=[0, 2, 1, 3])
+        self.nodes.append(helper.make_node("Reshape", [t, self.ints("context_shape", [0, 0, -1])], [output],
+                                           name=self.name("context")))
+
+    def dim(self, x: str, axis: int, what: str) -> str:
+        """A dimension of x as an int64 scalar."""
+        shape = self.op("Shape", [x], f"{what}_shape")
+        return self.op("Gather", [shape, self.ints(f"{what}_axis", axis)], what, axis=0)
+
+    def causal(self, q: str, k: str) -> str:
+        """Bool [S, L], true above the diagonal: key positions after the query's (no past state)."""
+        zero, one = self.ints("zero", 0), self.ints("one", 1)
+        rows = self.op("Range", [zero, self.dim(q, 2, "q_len"), one], "rows")
+        cols = self.op("Range", [zero, self.dim(k, 2, "k_len"), one], "cols")
+        rows = self.op("Reshape", [rows, self.ints("column", [-1, 1])], "rows_column")
+        return self.op("Greater", [cols, rows], "future")
+
+    def padding(self, mask: str, filler: float) -> str:
+        """An int 2-D key padding mask [B, L] (1 keep, 0 mask) as the additive [B, 1, 1, L] the fused ops use."""
+        keep = self.op("Greater", [mask, self.const("mask_zero", 0, np.int32)], "keep")
+        add = self.op("Where", [keep, self.const("zero_f", 0.0), self.const("mask_filter", filler)], "mask_add")
+        return self.op("Reshape", [add, self.ints("mask_shape", [0, 1, 1, -1])], "mask_bias")
+
+    def attend(self, q: str, k: str, v: str, scale: str, mask: str | None, causal: tuple[float, bool] | None,
+               zero_masked_rows: bool = False) -> str:
+        """softmax(scale·Q·Kᵀ + mask)·V over [B, N, S, h] tensors.
+
+        causal: (value, replace): the score above the diagonal gets value, replacing the mask there (replace) or
+        added to it, as the fused op does. zero_masked_rows: a query whose every score is masked (the lowest
+        float) attends to nothing, as onnxruntime's ONNX Attention kernel has it; after the softmax, so the
+        site is the plain Softmax still.
+        """
+        kt = self.op("Transpose", [k], "key_t", perm=[0, 1, 3, 2])
+        scores = self.op("Mul", [self.op("MatMul", [q, kt], "qk"), scale], "scores")
+        if causal is not None:
+            value, replace = causal
+            future = self.causal(q, k)
+            fill = self.const("causal_fill", value)
+            if mask is None or replace:
+                mask = self.op("Where", [future, fill, mask or self.const("zero_c", 0.0)], "causal_mask")
+            else:
+                mask = self.op("Add", [mask, self.op("Where", [future, fill, self.const("zero_c", 0.0)])],
+                               "causal_mask")
+        if mask is not None:
+            scores = self.op("Add", [scores, mask], "masked_scores")
+        probs = self.op("Softmax", [scores], "softmax", axis=-1)
+        if zero_masked_rows:
+            top = self.op("ReduceMax", [scores, self.ints("last_axis", [-1])], "row_max", keepdims=1)
+            seen = self.op("Greater", [top, self.const("masked", LOWEST[self.elem_type])], "row_seen")
+            probs = self.op("Where", [seen, probs, self.const("zero_p", 0.0)], "attended")
+        return self.op("MatMul", [probs, v], "context")
