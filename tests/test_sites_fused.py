@@ -5,6 +5,8 @@ split model (graph/expand/fused.py) gives onnxruntime's outputs to 1e-5, the sit
 parameters, and the affinity and NLC on the same data agree.
 """
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -160,3 +162,29 @@ def test_an_activation_no_standard_op_computes_stays_fused_with_a_note():
     notes = fused.apply(m)
     assert [x.op_type for x in m.graph.node] == ["MatMul", "FusedGemm", "MatMul"]
     assert "ScaledTanh" in notes[0]
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ort"
+
+
+def bert_scores(path, tmp_path):
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 32, size=(96, 8))
+    mask = (np.arange(8)[None, :] < rng.integers(3, 9, size=(96, 1))).astype(np.int64)
+    np.savez(tmp_path / "tokens.npz", input_ids=ids, attention_mask=mask)
+    sig = onnxaff.analyze(path, str(tmp_path / "tokens.npz"), chunk_size=48, metrics=["affinity"], progress=False,
+                          chunk_workers=0)
+    return [(s["kind"], s["status"], s["metrics"].get("affinity", {}).get("mean")) for s in sig.sites]
+
+
+def test_bert_optimised_by_onnxruntime_keeps_the_plain_models_gelu_sites_and_scores(tmp_path):
+    """tests/fixtures/build_bert_optimized.py: the optimiser wrote BiasGelu for each erf GELU + its bias."""
+    ops = [x.op_type for x in onnx.load(str(FIXTURES / "bert_tiny_ort.onnx")).graph.node]
+    assert ops.count("BiasGelu") == 2 and "Erf" not in ops
+    plain = bert_scores(FIXTURES / "bert_tiny_plain.onnx", tmp_path)
+    optimised = bert_scores(FIXTURES / "bert_tiny_ort.onnx", tmp_path)
+    assert [r[:2] for r in optimised] == [r[:2] for r in plain]
+    gelus = [k for k, r in enumerate(plain) if r[0] == "gelu"]
+    assert len(gelus) == 2 and all(plain[k][1] == "ok" and np.isfinite(plain[k][2]) for k in gelus)
+    # The same function on the same data: the fused LayerNorms change the float32 rounding only.
+    assert [optimised[k][2] for k in gelus] == pytest.approx([plain[k][2] for k in gelus], abs=1e-4)
