@@ -188,3 +188,13 @@ def test_bert_optimised_by_onnxruntime_keeps_the_plain_models_gelu_sites_and_sco
     assert len(gelus) == 2 and all(plain[k][1] == "ok" and np.isfinite(plain[k][2]) for k in gelus)
     # The same function on the same data: the fused LayerNorms change the float32 rounding only.
     assert [optimised[k][2] for k in gelus] == pytest.approx([plain[k][2] for k in gelus], abs=1e-4)
+
+
+def test_bert_with_onnxruntimes_gelu_approximation_has_tanh_gelu_sites(tmp_path):
+    """enable_gelu_approximation writes FastGelu(x, bias): the tanh GELU, a function within 1e-3 of the erf one."""
+    ops = [x.op_type for x in onnx.load(str(FIXTURES / "bert_tiny_ort_fastgelu.onnx")).graph.node]
+    assert ops.count("FastGelu") == 2
+    plain = bert_scores(FIXTURES / "bert_tiny_plain.onnx", tmp_path)
+    approximated = bert_scores(FIXTURES / "bert_tiny_ort_fastgelu.onnx", tmp_path)
+    assert [r[:2] for r in approximated] == [("gelu_tanh" if k == "gelu" else k, s) for k, s, _ in plain]
+    assert [r[2] for r in approximated] == pytest.approx([r[2] for r in plain], abs=1e-2)
