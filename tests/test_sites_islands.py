@@ -98,9 +98,9 @@ def test_unnamed_non_linearity_is_an_elementwise_site():
 @pytest.mark.parametrize("body", [
     # affine: x·2 + 1
     "t = Constant<value_float = 2.0>()\no = Constant<value_float = 1.0>()\nm = Mul(x, t)\ny = Add(m, o)",
-    # algebra only: the variance and rsqrt of a layer norm
-    "p = Constant<value_float = 2.0>()\nq = Pow(x, p)\ne = Constant<value_float = 1e-5>()\n"
-    "v = Add(q, e)\ny = Sqrt(v)",
+    # algebra beside a reduction: the variance and rsqrt of a layer norm
+    "p = Constant<value_float = 2.0>()\nq = Pow(x, p)\nr = ReduceMean<axes = [1]>(q)\n"
+    "e = Constant<value_float = 1e-5>()\nv = Add(r, e)\ns = Sqrt(v)\ny = Div(x, s)",
     # a lone unnamed op (an Exp decoding box sizes)
     "y = Exp(x)",
     # parts that cancel: Clip with min > max is a constant

@@ -77,7 +77,9 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
     if node.domain == "com.microsoft":
         kind = CONTRIB_KINDS.get(node.op_type)
         if kind is None or len([n for n in node.input if n]) != 1:
-            return None
+            return None  # a bias input is split off first (graph/expand/fused.py)
+        if node.op_type == "QuickGelu":  # x·σ(αx), α = 1.702 unless set: named as a Swish node is
+            return _swish_kind(next((a.f for a in node.attribute if a.name == "alpha"), 1.702))
         return kind, {}
     if node.domain not in ("", "ai.onnx") or node.op_type not in SINGLE_NODE_KINDS:
         return None
@@ -90,10 +92,7 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
     if op == "Gelu":
         return ("gelu_tanh" if params.get("approximate") == "tanh" else "gelu"), {}
     if op == "Swish":  # x·σ(αx): named as the decomposed forms are
-        beta = round(float(params.get("alpha", 1.0)), 6)
-        if abs(beta - 1.0) <= 1e-4:
-            return "silu", {}
-        return ("quick_gelu", {}) if abs(beta - 1.702) <= 1e-4 else ("swish", {"beta": beta})
+        return _swish_kind(params.get("alpha", 1.0))
     if op == "PRelu":
         slope = view.constant(node.input[1]) if len(node.input) > 1 else None
         if slope is None or slope.size > 4096:
@@ -121,6 +120,13 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
             return "relu", {}
         return SINGLE_NODE_KINDS[op], {"bound": consts[0]}
     return SINGLE_NODE_KINDS[op], params
+
+
+def _swish_kind(alpha: float) -> tuple[str, dict]:
+    beta = round(float(alpha), 6)
+    if abs(beta - 1.0) <= 1e-4:
+        return "silu", {}
+    return ("quick_gelu", {}) if abs(beta - 1.702) <= 1e-4 else ("swish", {"beta": beta})
 
 
 def _source_input(view: GraphView, i: int) -> str:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import onnx
 
-from onnxaff.graph.expand import attention, recurrent
+from onnxaff.graph.expand import attention, fused, recurrent
 
-EXPANSIONS: list = [recurrent, attention]  # modules with NAME and apply(model) -> notes, in the order they run
+EXPANSIONS: list = [fused, recurrent, attention]  # modules with NAME and apply(model) -> notes, in the order they run
 
 
 def expand(model: onnx.ModelProto) -> list[str]:

@@ -5,14 +5,16 @@ open operand until one tensor feeds it all (the entry); each such (entry, exit) 
 stay inside is a candidate. Evaluated on probe points it is named from `library` (an outer function
 wins over the one inside it: CELU over its ELU, taken on the original input) or, when it is non-affine
 and names nothing, it is a site of kind `elementwise`. What islands leave alone: affine regions,
-regions of algebra only (Pow, Sqrt, Div: the arithmetic of normalisations and attention scaling),
-two activations in a row (two sites), single activation nodes (their own attributes say more) and a
-lone unnamed op (an Exp decoding box sizes, a Log in a loss): an unnamed site takes two ops or more.
+what maps no floating-point data (integer, boolean, shape or weight arithmetic), algebra beside a
+reduction (Pow, Sqrt, Div: the arithmetic of normalisations), two activations in a row (two sites),
+single activation nodes (their own attributes say more) and a lone unnamed op other than algebra (an Exp
+decoding box sizes, a Log in a loss). A polynomial between two layers (x + 0.1·x², x·x) is a site.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from onnxaff.graph import elementwise
 from onnxaff.graph.fold import as_float64
@@ -26,6 +28,36 @@ MAX_CONSTANT_SIZE = 4096
 _PASS_THROUGH = {"Identity", "Cast", "CastLike"}
 _ALGEBRA = _PASS_THROUGH | {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sum", "Mean"}
 _SINGLE_NODE_SITES = elementwise.ACTIVATION_OPS | {"Clip", "Min", "Max"}
+_FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.UNDEFINED}
+# Ops that average or pool over positions: algebra next to them is a normalisation's (LayerNorm's square before
+# its ReduceMean, the Sqrt(var + eps) after), not an activation.
+_REDUCING = {"GlobalAveragePool", "GlobalLpPool", "LpNormalization"}
+
+
+def data_path(view: GraphView, cand: Candidate) -> bool:
+    """A floating-point map of data: the entry derives from a graph input through computation (not from weights or
+    a Shape), and the entry and exit are float (unknown types pass). Integer, boolean and shape islands are none."""
+    return (cand.entry not in view.static and view.elem_type(cand.entry) in _FLOATS
+            and view.elem_type(cand.exit) in _FLOATS)
+
+
+def _reducing(view: GraphView, i: int | None) -> bool:
+    return i is not None and (view.nodes[i].op_type.startswith("Reduce") or view.nodes[i].op_type in _REDUCING)
+
+
+def normalisation(view: GraphView, cand: Candidate, steps: int = 4) -> bool:
+    """Algebra read from a reduction or into one, a few algebra ops away: a normalisation's arithmetic
+    (LayerNorm's square and its Sqrt(var + eps), RMSNorm's reciprocal, an L2 norm)."""
+    up, down = [cand.entry], [cand.exit]
+    for _ in range(steps):
+        producers = [view.producer.get(t) for t in up]
+        consumers = [c for t in down for c in view.consumers.get(t, [])]
+        if any(_reducing(view, i) for i in producers + consumers):
+            return True
+        up = [n for i in producers if i is not None and view.nodes[i].op_type in _ALGEBRA for n in view.nodes[i].input
+              if n and view.constant(n) is None]
+        down = [n for i in consumers if view.nodes[i].op_type in _ALGEBRA for n in view.nodes[i].output if n]
+    return False
 
 
 class Islands:
@@ -183,7 +215,10 @@ def match_islands(view: GraphView, claimed: set[int],
         for c in per_exit[i]:
             if values[c] is None:
                 refuse(c, "not a function of its entry alone (constants that do not broadcast, a tensor bound)")
-        cands = [c for c in per_exit[i] if values[c] is not None]
+        for c in per_exit[i]:
+            if values[c] is not None and not data_path(view, c):
+                refuse(c, "maps no floating-point data (an integer, boolean or shape tensor, or weights): no site")
+        cands = [c for c in per_exit[i] if values[c] is not None and data_path(view, c)]
         if cands and affine(cands[-1]) and not set(_ops(view, cands[-1])) <= _ALGEBRA:
             # Non-linear parts that cancel (Clip with min > max: a constant) make no non-linearity.
             dead.update(cands[-1].nodes)
@@ -214,7 +249,9 @@ def match_islands(view: GraphView, claimed: set[int],
         for cand in cands:
             if not affine(cand):
                 core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
-                if len(core) >= 2 and not set(core) & _SINGLE_NODE_SITES and not set(core) <= _ALGEBRA:
+                algebra = set(core) <= _ALGEBRA  # a polynomial, x², 1/x: a site unless a normalisation's
+                if ((len(core) >= 2 or algebra) and not set(core) & _SINGLE_NODE_SITES
+                        and not (algebra and normalisation(view, cand))):
                     unnamed.append((cand, "elementwise", {}))
                 else:
                     _refuse_unnamed(refuse, cand, core)
@@ -233,11 +270,11 @@ def match_islands(view: GraphView, claimed: set[int],
 
 def _refuse_unnamed(refuse, cand: Candidate, core: list[str]) -> None:
     """Why the innermost non-affine island names nothing and is still no `elementwise` site."""
-    if len(core) < 2:
+    if set(core) <= _ALGEBRA:
+        refuse(cand, "names nothing and is algebra next to a reduction ({}): a normalisation's arithmetic",
+               "+".join(core))
+    elif len(core) < 2:
         refuse(cand, "names nothing and is a lone op ({}): an unnamed site takes two ops or more", "+".join(core))
-    elif set(core) & _SINGLE_NODE_SITES:
+    else:
         refuse(cand, "names nothing and holds {}, a site of its own: an unnamed island takes no activation op",
                "+".join(sorted(set(core) & _SINGLE_NODE_SITES)))
-    else:
-        refuse(cand, "names nothing and is algebra only ({}): the arithmetic of normalisations and scaling",
-               "+".join(core))

@@ -212,9 +212,12 @@ def is_affine(g: np.ndarray) -> bool:
     if ok.sum() < 3:
         return False
     x, g = WIDE[ok], g[ok]
-    # Quick test: the secant slopes of an affine map agree; most candidates are rejected here.
-    slopes = np.diff(g, axis=0) / np.diff(x)[:, None]
-    if np.any(np.ptp(slopes, axis=0) > 1e-6 * (1.0 + np.abs(slopes).max(axis=0))):
+    # Quick test: the secant slopes of an affine map agree with its overall one; most candidates are rejected
+    # here. Within the rounding of g: x + b near x = 0 rounds to b's ulp, over a step of 1e-4 or less.
+    dx = np.diff(x)[:, None]
+    slopes, overall = np.diff(g, axis=0) / dx, (g[-1] - g[0]) / (x[-1] - x[0])
+    rounding = 4 * np.finfo(np.float64).eps * (np.abs(g[1:]) + np.abs(g[:-1])) / dx
+    if np.any(np.abs(slopes - overall) > 1e-6 * (1.0 + np.abs(slopes).max(axis=0)) + rounding):
         return False
     a = np.stack([np.ones_like(x), x], axis=1)
     coef, *_ = np.linalg.lstsq(a, g, rcond=None)
