@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import onnx
 
-EXPANSIONS: list = []  # modules with NAME and apply(model) -> notes, in the order they run
+from onnxaff.graph.expand import qoperator
+
+EXPANSIONS: list = [qoperator]  # modules with NAME and apply(model) -> notes, in the order they run
 
 
 def expand(model: onnx.ModelProto) -> list[str]:
