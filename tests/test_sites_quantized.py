@@ -88,7 +88,9 @@ def test_the_qdq_model_has_the_float_models_sites():
     float_kinds, _ = _kinds("float")
     kinds, loaded = _kinds("qdq")
     assert float_kinds == kinds == KINDS
-    for s in list_sites(loaded).activations:
+    found = list_sites(loaded, explain=True)
+    assert found.misses == []  # no pair is taken for a non-linearity left unexplained
+    for s in found.activations:
         assert s.input.endswith("_DequantizeLinear_Output")
         assert set(s.params["quantized"]) == {"x", "y"}
 

@@ -317,6 +317,8 @@ def format_params(params: dict) -> str:
             parts.append(f"{k}=[{np.asarray(v, dtype=float).size} values]")
         elif isinstance(v, list):
             parts.append(f"{k}=[{', '.join(map(str, v))}]" if len(v) <= 3 else f"{k}=[{len(v)} names]")
+        elif isinstance(v, dict):  # quantized: the sides that are (x, y)
+            parts.append(f"{k}=[{', '.join(map(str, v))}]")
         elif isinstance(v, float):
             parts.append(f"{k}={v:.6g}")
         else:
