@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
+from onnxaff.graph import qdq
 from onnxaff.graph.sites import Site
 
 STEP = 1e-3  # δ: float32 rounding costs ~eps32/δ ≈ 6e-5 relative, the central-difference bias ~δ²
@@ -42,7 +43,7 @@ def _clone(builder, site: Site, entry: str, prefix: str) -> str:
     rename = {site.input: entry}
     for i in site.node_indices:
         original = builder.view.nodes[i]
-        if i in builder.view.qdq:  # a Q → DQ pair inside the site: differentiated as the identity (graph/qdq.py)
+        if i in qdq.paired(builder.view):  # a Q → DQ pair inside the site: differentiated as the identity
             rename[original.output[0]] = rename.get(original.input[0], original.input[0])
             continue
         node = onnx.NodeProto()

@@ -10,14 +10,27 @@ point of the DQ its X comes from and of the Q its Y goes to, so a reader knows X
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 Q, DQ = "QuantizeLinear", "DequantizeLinear"
 _STANDARD = ("", "ai.onnx")
 
 
-def pairs(view) -> frozenset[int]:
-    """Indices of the nodes of every Q → DQ pair (Q read by that DQ alone, both with one scale and zero point)."""
+_PAIRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphView -> its pairs, found once
+
+
+def paired(view) -> frozenset[int]:
+    """Indices of the nodes of every Q → DQ pair of the graph (computed once per view)."""
+    found = _PAIRS.get(view)
+    if found is None:
+        found = _PAIRS[view] = _pairs(view)
+    return found
+
+
+def _pairs(view) -> frozenset[int]:
+    """Q read by one DQ alone, both with one scale and zero point."""
     found: set[int] = set()
     for i, q in enumerate(view.nodes):
         if q.op_type != Q or q.domain not in _STANDARD or not q.output or q.output[0] in view.graph_outputs:
@@ -52,9 +65,9 @@ def _axis(node) -> int:
 def opens_on_pair(view, entry: str, nodes) -> bool:
     """Whether a region begins inside a pair: its entry is a Q's (integer) output, or a Q of the region reads it."""
     p = view.producer.get(entry)
-    if p is not None and p in view.qdq and view.nodes[p].op_type == Q:
+    if p is not None and p in paired(view) and view.nodes[p].op_type == Q:
         return True
-    return any(i in view.qdq and view.nodes[i].op_type == Q and view.nodes[i].input[0] == entry for i in nodes)
+    return any(i in paired(view) and view.nodes[i].op_type == Q and view.nodes[i].input[0] == entry for i in nodes)
 
 
 def quantization(view, x: str, y: str) -> dict:

@@ -62,13 +62,6 @@ class GraphView:
 
         return forward_order(self.predecessors)
 
-    @cached_property
-    def qdq(self) -> frozenset[int]:
-        """Nodes of QuantizeLinear → DequantizeLinear pairs, which patterns see through (onnxaff.graph.qdq)."""
-        from onnxaff.graph.qdq import pairs
-
-        return pairs(self)
-
     # -- constants ---------------------------------------------------------------------------
     def constant(self, name: str) -> np.ndarray | None:
         """The value of a tensor fixed at export time (initializer, Constant node, or a reshape of one)."""

@@ -83,10 +83,10 @@ def region_nodes(view: GraphView, entry: str, exit: str) -> tuple[int, ...] | No
         node = view.nodes[i]
         if node.op_type == "Constant":
             continue
-        if (node.op_type not in EVALUABLE and i not in view.qdq) or node.domain not in ("", "ai.onnx"):
+        if (node.op_type not in EVALUABLE and i not in qdq.paired(view)) or node.domain not in ("", "ai.onnx"):
             return None
         found.add(i)
-        if len(found - view.qdq) > MAX_REGION_NODES:
+        if len(found - qdq.paired(view)) > MAX_REGION_NODES:
             return None
         for name in node.input:
             if not name or name == entry:
@@ -143,7 +143,7 @@ def _entry_candidates(view: GraphView, start: str) -> list[str]:
     while frontier and visited_nodes < _MAX_ENTRY_SEARCH:
         t = frontier.pop(0)
         i = view.producer.get(t)
-        if i is None or (view.nodes[i].op_type not in EVALUABLE and i not in view.qdq):
+        if i is None or (view.nodes[i].op_type not in EVALUABLE and i not in qdq.paired(view)):
             continue
         visited_nodes += 1
         for name in view.nodes[i].input:
@@ -162,7 +162,7 @@ def _scaled_source(view: GraphView, name: str, entries: list[str]) -> str | None
         if i is None:
             return None
         node = view.nodes[i]
-        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity") and i not in view.qdq:
+        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity") and i not in qdq.paired(view):
             return None
         others = [n for n in node.input if n and view.scalar(n) is None]
         if len(others) != 1:
@@ -193,9 +193,9 @@ def candidates(view: GraphView, anchor: int) -> list[Candidate]:
         if nxt is None:
             break
         n = view.nodes[nxt]
-        if (n.op_type not in EVALUABLE and nxt not in view.qdq) or len(n.output) != 1:
+        if (n.op_type not in EVALUABLE and nxt not in qdq.paired(view)) or len(n.output) != 1:
             break
-        steps += nxt not in view.qdq
+        steps += nxt not in qdq.paired(view)
         others = [name for name in n.input if name and name != cur and view.scalar(name) is None]
         if others:
             # The gate: x·g(x), or x/g(x) as in softsign's x/(1+|x|).
@@ -206,7 +206,7 @@ def candidates(view: GraphView, anchor: int) -> list[Candidate]:
             if gate_entry is None:
                 break
         cur = n.output[0]
-        if n.op_type not in ("Identity", "Cast") and nxt not in view.qdq:
+        if n.op_type not in ("Identity", "Cast") and nxt not in qdq.paired(view):
             pairs.append((gate_entry or source, cur))
     out = []
     for entry, exit in reversed(pairs):
