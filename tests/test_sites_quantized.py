@@ -79,6 +79,17 @@ def test_a_region_begins_after_the_pair_so_x_is_what_the_activation_reads():
         ("silu", "d0", {"scale": pytest.approx(0.01), "zero_point": 128})]
 
 
+def test_dedicated_pairs_meet_at_the_float_tensor_before_them():
+    # DedicatedQDQPair: the Sigmoid and the Mul each read x through a pair of their own.
+    model = parse(qdq_text("a = Sigmoid(P(x))\ny = Mul(P(x), P(a))"))
+    assert [n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"] == ["x", "x", "a"]
+    sites = discover_sites(model)
+    assert [(s.kind, s.input, s.params["quantized"]["x"]["zero_point"]) for s in sites] == [("silu", "x", 128)]
+    # One pair alone is not opened on: the same graph with one pair reading x is a SiLU of its DQ output.
+    sites = discover_sites(parse(qdq_text("a = Sigmoid(P(x))\ny = Mul(d0, P(a))")))
+    assert [(s.kind, s.input) for s in sites] == [("silu", "d0")]
+
+
 def _kinds(name: str) -> list:
     loaded = load_model(QUANTIZED / f"quant_zoo_{name}.onnx")
     return [s.kind for s in list_sites(loaded).activations], loaded

@@ -63,19 +63,27 @@ def _axis(node) -> int:
 
 
 def opens_on_pair(view, entry: str, nodes) -> bool:
-    """Whether a region begins inside a pair: its entry is a Q's (integer) output, or a Q of the region reads it."""
+    """Whether a region begins inside a pair: its entry is a Q's (integer) output, or one Q of the region reads it.
+
+    Two or more Qs reading the entry are dedicated pairs (`DedicatedQDQPair`: one per consumer), whose branches
+    meet only at the float tensor before them: X is that tensor, and each branch reads it rounded.
+    """
     p = view.producer.get(entry)
     if p is not None and p in paired(view) and view.nodes[p].op_type == Q:
         return True
-    return any(i in paired(view) and view.nodes[i].op_type == Q and view.nodes[i].input[0] == entry for i in nodes)
+    return sum(i in paired(view) and view.nodes[i].op_type == Q and view.nodes[i].input[0] == entry
+               for i in nodes) == 1
 
 
 def quantization(view, x: str, y: str) -> dict:
-    """{"x": {scale, zero_point}} when X is a DequantizeLinear's output, {"y": ...} when a QuantizeLinear reads Y."""
+    """{"x": {scale, zero_point}} when X is a DQ's output (or pairs read it), {"y": ...} when a Q reads Y."""
     out = {}
     p = view.producer.get(x)
+    before = next((c for c in view.consumers.get(x, []) if c in paired(view) and view.nodes[c].op_type == Q), None)
     if p is not None and view.nodes[p].op_type == DQ:
         out["x"] = _params(view, view.nodes[p])
+    elif before is not None:  # dedicated pairs: X is the float tensor each branch reads rounded
+        out["x"] = _params(view, view.nodes[before])
     q = next((c for c in view.consumers.get(y, []) if view.nodes[c].op_type == Q), None)
     if q is not None:
         out["y"] = _params(view, view.nodes[q])

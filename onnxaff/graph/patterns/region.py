@@ -155,19 +155,21 @@ def _entry_candidates(view: GraphView, start: str) -> list[str]:
 
 def _scaled_source(view: GraphView, name: str, entries: list[str]) -> str | None:
     """If `name` is an entry times/plus constants (e.g. the 0.5·x of a GELU), that entry."""
-    for _ in range(3):
+    steps = 0
+    while steps < 3:
         if name in entries:
             return name
         i = view.producer.get(name)
         if i is None:
             return None
         node = view.nodes[i]
-        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity") and i not in qdq.paired(view):
+        paired = i in qdq.paired(view)  # a Q → DQ pair is no step
+        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity") and not paired:
             return None
         others = [n for n in node.input if n and view.scalar(n) is None]
         if len(others) != 1:
             return None
-        name = others[0]
+        name, steps = others[0], steps + (not paired)
     return name if name in entries else None
 
 
