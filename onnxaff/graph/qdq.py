@@ -3,8 +3,8 @@
 `quantize_static` (QDQ format) puts QuantizeLinear → DequantizeLinear after every quantized tensor, so a SiLU
 reads Sigmoid → Q → DQ → Mul and its Sigmoid alone would be named. A pair of one scale and zero point is the
 identity up to one rounding step: patterns evaluate it as the identity (the function, not its rounding, names
-a site), never begin a region on it (X is what the activation reads, the dequantized tensor) nor end one on it,
-and do not count it against the region size limits. The site's `params.quantized` records the scale and zero
+a site), never begin a region on one pair (X is what the activation reads, the dequantized tensor) nor end one
+on it, and do not count it against the region size limits. The site's `params.quantized` records the scale and zero
 point of the DQ its X comes from and of the Q its Y goes to, so a reader knows X and Y carry that noise.
 """
 
@@ -16,8 +16,6 @@ import numpy as np
 
 Q, DQ = "QuantizeLinear", "DequantizeLinear"
 _STANDARD = ("", "ai.onnx")
-
-
 _PAIRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphView -> its pairs, found once
 
 
