@@ -49,6 +49,8 @@ def evaluate(view, node, args: list):
     """The node's first output from its operands (numpy arrays or None for absent optional inputs)."""
     op = node.op_type
     a = args[0]
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        return a  # asked only of a Q → DQ pair (onnxaff.graph.qdq): the identity but for rounding
     if op in _UNARY:
         if op in ("Cast", "CastLike") and a.dtype == bool:
             return a.astype(np.float64)

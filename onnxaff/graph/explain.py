@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaff.graph import patterns
+from onnxaff.graph import patterns, qdq
 from onnxaff.graph.patterns import library
 from onnxaff.graph.patterns.islands import Islands
 from onnxaff.graph.patterns.region import Candidate
@@ -85,8 +85,9 @@ def _unclaimed_non_affine(view: GraphView, claimed: set[int]) -> list[int]:
     isl = Islands(view, set())
     inner = {}
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
-        if i in claimed or isl.variable_inputs(i) is None or view.nodes[i].op_type in ("Identity", "Cast", "CastLike"):
-            continue
+        if (i in claimed or isl.variable_inputs(i) is None or i in qdq.paired(view)
+                or view.nodes[i].op_type in ("Identity", "Cast", "CastLike")):
+            continue  # a pass-through (a Q → DQ pair too) ends no non-linearity
         cands = isl.candidates(i)
         if cands:
             inner[i] = cands[0]

@@ -61,6 +61,11 @@ def _fold(view, node: onnx.NodeProto) -> np.ndarray | None:
         if op == "Identity" or value.size == 1:
             return value.reshape(()) if op != "Identity" else value
         return None  # reshaping a tensor needs its target shape; scalars are all discovery reads
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        from onnxaff.graph import qdq
+
+        out = qdq.fold(view, node)
+        return out if out is None or out.size <= MAX_FOLDED_SIZE else None
     if op not in elementwise.OPS:
         return None
     args = []

@@ -9,6 +9,8 @@ where the activation lives and only per-batch reductions leave it:
   so float32 resolves σ(x+h) − σ(x−h) to eps32/δ (without that term a sigmoid at std 1e-6 read 7.4, not 1.0).
   Then the batch's per-element sum of σ'² plus per-element mean and centred sum of squares of X and Y
   (merged exactly on the host);
+- a Q → DQ pair inside the site (a quantized model) is left out of the clones: a step below its rounding
+  would read a derivative of 0, and discovery named the function the site computes without the rounding;
 - other sites (Softmax): the JVP along v_i = x_{i−1} − x̄ (another example of the batch, centred on the
   batch mean), h = δ along v, and per example ‖J v‖²; plus Y's per-element batch moments. Since the
   v_i run over every centred example of the batch, Σ_i v_i v_iᵀ is the batch's scatter matrix, and the
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
+from onnxaff.graph import qdq
 from onnxaff.graph.sites import Site
 
 STEP = 1e-3  # δ: float32 rounding costs ~eps32/δ ≈ 6e-5 relative, the central-difference bias ~δ²
@@ -40,6 +43,9 @@ def _clone(builder, site: Site, entry: str, prefix: str) -> str:
     rename = {site.input: entry}
     for i in site.node_indices:
         original = builder.view.nodes[i]
+        if i in qdq.paired(builder.view):  # a Q → DQ pair inside the site: differentiated as the identity
+            rename[original.output[0]] = rename.get(original.input[0], original.input[0])
+            continue
         node = onnx.NodeProto()
         node.CopyFrom(original)
         node.name = builder.namer.fresh(f"{prefix}/{original.op_type}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
-from onnxaff.graph import patterns
+from onnxaff.graph import patterns, qdq
 from onnxaff.graph.expand import attention
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.patterns.region import clip_bounds
@@ -142,7 +142,7 @@ _CHANNELS_FIRST_OPS = {
 }
 _LAYOUT_TRANSPARENT = patterns.region.EVALUABLE | {
     "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "HardSwish", "Softsign", "Gelu", "Mish",
-    "ThresholdedRelu", "Dropout", "Concat", "Sum",
+    "ThresholdedRelu", "Dropout", "Concat", "Sum", "QuantizeLinear", "DequantizeLinear",
 }
 
 
@@ -271,6 +271,9 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
     for k, site in enumerate(sites):
         site.index = k
         site.elementwise = site.kind not in NOT_ELEMENTWISE
+        quantized = qdq.quantization(view, site.input, site.output)
+        if quantized:  # X dequantized, Y quantized next: they carry that rounding (docs/sites.md)
+            site.params = {**site.params, "quantized": quantized}
         if site.status == "ok":
             _settle_site(view, site, layout)
     unique_ids(sites)
@@ -361,6 +364,8 @@ def format_params(params: dict) -> str:
             parts.append(f"{k}=[{np.asarray(v, dtype=float).size} values]")
         elif isinstance(v, list):
             parts.append(f"{k}=[{', '.join(map(str, v))}]" if len(v) <= 3 else f"{k}=[{len(v)} names]")
+        elif isinstance(v, dict):  # quantized: the sides that are (x, y)
+            parts.append(f"{k}=[{', '.join(map(str, v))}]")
         elif isinstance(v, float):
             parts.append(f"{k}={v:.6g}")
         else:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import onnx
 
-from onnxaff.graph.expand import attention, fused, recurrent
+from onnxaff.graph.expand import attention, fused, qoperator, recurrent
 
-EXPANSIONS: list = [fused, recurrent, attention]  # modules with NAME and apply(model) -> notes, in the order they run
+# modules with NAME and apply(model) -> notes, in the order they run
+EXPANSIONS: list = [qoperator, fused, recurrent, attention]
 
 
 def expand(model: onnx.ModelProto) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from onnxaff.graph import elementwise
+from onnxaff.graph import elementwise, qdq
 from onnxaff.graph.fold import as_float64
 from onnxaff.graph.patterns import library
 from onnxaff.graph.patterns.region import Candidate
@@ -25,7 +25,7 @@ from onnxaff.graph.view import GraphView
 
 MAX_ISLAND_NODES = 16
 MAX_CONSTANT_SIZE = 4096
-_PASS_THROUGH = {"Identity", "Cast", "CastLike"}
+_PASS_THROUGH = {"Identity", "Cast", "CastLike", qdq.Q, qdq.DQ}  # Q and DQ only as a pair (variable_inputs)
 _ALGEBRA = _PASS_THROUGH | {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sum", "Mean"}
 _SINGLE_NODE_SITES = elementwise.ACTIVATION_OPS | {"Clip", "Min", "Max"}
 _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.UNDEFINED}
@@ -73,7 +73,8 @@ class Islands:
             return self._var[i]
         node, view = self.view.nodes[i], self.view
         result = None
-        if node.op_type in elementwise.OPS and node.domain in ("", "ai.onnx") and node.output and node.output[0]:
+        island_op = node.op_type in elementwise.OPS or i in qdq.paired(view)
+        if island_op and node.domain in ("", "ai.onnx") and node.output and node.output[0]:
             names = node.input[:1] if node.op_type == "CastLike" else node.input
             consts = [view.constant(n) for n in names if n]
             if all(c is None or c.size <= MAX_CONSTANT_SIZE for c in consts):
@@ -94,9 +95,9 @@ class Islands:
         activations = view.nodes[exit_node].op_type in elementwise.ACTIVATION_OPS
         out = []
         while frontier:
-            if len(frontier) == 1:
+            if len(frontier) == 1 and not qdq.opens_on_pair(view, next(iter(frontier)), region):
                 out.append(Candidate(next(iter(frontier)), exit, tuple(reversed(added))))
-            if len(region) >= MAX_ISLAND_NODES:
+            if len(region - qdq.paired(view)) >= MAX_ISLAND_NODES:
                 break
             t = max(frontier, key=lambda n: view.order.get(view.producer.get(n, -1), -1))
             p = view.producer.get(t)

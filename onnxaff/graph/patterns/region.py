@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff.graph import elementwise
+from onnxaff.graph import elementwise, qdq
 from onnxaff.graph.view import GraphView
 
 # Elementwise ops a pattern may be made of, with numpy definitions (float64, scalar constants).
@@ -83,10 +83,10 @@ def region_nodes(view: GraphView, entry: str, exit: str) -> tuple[int, ...] | No
         node = view.nodes[i]
         if node.op_type == "Constant":
             continue
-        if node.op_type not in EVALUABLE or node.domain not in ("", "ai.onnx"):
+        if (node.op_type not in EVALUABLE and i not in qdq.paired(view)) or node.domain not in ("", "ai.onnx"):
             return None
         found.add(i)
-        if len(found) > MAX_REGION_NODES:
+        if len(found - qdq.paired(view)) > MAX_REGION_NODES:
             return None
         for name in node.input:
             if not name or name == entry:
@@ -100,7 +100,7 @@ def region_nodes(view: GraphView, entry: str, exit: str) -> tuple[int, ...] | No
             if view.scalar(name) is not None:  # e.g. Reshape of a scalar constant
                 continue
             stack.append(name)
-    if not found:
+    if not found or qdq.opens_on_pair(view, entry, found):
         return None
     for i in found:
         for out in view.nodes[i].output:
@@ -143,7 +143,7 @@ def _entry_candidates(view: GraphView, start: str) -> list[str]:
     while frontier and visited_nodes < _MAX_ENTRY_SEARCH:
         t = frontier.pop(0)
         i = view.producer.get(t)
-        if i is None or view.nodes[i].op_type not in EVALUABLE:
+        if i is None or (view.nodes[i].op_type not in EVALUABLE and i not in qdq.paired(view)):
             continue
         visited_nodes += 1
         for name in view.nodes[i].input:
@@ -155,19 +155,21 @@ def _entry_candidates(view: GraphView, start: str) -> list[str]:
 
 def _scaled_source(view: GraphView, name: str, entries: list[str]) -> str | None:
     """If `name` is an entry times/plus constants (e.g. the 0.5·x of a GELU), that entry."""
-    for _ in range(3):
+    steps = 0
+    while steps < 3:
         if name in entries:
             return name
         i = view.producer.get(name)
         if i is None:
             return None
         node = view.nodes[i]
-        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity"):
+        paired = i in qdq.paired(view)  # a Q → DQ pair is no step
+        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity") and not paired:
             return None
         others = [n for n in node.input if n and view.scalar(n) is None]
         if len(others) != 1:
             return None
-        name = others[0]
+        name, steps = others[0], steps + (not paired)
     return name if name in entries else None
 
 
@@ -187,13 +189,15 @@ def candidates(view: GraphView, anchor: int) -> list[Candidate]:
     gate_entry: str | None = None
     cur = node.output[0]
     pairs.append((source, cur))
-    for _ in range(_MAX_FORWARD_STEPS):
+    steps = 0
+    while steps < _MAX_FORWARD_STEPS:
         nxt = view.single_consumer(cur)
         if nxt is None:
             break
         n = view.nodes[nxt]
-        if n.op_type not in EVALUABLE or len(n.output) != 1:
+        if (n.op_type not in EVALUABLE and nxt not in qdq.paired(view)) or len(n.output) != 1:
             break
+        steps += nxt not in qdq.paired(view)
         others = [name for name in n.input if name and name != cur and view.scalar(name) is None]
         if others:
             # The gate: x·g(x), or x/g(x) as in softsign's x/(1+|x|).
@@ -204,7 +208,7 @@ def candidates(view: GraphView, anchor: int) -> list[Candidate]:
             if gate_entry is None:
                 break
         cur = n.output[0]
-        if n.op_type not in ("Identity", "Cast"):
+        if n.op_type not in ("Identity", "Cast") and nxt not in qdq.paired(view):
             pairs.append((gate_entry or source, cur))
     out = []
     for entry, exit in reversed(pairs):
