@@ -47,8 +47,10 @@ def test_pairs_score_any_two_tensors(uniform):
     """x¹ is the identity (affinity 1, NLC 1); x² on [−1, 1] is not; X→Z has D 1 vs 3."""
     sig = analyze(parse(POW), str(uniform), pairs=[("x", "y1"), ("x", "y2"), ("x", "z")],
                   metrics=["affinity", "cka", "nlc"], chunk_size=512, progress=False)
-    by = {s["output"]: s for s in sig.sites}
-    assert [s["group"] for s in sig.sites] == ["pair"] * 3
+    by = {s["output"]: s for s in sig.sites if s["group"] == "pair"}
+    # x² of data is an activation of its own (a polynomial: docs/sites.md), x¹ is the identity
+    assert [(s["group"], s["kind"], s["output"]) for s in sig.sites] == [("activation", "elementwise", "y2")] + [
+        ("pair", "pair", t) for t in ("y1", "y2", "z")]
     assert by["y1"]["metrics"]["affinity"]["mean"] == pytest.approx(1.0, abs=1e-9)
     assert by["y1"]["metrics"]["nlc"]["mean"] == pytest.approx(1.0, abs=1e-5)
     assert by["y1"]["op_types"] == ["Pow"]
@@ -57,7 +59,7 @@ def test_pairs_score_any_two_tensors(uniform):
     assert (by["z"]["dim"], by["z"]["dim_y"]) == (1, 3)
     assert z["affinity"]["status"] == "not_applicable" and "equal feature dimensions" in z["affinity"]["reason"]
     assert z["cka"]["mean"] == pytest.approx(1.0, abs=1e-9)  # a linear map, and CKA allows D_X ≠ D_Y
-    assert sig.scores("affinity") == []  # pairs are scored beside the signature, not in it
+    assert sig.scores("affinity") == [sig.sites[0]["metrics"]["affinity"]["mean"]]  # pairs are scored beside it
 
 
 def test_pairs_beside_activations_and_errors(tmp_path, capfd):

@@ -250,8 +250,11 @@ def match_islands(view: GraphView, claimed: set[int],
         for cand in cands:
             if not affine(cand):
                 core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
-                algebra = set(core) <= _ALGEBRA  # a polynomial, x², 1/x: a site unless a normalisation's
-                if ((len(core) >= 2 or algebra) and not set(core) & _SINGLE_NODE_SITES
+                algebra = set(core) <= _ALGEBRA  # a polynomial, x²: a site unless a normalisation's
+                if algebra and not np.isfinite(values[cand]).all():
+                    refuse(cand, "names nothing and is algebra that is not finite on the probe points ({}): a "
+                           "division by zero, no activation", "+".join(core))
+                elif ((len(core) >= 2 or algebra) and not set(core) & _SINGLE_NODE_SITES
                         and not (algebra and normalisation(view, cand))):
                     unnamed.append((cand, "elementwise", {}))
                 else:
