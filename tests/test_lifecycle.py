@@ -183,3 +183,14 @@ def test_a_batch_that_fails_in_the_runtime_leaves_a_whole_state(tmp_path):
         run.save()
     resumed = analyze(TANH, DATA, checkpoint=ckpt, resume=True, **OPTIONS)
     assert resumed.scores("affinity") == analyze(TANH, DATA, **OPTIONS).scores("affinity")
+
+
+def test_a_score_outside_its_metrics_range_in_a_checkpoint_is_refused(tmp_path):
+    """An edited score would end in the signature (whose schema then refuses the file): refused at the resume."""
+    ckpt = interrupted_checkpoint(tmp_path / "c.npz", batches=5)
+    state = load_state(ckpt)
+    assert state["sites"][0]["values"]["affinity"]
+    state["sites"][0]["values"]["affinity"][0] = -1.0
+    save_state(ckpt, state)
+    with pytest.raises(OnnxaffError, match=r"is damaged: sites\[0\]\.values\.affinity: -1\.0 is outside"):
+        open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS)

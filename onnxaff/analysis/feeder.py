@@ -10,6 +10,7 @@ import numpy as np
 from onnxaff.analysis.checkpoint import run_key
 from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
+from onnxaff.analysis.statecheck import check_ranges
 from onnxaff.graph.rewrite import feature_rounding, numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
@@ -133,6 +134,7 @@ class Feeder:
         """Continue from a saved state of this very run (RunState.from_state refuses any other, changing
         nothing); the network NLC takes its part."""
         state = RunState.from_state(saved, live=self.state, label=label)
+        check_ranges(saved, {m.spec: tuple(m.range) for m in self.plan.metrics + self.plan.track_metrics}, label)
         if self.network is not None and state.network is not None:
             self.network.restore(state.network)
         live = self.state  # what the plan itself says, never the file's (a hand-edited site table would be used)
