@@ -40,6 +40,12 @@ class GraphView:
         from onnxaff.graph.constants import ConstantValues
 
         self._constants = ConstantValues(self)
+        # CastLike(constant, t) reads only t's type (onnxscript's constants): t's value has no reader there, so
+        # an island around t stays closed.
+        for i, node in enumerate(self.nodes):
+            if node.op_type == "CastLike" and len(node.input) > 1 and node.input[1] and \
+                    self.constant(node.input[0]) is not None:
+                self.consumers[node.input[1]].remove(i)
 
     # -- order -------------------------------------------------------------------------------
     @cached_property
