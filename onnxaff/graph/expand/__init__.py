@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import onnx
 
-EXPANSIONS: list = []  # modules with NAME and apply(model) -> notes, in the order they run
+from onnxaff.graph.expand import functions
+
+EXPANSIONS: list = [functions]  # modules with NAME and apply(model) -> notes, in the order they run
 
 
 def expand(model: onnx.ModelProto) -> list[str]:
