@@ -124,7 +124,10 @@ class Runner:
     def _run_bound(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         binding = self.session.io_binding()
         for name, value in feed.items():
-            binding.bind_cpu_input(name, value)
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
         for name in names:
             binding.bind_output(name, "cpu")
         self.session.run_with_iobinding(binding)
@@ -132,9 +135,21 @@ class Runner:
 
     def run(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
+            fed = {k: _ort_value(v) for k, v in feed.items()}
             if self.io_binding:
-                return self._run_bound(names, feed)
-            return self.session.run(names, feed)
+                return self._run_bound(names, fed)
+            return self.session.run(names, fed)
         except Exception as exc:
             shapes = ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in feed.items())
             raise OnnxaffError(f"onnxruntime failed on a batch ({shapes}): {first_line(exc)}") from None
+
+
+_BFLOAT16 = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16))
+
+
+def _ort_value(value: np.ndarray):
+    """onnxruntime's bindings take no ml_dtypes bfloat16 array: it goes in as its bits, typed bfloat16."""
+    if value.dtype != _BFLOAT16:
+        return value
+    return ort().OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(value).view(np.uint16),
+                                                             onnx.TensorProto.BFLOAT16)

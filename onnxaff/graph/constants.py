@@ -8,6 +8,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxaff.graph.fold import exact_half
+
 if TYPE_CHECKING:
     from onnxaff.graph.view import GraphView
 
@@ -44,7 +46,7 @@ class ConstantValues:
             tensor = self.view.initializers[name]
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 return None  # weights left on disk are never scalars worth reading here
-            return numpy_helper.to_array(tensor)
+            return exact_half(numpy_helper.to_array(tensor))
         i = self.view.producer.get(name)
         if i is None:
             return None
@@ -74,7 +76,7 @@ def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
         if attr.name == "value":
             if attr.t.data_location == onnx.TensorProto.EXTERNAL:
                 return None
-            return numpy_helper.to_array(attr.t)
+            return exact_half(numpy_helper.to_array(attr.t))
         if attr.name == "value_float":
             return np.array(attr.f, dtype=np.float32)
         if attr.name == "value_floats":

@@ -14,6 +14,16 @@ from onnx import numpy_helper
 
 from onnxaff.graph import elementwise
 
+# Constants exporters write into activations (√2, 1/√2, √(2/π), GELU-tanh's 0.044715 and its product with
+# √(2/π), 1/6, QuickGELU's 1.702, 2/√π, SELU's α, γ and αγ, ln 2). A half-precision constant that is one of
+# them rounded is read as it (`exact_half`): the model cannot tell the two apart, and float16's √2 alone moves
+# a GELU by 1e-4, ten times what tells GELU from its tanh approximation.
+_EXPORTED = np.array([np.sqrt(2.0), 0.5 * np.sqrt(2.0), np.sqrt(2.0 / np.pi), 0.044715, 0.044715 * np.sqrt(2.0 / np.pi),
+                      1.0 / 6.0, 1.702, 2.0 / np.sqrt(np.pi), 1.0507009873554805, 1.6732632423543772,
+                      1.0507009873554805 * 1.6732632423543772, np.log(2.0)])
+_HALF = (np.dtype(np.float16), np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)))
+_SNAP_SIZE = 64  # scalars and short vectors; weights stay as stored
+
 # Folded results larger than this stay unknown (never scalars or per-channel slopes worth having).
 MAX_FOLDED_SIZE = 1 << 16
 _SHAPE_OPS = {"Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"}
@@ -27,6 +37,19 @@ def as_float64(value: np.ndarray) -> np.ndarray:
         return value.astype(np.float64)
     except (TypeError, ValueError):
         return value
+
+
+def exact_half(value: np.ndarray) -> np.ndarray:
+    """A float16/bfloat16 constant in float64, each value that rounds an exported constant (±) read as that one."""
+    if value.dtype not in _HALF or value.size > _SNAP_SIZE:
+        return value
+    rounded = _EXPORTED.astype(value.dtype).astype(np.float64)
+    out = value.astype(np.float64)
+    for i, v in enumerate(out.reshape(-1)):
+        hit = np.flatnonzero(rounded == abs(v)) if v != 0 else ()
+        if len(hit):
+            out.reshape(-1)[i] = np.copysign(_EXPORTED[hit[0]], v)
+    return out
 
 
 def fold_node(view, node: onnx.NodeProto) -> np.ndarray | None:

@@ -21,6 +21,7 @@ from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph.expand import EXPANSIONS, expand
+from onnxaff.graph.toposort import sort_graph
 from onnxaff.graph.view import GraphView, iter_tensors
 from onnxaff.text import printable
 
@@ -249,9 +250,11 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     _check_external(model, path)  # before the checker, which opens the files
     _check_inputs(model, path.name)
     locations = external_locations_of(model)
+    # onnxruntime runs a graph out of order and the checker refuses it: sorted first, it is checked as held.
+    moved = sort_graph(model.graph)
     try:
         # By path: the checker then also validates external data references and large models.
-        onnx.checker.check_model(str(path))
+        onnx.checker.check_model(model if moved else str(path))
     except Exception as exc:
         raise OnnxaffError(f"invalid ONNX model {path.name}: {first_line(exc)}") from None
     _check_tensors(model, path.name)
@@ -269,8 +272,9 @@ def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel
     if loaded.external_locations:
         raise OnnxaffError("an in-memory model cannot reference external data; load it by path")
     _check_tensors(model, model.graph.name or "model")
-    if EXPANSIONS:  # never rewrite the caller's own proto
+    if EXPANSIONS or sort_graph(model.graph, apply=False):  # never rewrite the caller's own proto
         loaded.model = model = onnx.ModelProto.FromString(model.SerializeToString())
+        sort_graph(model.graph)
         loaded.notes = expand(model)
     if infer_shapes:
         loaded.model, loaded.inferred = _infer(model, None)

@@ -38,8 +38,8 @@ class GraphView:
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
         self.graph_outputs = {o.name for o in graph.output}
         from onnxaff.graph.constants import ConstantValues
-
         self._constants = ConstantValues(self)
+        _drop_type_only_reads(self)
 
     # -- order -------------------------------------------------------------------------------
     @cached_property
@@ -182,3 +182,12 @@ def iter_tensors(graph: onnx.GraphProto):
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     yield from iter_tensors(g)
+
+
+def _drop_type_only_reads(view: GraphView) -> None:
+    """CastLike(constant, t) reads only t's type (onnxscript's constants): no reader of t's value, so that an
+    island around t stays closed."""
+    for i, node in enumerate(view.nodes):
+        if node.op_type == "CastLike" and len(node.input) > 1 and node.input[1] and \
+                view.constant(node.input[0]) is not None:
+            view.consumers[node.input[1]].remove(i)
