@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import onnx
 
-from onnxaff.graph.expand import attention, fused, recurrent
+from onnxaff.graph.expand import attention, branches, fused, recurrent
 
-EXPANSIONS: list = [fused, recurrent, attention]  # modules with NAME and apply(model) -> notes, in the order they run
+EXPANSIONS: list = [branches, fused, recurrent, attention]  # modules with NAME and apply(model) -> notes, in order
 
 
 def expand(model: onnx.ModelProto) -> list[str]:
