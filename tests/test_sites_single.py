@@ -95,15 +95,15 @@ def parse_unchecked(text):
     return onnx.parser.parse_model(text)
 
 
-def test_site_inside_subgraph_is_skipped_with_reason():
+def test_sites_inside_subgraph_are_listed_with_their_place():
     text = HEADER.format(opset=17) + """g (float[N, 3] x, bool c) => (float[N, 3] y) {
         a = Relu(x)
         y = If(c) <then_branch = t () => (float[N, 3] o) { o = Tanh(a) },
                    else_branch = e () => (float[N, 3] o) { o = Sigmoid(a) }>
     }"""
     sites = discover_sites(parse(text))
-    assert [(s.kind, s.status) for s in sites] == [("relu", "ok"), ("tanh", "skipped"), ("sigmoid", "skipped")]
-    assert "If subgraph" in sites[1].reason
+    assert [(s.kind, s.status) for s in sites] == [("relu", "ok"), ("tanh", "ok"), ("sigmoid", "ok")]
+    assert [s.id for s in sites[1:]] == ["If#1/then/Tanh:o", "If#1/else/Sigmoid:o"]
 
 
 def test_unknown_rank_is_skipped():

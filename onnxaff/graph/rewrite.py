@@ -244,10 +244,16 @@ def augment_model(
     exported: dict[str, str] = {}  # internal tensor -> graph output that exposes it
     new_outputs = builder.new_outputs
     groups: list[int] = []  # the forward position of the site each added node serves
+    scoped: dict = {}  # (control node, graph attribute) -> the builder of that subgraph's reductions
     for position, site in enumerate(sites):
         if not site.ok:
             continue
         prefix = f"onnxaff/{site.index}.{sanitize(site.id)}"
+        if site.scope is not None:  # inside an If, Loop or Scan: threaded out of the control node
+            if not raw:
+                outputs[site.index] = _scoped(builder, site, reduce, prefix, scoped)
+                groups += [position] * (len(builder.new_nodes) - len(groups))
+            continue
         names, doubles = [], []
         for side, tensor in (("x", site.input), ("y", site.output)):
             doubles.append(builder.view.elem_type(tensor) == TensorProto.DOUBLE)
@@ -274,6 +280,18 @@ def augment_model(
     augmented.graph.output.extend(new_outputs)
     _schedule(augmented, builder, groups)
     return augmented, outputs
+
+
+def _scoped(builder: GraphBuilder, site: Site, reduce: str, prefix: str, scoped: dict) -> SiteOutputs:
+    """A subgraph site's outputs (graph.subrewrite); its shapes are static (graph.subsites), so is its rounding."""
+    from onnxaff.graph.subrewrite import observe
+
+    dim = feature_dim(site, reduce)
+    x, y, doubles = observe(builder, site, reduce, prefix, dim, scoped)
+    for name, double in zip((x, y), doubles, strict=True):
+        elem = TensorProto.DOUBLE if double else TensorProto.FLOAT
+        builder.new_outputs.append(helper.make_tensor_value_info(name, elem, [None, dim]))
+    return SiteOutputs(x, y, dim, None, feature_rounding(site, reduce, doubles), None, doubles)
 
 
 def _shape_output(builder: GraphBuilder, tensor: str, prefix: str, exported: dict, new_outputs: list) -> str:

@@ -15,6 +15,7 @@ from onnxaff.graph.patterns.region import clip_bounds
 from onnxaff.graph.recurrent import RECURRENT_OPS, gates
 from onnxaff.graph.span import Span, unique_ids
 from onnxaff.graph.stacked import Stack, find_stacks
+from onnxaff.graph.subsites import SUBGRAPH_OPS, subgraph_sites
 from onnxaff.graph.view import GraphView
 
 # Single-node activations: op type -> kind. Min, Max and Clip are classified by their constants.
@@ -28,7 +29,6 @@ SINGLE_NODE_KINDS = {
 # onnxruntime's contrib fusions, found in models saved after ORT optimisation.
 CONTRIB_KINDS = {"Gelu": "gelu", "FastGelu": "gelu_tanh", "QuickGelu": "quick_gelu"}
 NOT_ELEMENTWISE = {"softmax", "log_softmax"}
-_SUBGRAPH_OPS = {"If", "Loop", "Scan"}
 
 
 @dataclass
@@ -47,6 +47,8 @@ class Site(Span):
     output_rank: int | None = None
     output_feature_axis: int | None = None
     output_layout: str | None = None
+    # Inside a subgraph: (control node's index in the enclosing graph, graph attribute, op type); graph.subsites.
+    scope: tuple | None = field(default=None, repr=False)
 
     def side(self, which: str) -> Site:
         """The site as the reduction of X ("x") or Y ("y") sees it."""
@@ -217,20 +219,6 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
         site.feature_axis = site.rank - 1 if chosen == "channels_last" else 1
 
 
-def _subgraph_sites(node: onnx.NodeProto, path: str) -> list[tuple[str, str, str, str]]:
-    """(op_type, input, output, where) of activation nodes nested in a control-flow node."""
-    found = []
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for g in graphs:
-            where = f"{path}/{attr.name}"
-            for inner in g.node:
-                if inner.op_type in SINGLE_NODE_KINDS and inner.op_type not in ("Min", "Max", "Clip"):
-                    found.append((inner.op_type, inner.input[0], inner.output[0], where, inner.name))
-                found.extend(_subgraph_sites(inner, f"{where}/{inner.name or inner.op_type}"))
-    return found
-
-
 def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: bool = True) -> list[Site]:
     """All sites of a model, in forward order.
 
@@ -265,7 +253,7 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
             node_indices=list(m.candidate.nodes),
         )
         entries.append((view.order[exit_node], site))
-    entries += _node_sites(view, claimed)
+    entries += _node_sites(view, claimed, layout)
     entries.sort(key=lambda e: e[0])
     sites = [s for _, s in entries]
     for k, site in enumerate(sites):
@@ -274,7 +262,7 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
         quantized = qdq.quantization(view, site.input, site.output)
         if quantized:  # X dequantized, Y quantized next: they carry that rounding (docs/sites.md)
             site.params = {**site.params, "quantized": quantized}
-        if site.status == "ok":
+        if site.status == "ok" and site.scope is None:  # a subgraph's sites were settled in their own scope
             _settle_site(view, site, layout)
     unique_ids(sites)
     return sites
@@ -298,20 +286,15 @@ def _recurrent_sites(view: GraphView, i: int) -> list[Site]:
             for g in gates(node)]
 
 
-def _node_sites(view: GraphView, claimed: set[int]) -> list[tuple[float, Site]]:
-    """Single-node activations outside the matched patterns, and the skipped ones inside control flow."""
+def _node_sites(view: GraphView, claimed: set[int], layout: str) -> list[tuple[float, Site]]:
+    """Single-node activations outside the matched patterns, and the sites of If/Loop/Scan subgraphs."""
     entries: list[tuple[float, Site]] = []
     for i, node in enumerate(view.nodes):
         if i in claimed:
             continue
-        if node.op_type in _SUBGRAPH_OPS:
-            for k, (op, x, y, where, name) in enumerate(_subgraph_sites(node, view.node_label(i))):
-                site = Site(
-                    index=-1, id=f"{where}/{name or op}", kind=SINGLE_NODE_KINDS[op], input=x, output=y,
-                    op_types=[op], nodes=[name or op], status="skipped",
-                    reason=f"inside a {node.op_type} subgraph ({where}): its tensors cannot be exported",
-                )
-                entries.append((view.order[i] + (k + 1) / 1000.0, site))
+        if node.op_type in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
+            inner = subgraph_sites(view, i, layout)
+            entries += [(view.order[i] + (k + 1) / 1000.0, site) for k, site in enumerate(inner)]
             continue
         if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
             entries += [(view.order[i] + k / 1000.0, site) for k, site in enumerate(_recurrent_sites(view, i))]

@@ -27,6 +27,7 @@ class Span:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("node_indices", None)  # positions in one loaded graph: meaningless outside it
+        d.pop("scope", None)  # likewise (a subgraph site's control node); its id says where it lives
         return d
 
     @property

@@ -18,7 +18,7 @@ def _needs(node: onnx.NodeProto) -> set[str]:
     for attr in node.attribute:
         for sub in (attr.g, *attr.graphs) if attr.type in (onnx.AttributeProto.GRAPH,
                                                             onnx.AttributeProto.GRAPHS) else ():
-            inner = {n for n in sub.input} | {t.name for t in sub.initializer}
+            inner = {i.name for i in sub.input} | {t.name for t in sub.initializer}
             for sub_node in sub.node:
                 names |= _needs(sub_node) - inner
                 inner |= set(sub_node.output)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import onnx
 
-from onnxaff.graph.expand import attention, functions, fused, qoperator, recurrent
+from onnxaff.graph.expand import attention, branches, functions, fused, qoperator, recurrent
 
 # modules with NAME and apply(model) -> notes, in the order they run
-EXPANSIONS: list = [functions, qoperator, fused, recurrent, attention]
+EXPANSIONS: list = [functions, branches, qoperator, fused, recurrent, attention]
 
 
 def expand(model: onnx.ModelProto) -> list[str]:
