@@ -260,3 +260,30 @@ def test_nested_subgraph_sites_are_listed_and_skipped():
         ("outer/then/inner/then/Tanh_io", "tanh", "skipped"), ("outer/then/inner/else/Sigmoid_eo2", "sigmoid",
                                                                "skipped"), ("outer/else/Relu_ro", "relu", "ok")]
     assert "one level deep" in sites[0].reason
+
+
+def test_a_branch_no_batch_took_is_skipped_with_the_reason(tmp_path):
+    """Positive data: every batch takes the then branch; the else branch's site says why it has no number."""
+    path, data = tmp_path / "m.onnx", tmp_path / "pos.npy"
+    onnx.save(data_if_model(), path)
+    np.save(data, np.abs(RNG.standard_normal((256, D))).astype(np.float32))
+    sig = onnxaff.analyze(path, str(data), batch_size=8, chunk_size=32, metrics=["affinity"], progress=False)
+    then, other = sig.sites
+    assert then["status"] == "ok" and then["rows"] == 256
+    assert other["status"] == "skipped" and other["rows"] == 0 and "no batch took its If branch" in other["reason"]
+    assert any("no batch took its If branch" in w for w in sig.warnings)
+    from onnxaff.schema import validate
+
+    validate(sig.to_dict(), "the signature")
+
+
+def test_subgraph_sites_are_reduced_in_the_graph_under_reduce_in_numpy(tmp_path):
+    """A subgraph's tensors cannot leave it raw: with reduce_in="numpy" its sites are still reduced in the graph,
+    giving the same numbers."""
+    path = tmp_path / "m.onnx"
+    onnx.save(data_if_model(), path)
+    options = dict(limit=256, batch_size=8, chunk_size=32, metrics=["affinity"], progress=False)
+    graph = onnxaff.analyze(path, "synthetic:gaussian", **options)
+    host = onnxaff.analyze(path, "synthetic:gaussian", reduce_in="numpy", **options)
+    assert [s["metrics"]["affinity"]["mean"] for s in host.sites] == [s["metrics"]["affinity"]["mean"]
+                                                                      for s in graph.sites]

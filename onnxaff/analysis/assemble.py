@@ -65,6 +65,10 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
         observed = st.observed
         d.update(dim=observed.dims[0] if observed.dims else None, dim_y=observed.dims[1] if observed.dims else None,
                  rows=observed.rows, chunks=st.chunks, partial_chunk=st.schedule.partial)
+        if not observed.rows and d.get("params", {}).get("inside", {}).get("op") == "If":
+            d["status"] = "skipped"
+            d["reason"] = "no batch took its If branch (an If takes one branch per batch)"
+            warnings.append(f"{label}: {d['reason']}")
         if observed.nonfinite_rows:
             d["status"] = "flagged"
             d["reason"] = f"NaN/Inf in the features of {observed.nonfinite_rows} of {observed.rows} rows"

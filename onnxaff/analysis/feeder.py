@@ -117,7 +117,7 @@ class Feeder:
             if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
                 st.observed.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
                                                        tuple(shapes) if shapes else (x.shape, y.shape)))
-            if host is not None:
+            if host is not None and not out.reduced:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
             st.add(x, y, plan.metrics, scorer, block=block)
             st.add_jvp(n, jvp)

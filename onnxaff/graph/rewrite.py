@@ -33,6 +33,7 @@ class SiteOutputs:
     rounding: float | None = None  # the features' relative rounding (feature_rounding); None: P is symbolic
     shapes: tuple[str, str] | None = None  # graph mode with a symbolic P: outputs giving X's and Y's shapes per batch
     doubles: tuple[bool, bool] = (False, False)  # X, Y are float64 tensors (reduced in float64)
+    reduced: bool = False  # reduced in the graph whatever reduce_in says (a subgraph's tensors cannot leave raw)
 
     @property
     def names(self) -> list[str]:
@@ -249,10 +250,9 @@ def augment_model(
         if not site.ok:
             continue
         prefix = f"onnxaff/{site.index}.{sanitize(site.id)}"
-        if site.scope is not None:  # inside an If, Loop or Scan: threaded out of the control node
-            if not raw:
-                outputs[site.index] = _scoped(builder, site, reduce, prefix, scoped)
-                groups += [position] * (len(builder.new_nodes) - len(groups))
+        if site.scope is not None:  # inside an If, Loop or Scan: threaded out of the control node, reduced there
+            outputs[site.index] = _scoped(builder, site, reduce, prefix, scoped)  # (reduce_in numpy too)
+            groups += [position] * (len(builder.new_nodes) - len(groups))
             continue
         names, doubles = [], []
         for side, tensor in (("x", site.input), ("y", site.output)):
@@ -291,7 +291,7 @@ def _scoped(builder: GraphBuilder, site: Site, reduce: str, prefix: str, scoped:
     for name, double in zip((x, y), doubles, strict=True):
         elem = TensorProto.DOUBLE if double else TensorProto.FLOAT
         builder.new_outputs.append(helper.make_tensor_value_info(name, elem, [None, dim]))
-    return SiteOutputs(x, y, dim, None, feature_rounding(site, reduce, doubles), None, doubles)
+    return SiteOutputs(x, y, dim, None, feature_rounding(site, reduce, doubles), None, doubles, reduced=True)
 
 
 def _shape_output(builder: GraphBuilder, tensor: str, prefix: str, exported: dict, new_outputs: list) -> str:

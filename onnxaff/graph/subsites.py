@@ -71,6 +71,7 @@ def subgraph_sites(view: GraphView, i: int, layout: str) -> list:
             site.node_indices = []  # positions in the subgraph: no main-graph node is claimed
             if site.scope is None:
                 site.scope = (i, attr.name, node.op_type)
+                site.params = {**site.params, "inside": {"op": node.op_type, "graph": attr.name}}
                 _observable(site, where)
             else:
                 nest(site, (i, attr.name, node.op_type))
