@@ -81,3 +81,29 @@ def test_a_polynomial_between_layers_is_an_elementwise_site(body, fn, tmp_path):
     sig = onnxaff.analyze(model, "synthetic:gaussian:n=64", progress=False, chunk_workers=0, metrics=["affinity"])
     [site] = sig.sites
     assert site["status"] == "ok" and 0.0 < site["metrics"]["affinity"]["mean"] < 1.0
+
+
+def test_no_fixture_has_an_elementwise_site_on_integer_or_boolean_tensors():
+    """Every model the project ships or builds (tests/fixtures and its subfolders, models/): an unnamed site
+    always maps floating-point data."""
+    from pathlib import Path
+
+    from onnx import TensorProto
+
+    from onnxaff.graph.load import load_model
+    from onnxaff.sitelist import list_sites
+
+    root = Path(__file__).resolve().parents[1]
+    floats = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16,
+              TensorProto.UNDEFINED}
+    paths = sorted([*root.glob("tests/fixtures/**/*.onnx"), *root.glob("models/*.onnx")])
+    assert len(paths) > 25
+    wrong = []
+    for path in paths:
+        loaded = load_model(path)
+        for s in list_sites(loaded, "auto", [], []).sites:
+            if s.kind == "elementwise" and s.scope is None:
+                types = {loaded.view.elem_type(t) for t in (s.input, s.output)}
+                if not types <= floats:
+                    wrong.append(f"{path.name}: {s.id} {sorted(types)}")
+    assert not wrong, wrong
