@@ -115,6 +115,8 @@ def _inline(graph: onnx.GraphProto, index: int, branch: onnx.GraphProto, label: 
 def apply(model: onnx.ModelProto) -> list[str]:
     """Inline every main-graph If whose condition folds to a constant; a note for each."""
     notes: list[str] = []
+    if not any(n.op_type == "If" for n in model.graph.node):
+        return notes  # the common case: no index of the graph built for nothing
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     for _ in range(_ROUNDS):
         view = GraphView(model.graph, opset=opset)
