@@ -7,6 +7,7 @@ import os
 import numpy as np
 import onnx
 
+from onnxaff.dtypes import BFLOAT16
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
 from onnxaff.graph.load import LoadedModel
 
@@ -144,12 +145,9 @@ class Runner:
             raise OnnxaffError(f"onnxruntime failed on a batch ({shapes}): {first_line(exc)}") from None
 
 
-_BFLOAT16 = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16))
-
-
 def _ort_value(value: np.ndarray):
     """onnxruntime's bindings take no ml_dtypes bfloat16 array: it goes in as its bits, typed bfloat16."""
-    if value.dtype != _BFLOAT16:
+    if BFLOAT16 is None or value.dtype != BFLOAT16:
         return value
     return ort().OrtValue.ortvalue_from_numpy_with_onnx_type(np.ascontiguousarray(value).view(np.uint16),
                                                              onnx.TensorProto.BFLOAT16)

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnxaff.dtypes import BFLOAT16
 from onnxaff.errors import OnnxaffError
 
 
@@ -80,16 +81,16 @@ def check_example_shape(spec: InputSpec, shape: tuple, what: str) -> None:
             )
 
 
-BFLOAT16 = np.dtype(helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16))  # ml_dtypes', not a numpy float
 
 
 def cast_for(spec: InputSpec, array: np.ndarray, what: str) -> np.ndarray:
     """Cast data to the input's dtype when that loses nothing essential; refuse float → int and complex → real."""
     if array.dtype == spec.dtype:
         return array
-    if spec.dtype == BFLOAT16 and array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.names is None:
+    bf16 = BFLOAT16 is not None and spec.dtype == BFLOAT16
+    if bf16 and array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.names is None:
         return array.view(BFLOAT16)  # numpy saves ml_dtypes' bfloat16 as 2-byte voids: .npy/.npz read back so
-    to_float = np.issubdtype(spec.dtype, np.floating) or spec.dtype == BFLOAT16
+    to_float = np.issubdtype(spec.dtype, np.floating) or bf16
     if to_float and np.issubdtype(array.dtype, np.number) and array.dtype.kind != "c":
         with np.errstate(over="ignore"):  # values beyond the input's range become ±inf: the sites say NaN/Inf
             return array.astype(spec.dtype)

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnxaff.dtypes import BFLOAT16
 from onnxaff.graph import elementwise
 
 # Constants exporters write into activations (√2, 1/√2, √(2/π), GELU-tanh's 0.044715 and its product with
@@ -21,7 +22,7 @@ from onnxaff.graph import elementwise
 _EXPORTED = np.array([np.sqrt(2.0), 0.5 * np.sqrt(2.0), np.sqrt(2.0 / np.pi), 0.044715, 0.044715 * np.sqrt(2.0 / np.pi),
                       1.0 / 6.0, 1.702, 2.0 / np.sqrt(np.pi), 1.0507009873554805, 1.6732632423543772,
                       1.0507009873554805 * 1.6732632423543772, np.log(2.0)])
-_HALF = (np.dtype(np.float16), np.dtype(onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.BFLOAT16)))
+_HALF = tuple(d for d in (np.dtype(np.float16), BFLOAT16) if d is not None)
 _SNAP_SIZE = 64  # scalars and short vectors; weights stay as stored
 
 # Folded results larger than this stay unknown (never scalars or per-channel slopes worth having).

@@ -94,6 +94,9 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP) -> JvpOutputs 
     elem = builder.view.elem_type(site.input)
     if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE) or not site.node_indices or site.rank is None:
         return None
+    produced = {o for i in site.node_indices for o in builder.view.nodes[i].output}
+    if site.output not in produced or not any(site.input in builder.view.nodes[i].input for i in site.node_indices):
+        return None  # X and Y are not the site's own nodes' (a recurrent gate's steps stacked by Concats)
     x, p = site.input, f"{prefix}.jvp"
     names: dict[str, str] = {}
     if site.elementwise:

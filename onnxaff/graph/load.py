@@ -7,12 +7,14 @@ workable. The runtime later opens the augmented graph next to the original data 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import math
 import os
 import stat
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,15 +255,34 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     # onnxruntime runs a graph out of order and the checker refuses it: sorted first, it is checked as held.
     moved = sort_graph(model.graph)
     try:
-        # By path: the checker then also validates external data references and large models.
-        onnx.checker.check_model(model if moved else str(path))
+        if moved:  # the sorted graph, in memory: its external data resolved from the model's folder
+            with _in_folder(path.parent):
+                onnx.checker.check_model(model)
+        else:  # by path: the checker then also validates external data references and large models
+            onnx.checker.check_model(str(path))
     except Exception as exc:
         raise OnnxaffError(f"invalid ONNX model {path.name}: {first_line(exc)}") from None
     _check_tensors(model, path.name)
     loaded = LoadedModel(model=model, path=path, external_locations=locations, notes=expand(model))
-    if infer_shapes:
-        loaded.model, loaded.inferred = _infer(model, path)
+    if infer_shapes:  # the file's shapes only while the model is the file's; an expanded or sorted one in memory
+        loaded.model, loaded.inferred = _infer(model, None if moved or loaded.notes else path)
     return loaded
+
+
+_CWD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _in_folder(folder: Path):
+    """The checker resolves an in-memory model's external data from the working directory: the model's, while
+    it checks (one thread at a time: the directory is the process's)."""
+    with _CWD_LOCK:
+        here = os.getcwd()
+        os.chdir(folder)
+        try:
+            yield
+        finally:
+            os.chdir(here)
 
 
 def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel:

@@ -22,9 +22,11 @@ class ScopedView(GraphView):
     """A subgraph's index that sees the enclosing graph's constants, shapes and weights."""
 
     def __init__(self, graph: onnx.GraphProto, outer: GraphView):
-        super().__init__(graph, opset=outer.opset)
+        # Set before GraphView's own __init__, which already reads constants (CastLike's type-only reads).
         self.outer = outer
-        self.local = set(self.producer) | set(self.initializers) | {i.name for i in graph.input}
+        self.local = ({o for node in graph.node for o in node.output if o} | {t.name for t in graph.initializer}
+                      | {i.name for i in graph.input})
+        super().__init__(graph, opset=outer.opset)
         self.initializers = {**outer.initializers, **self.initializers}
 
     def constant(self, name: str):
@@ -73,10 +75,35 @@ def subgraph_sites(view: GraphView, i: int, layout: str) -> list:
                 site.scope = (i, attr.name, node.op_type)
                 site.params = {**site.params, "inside": {"op": node.op_type, "graph": attr.name}}
                 _observable(site, where)
+                if site.ok and (why := _unsteady(view, node, attr.g)) is not None:
+                    site.status, site.reason = "skipped", f"inside a {node.op_type} body ({where}): {why}"
             else:
                 nest(site, (i, attr.name, node.op_type))
             found.append(site)
     return found
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list | None:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def _unsteady(view: GraphView, node: onnx.NodeProto, body: onnx.GraphProto) -> str | None:
+    """Why a body's per-iteration features cannot be stacked as scan outputs (every iteration must give the same
+    shape), None when they can: a Loop whose carried state may change shape between iterations (an
+    autoregressive decode growing its sequence), a Scan of opset 8 (its outputs are batch-major)."""
+    if node.op_type == "Scan" and (view.opset or 0) < 9:
+        return "Scan of opset 8 (batch-major scan outputs) is not observed"
+    if node.op_type != "Loop":
+        return None
+    carried = len(node.input) - 2
+    for vin, vout in zip(body.input[2:2 + carried], body.output[1:1 + carried], strict=False):
+        a, b = _dims(vin), _dims(vout)
+        if a is None or b is None or len(a) != len(b) or any(x is None or x != y for x, y in zip(a, b, strict=True)):
+            return f"its carried state {vin.name} may change shape between iterations"
+    return None
 
 
 def _observable(site, where: str) -> None:

@@ -22,11 +22,15 @@ class Emitter:
         self.constants: list[onnx.TensorProto] = []
 
     def fresh(self, base: str, node: bool = False) -> str:
+        """A name not used yet: `base`, else `base.k` from the last k tried for that base (a per-base counter:
+        restarting at 1 made unrolling a long sequence quadratic)."""
         used = self.node_names if node else self.used
-        name, k = base, 1
+        counters = self.__dict__.setdefault("_next", {})
+        name, k = base, counters.get((node, base), 1)
         while name in used:
             k += 1
             name = f"{base}.{k}"
+        counters[(node, base)] = k
         used.add(name)
         return name
 
