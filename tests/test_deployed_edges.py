@@ -100,3 +100,12 @@ def test_a_loop_whose_state_grows_is_listed_skipped_not_run_to_a_crash():
     assert inner.status == "skipped" and "may change shape between iterations" in inner.reason
     sig = onnxaff.analyze(m, "synthetic:gaussian", limit=64, metrics=["affinity"], progress=False)
     assert {s["id"]: s["status"] for s in sig.sites} == {"loop0/body/tanh_b": "skipped", "after": "ok"}
+
+
+def test_discover_sites_reads_a_deployed_model_as_analyze_does():
+    """The public discover_sites(proto) applies the same expansions (a FastGelu with a bias gave no site), on a
+    copy: the caller's proto is unchanged."""
+    model = _fast_gelu_model()
+    before = model.SerializeToString()
+    assert [(s.id, s.kind) for s in onnxaff.discover_sites(model)] == [("fg", "gelu_tanh")]
+    assert model.SerializeToString() == before

@@ -226,6 +226,12 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
     it only matters for rank-4+ tensors. infer_shapes=False when the model already went through
     `load_model`, which infers shapes by path (and then `find_sites(loaded.view)` reuses its index).
     """
+    from onnxaff.graph.expand import expand
+    from onnxaff.graph.toposort import sort_graph
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())  # the caller's proto is never rewritten
+    sort_graph(model.graph)
+    expand(model)  # deployed forms as `analyze` reads them (graph/expand)
     if infer_shapes:
         try:
             model = onnx.shape_inference.infer_shapes(model)
