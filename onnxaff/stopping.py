@@ -14,6 +14,13 @@ import time
 
 # A second signal within this many seconds of the first is the same request again (the state is still saved).
 REPEAT_SECONDS = 1.0
+_last_signal_at: list[float] = []  # when a run last took a signal as its stop request (any StopFlag)
+
+
+def signalled_within(seconds: float = REPEAT_SECONDS) -> bool:
+    """A run took a stop signal less than `seconds` ago: a copy of it arriving after the run restored the
+    handlers (`timeout` and schedulers send SIGTERM twice at once) is that request again, not a new one."""
+    return bool(_last_signal_at) and time.monotonic() - _last_signal_at[-1] < seconds
 
 
 class StopFlag:
@@ -47,6 +54,7 @@ class StopFlag:
         def handler(signum, frame):
             if self._signalled_at is None:
                 self._signalled_at = time.monotonic()
+                _last_signal_at[:] = [self._signalled_at]
                 self.set(signum)
             elif signum == signal.SIGINT and time.monotonic() - self._signalled_at > REPEAT_SECONDS:
                 raise KeyboardInterrupt

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -30,8 +32,29 @@ def error_line(exc: OnnxaffError) -> str:
     return f"onnxaff: error: {printable(exc.render(flag_of))}"
 
 
+def _late_copy_or_default(signum, frame) -> None:
+    """SIGTERM outside a run's own handlers: a copy of the one that just stopped a run (sent twice at once) is
+    ignored, so the saved run still exits 130 with its message; any other is the default (terminate)."""
+    from onnxaff.stopping import signalled_within
+
+    if signalled_within():
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _late_copy_or_default) if main_thread else None
+    try:
+        _main(argv)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="onnxaff", standalone_mode=False)
     except click.exceptions.Exit as exc:
