@@ -81,8 +81,6 @@ def check_example_shape(spec: InputSpec, shape: tuple, what: str) -> None:
             )
 
 
-
-
 def cast_for(spec: InputSpec, array: np.ndarray, what: str) -> np.ndarray:
     """Cast data to the input's dtype when that loses nothing essential; refuse float → int and complex → real."""
     if array.dtype == spec.dtype:
