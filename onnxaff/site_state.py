@@ -48,12 +48,15 @@ class SiteState:
     scores: Scores = part(Scores)
     label: str = transient("")
     jvp_names: tuple[str, ...] | None = transient(None)
+    intervals: str = transient("auto")  # the run's interval method (AnalysisConfig.intervals)
 
     @classmethod
     def open(cls, chunk_size: int, index: int | None = None, label: str = "", rounding: float | None = None,
-             jvp: tuple[str, tuple[str, ...]] | None = None, tracks: int | None = None) -> SiteState:
+             jvp: tuple[str, tuple[str, ...]] | None = None, tracks: int | None = None,
+             intervals: str = "auto") -> SiteState:
         """A live collector; `jvp` = (form, output names) when the run feeds the site's NLC statistics."""
-        st = cls(index=index, tracks=tracks, label=label, jvp_names=None if jvp is None else tuple(jvp[1]))
+        st = cls(index=index, tracks=tracks, label=label, jvp_names=None if jvp is None else tuple(jvp[1]),
+                 intervals=intervals)
         st.schedule.buffer = ChunkBuffer(chunk_size)
         st.observed.rounding = rounding
         if jvp is not None:
@@ -183,7 +186,9 @@ def _half_samples(st: SiteState, metrics: list[Metric], scorer: MetricScorer) ->
 
     Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
     solo = st.schedule.solo
-    if st.schedule.chunks != 1 or solo is None or solo.n < 8:
+    if st.schedule.chunks != 1 or solo is None or solo.n < 8 or st.intervals != "auto":
+        if st.intervals != "auto":
+            st.schedule.solo = None  # no half-samples asked for: the chunk need not be kept
         return
     halves = [Chunk(readonly(solo.x[i]), readonly(solo.y[i]), solo.rounding) for i in half_sample_rows(solo.n)]
     jobs = [(m, h) for m in metrics if serving(m).half_samples and not not_applicable(st, m)

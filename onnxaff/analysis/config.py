@@ -23,6 +23,9 @@ from onnxaff.scoring import MAX_WORKERS
 DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STD_RULE = "population std (ddof=0) over chunk scores"
+# ci95 of a chunk metric: "auto" over chunks, from half-samples of a run's only chunk (8 rescorings of it: most of
+# a one-chunk run's scoring time); "chunks" over chunks only (no interval for one chunk); "none" no interval.
+INTERVALS = ("auto", "chunks", "none")
 
 
 def parse_shard(text) -> tuple[int, int] | None:
@@ -86,6 +89,7 @@ class AnalysisConfig:
     threads: int | None = None
     graph_optimization: str = "all"
     nlc_directions: int | str = NLC_DIRECTIONS
+    intervals: str = "auto"
 
     def __post_init__(self):
         def put(name, value):
@@ -110,6 +114,7 @@ class AnalysisConfig:
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
         _choice("graph_optimization", self.graph_optimization, tuple(GRAPH_OPTIMIZATIONS), "graph optimisation level")
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")
+        _choice("intervals", self.intervals, INTERVALS, "interval method")
         _choice("layout", self.layout, ("auto", "channels_first", "channels_last"), "layout")
         if not isinstance(self.progress, bool):
             raise ConfigError("progress", f"{{option}} must be true or false, got {self.progress!r}")
@@ -148,6 +153,8 @@ class AnalysisConfig:
         }
         if self.nlc_directions != NLC_DIRECTIONS:  # recorded only when asked for: default runs' options unchanged
             options["nlc_directions"] = self.nlc_directions
+        if self.intervals != "auto":  # changes the ci95 bounds only; recorded as nlc_directions is
+            options["intervals"] = self.intervals
         return options
 
 

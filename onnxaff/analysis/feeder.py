@@ -45,8 +45,9 @@ class Feeder:
             out = plan.outputs[s.index]
             jvp = None if out.jvp is None else (out.jvp.form, out.jvp.names)
             sites.append(SiteState.open(plan.config.chunk_size, index=s.index, label=f"site {s.id}",
-                                        rounding=out.rounding, jvp=jvp))
-        stages = [SiteState.open(plan.config.chunk_size, label=f"stage {k}", tracks=len(probes))
+                                        rounding=out.rounding, jvp=jvp, intervals=plan.config.intervals))
+        stages = [SiteState.open(plan.config.chunk_size, label=f"stage {k}", tracks=len(probes),
+                                 intervals=plan.config.intervals)
                   for k, probes in enumerate(plan.stage_probes)]
         return RunState(key=self._key(), cursor=plan.start, start=plan.start, stop=plan.stop,
                         shard=plan.config.shard, sites=sites, stages=stages,

@@ -94,9 +94,12 @@ class RunState:
             check_same_run(d, live, label)
         state = from_state(cls, d)
         state.tail_ragged = any(s["buffer"]["x"] is not None for s in d["sites"])
+        intervals = (d.get("header") or {}).get("options", {}).get("intervals", "auto")
+        for st in state.sites + state.stages:
+            st.intervals = intervals
         if live is not None:
             for mine, theirs in zip(state.sites + state.stages, live.sites + live.stages, strict=True):
-                mine.label, mine.jvp_names = theirs.label, theirs.jvp_names
+                mine.label, mine.jvp_names, mine.intervals = theirs.label, theirs.jvp_names, theirs.intervals
                 mine.observed.note_rounding(theirs.observed.rounding)
         return state
 
