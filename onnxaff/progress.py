@@ -23,6 +23,7 @@ class Progress:
         self.done = 0
         self.start = time.perf_counter()
         self._last = 0.0
+        self.closed = False
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self.start
@@ -49,6 +50,10 @@ class Progress:
             self._last = now
 
     def close(self) -> None:
+        """The final line (once: closing again writes nothing)."""
+        if self.closed:
+            return
+        self.closed = True
         if self.enabled:
             self.stream.write(("\r" if self.tty else "") + self.line() + "\n")
             self.stream.flush()

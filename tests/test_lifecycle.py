@@ -194,3 +194,12 @@ def test_a_score_outside_its_metrics_range_in_a_checkpoint_is_refused(tmp_path):
     save_state(ckpt, state)
     with pytest.raises(OnnxaffError, match=r"is damaged: sites\[0\]\.values\.affinity: -1\.0 is outside"):
         open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS)
+
+
+def test_the_end_of_data_scoring_has_a_progress_line_of_its_own(capsys):
+    """Nothing silent after 100 % of the data: the sites' end-of-data scores count on a second line."""
+    analyze(TANH, DATA, **{**OPTIONS, "progress": True})
+    err = capsys.readouterr().err.splitlines()
+    data = max(k for k, line in enumerate(err) if line.startswith("analyze ["))
+    score = [k for k, line in enumerate(err) if line.startswith("score [") and "1/1 sites" in line]
+    assert score and min(score) > data, err

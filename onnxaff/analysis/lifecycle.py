@@ -117,6 +117,7 @@ class Run:
                     MetricScorer(self.config.chunk_workers, stop) as scorer:
                 try:
                     self._batches(every, scorer, bar)
+                    bar.close()  # the data are through; the end-of-data scoring has a line of its own
                     self._end(scorer, finish)
                 except StopWhileWaiting:  # a stop while the source waited: at a batch boundary
                     self._stopped()
@@ -148,12 +149,17 @@ class Run:
                 self._stopped()
             return
         before = self.saved() if self.checkpoint is not None else None
+        st = self.state
+        sites = Progress(len(st.sites) + len(st.stages), label="score", unit="sites",
+                         enabled=self.config.progress and not self._stop)
         try:
             if not self._stop:
-                self.state.finish(self.plan.metrics, self.plan.track_metrics, scorer)
+                st.finish(self.plan.metrics, self.plan.track_metrics, scorer, done=lambda: sites.update(1))
         except KeyboardInterrupt:
             if not self._stop:
                 raise
+        finally:
+            sites.close()
         if self._stop:
             if before is not None:  # in memory too: a caller may execute() again after Interrupted
                 self.feeder.take(before, "the state before the finish")

@@ -7,6 +7,7 @@ next slice of the data, so merging the n parts of a sharded run and finishing on
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,12 +109,14 @@ class RunState:
         for st in self.sites + self.stages:
             st.collect()
 
-    def finish(self, metrics: list[Metric], track_metrics: list[Metric], scorer: MetricScorer) -> None:
-        """The end-of-data scores of every collector (a no-op for finished ones): the one finish path."""
-        for st in self.sites:
-            st.finish(metrics, scorer)
-        for st in self.stages:
-            st.finish(track_metrics, scorer)
+    def finish(self, metrics: list[Metric], track_metrics: list[Metric], scorer: MetricScorer,
+               done: Callable[[], None] | None = None) -> None:
+        """The end-of-data scores of every collector (a no-op for finished ones): the one finish path; `done` is
+        called after each (a progress bar's step)."""
+        for st, ms in [(st, metrics) for st in self.sites] + [(st, track_metrics) for st in self.stages]:
+            st.finish(ms, scorer)
+            if done is not None:
+                done()
 
     def metrics(self) -> tuple[list[Metric], list[Metric]]:
         """The site metrics and the trajectory metrics this state was collected with (plugins loaded again).
