@@ -14,6 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.graph.load import default_opset
+from onnxaff.graph.names import Namer, graph_names
 from onnxaff.graph.sites import Site, sanitize
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics.rank import FLOAT32_EPS
@@ -42,24 +43,6 @@ class SiteOutputs:
         return [self.x, self.y, *jvp, *(self.shapes or ())]
 
 
-class _Namer:
-    def __init__(self, model: onnx.ModelProto):
-        g = model.graph
-        self.used = {n.name for n in g.node} | {t.name for t in g.initializer}
-        self.used |= {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
-        for n in g.node:
-            self.used.update(n.input)
-            self.used.update(n.output)
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            k += 1
-            name = f"{base}.{k}"
-        self.used.add(name)
-        return name
-
-
 class GraphBuilder:
     """Appends reduction subgraphs to a model, sharing work between sites that read one tensor."""
 
@@ -68,7 +51,7 @@ class GraphBuilder:
         self.opset = default_opset(model)
         # The original model's index serves the copy: nodes are only appended to it.
         self.view = view if view is not None else GraphView(model.graph)
-        self.namer = _Namer(model)
+        self.namer = Namer(graph_names(model.graph))
         self.cache: dict[tuple, str] = {}
         self.new_nodes: list[onnx.NodeProto] = []
         self.new_outputs: list[onnx.ValueInfoProto] = []

@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxaff.graph.names import Namer
+
 # What onnxruntime writes for a masked score: the lowest finite value of the type (ONNX Attention's masks,
 # and the contrib ops' causal mask); the contrib ops' padding masks use their mask_filter_value attribute.
 LOWEST = {TensorProto.FLOAT: float(np.finfo(np.float32).min), TensorProto.FLOAT16: float(np.finfo(np.float16).min)}
@@ -22,17 +24,13 @@ class Builder:
     """New nodes and constants for one fused node, named `<label>/<what>` and unique in the graph."""
 
     def __init__(self, label: str, taken: set[str], opset: int, elem_type: int):
-        self.label, self.taken, self.opset, self.elem_type = label, taken, opset, elem_type
+        self.label, self.opset, self.elem_type = label, opset, elem_type
+        self.namer = Namer(taken, sep="~")
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
 
     def name(self, what: str) -> str:
-        name, k = f"{self.label}/{what}", 1
-        while name in self.taken:
-            k += 1
-            name = f"{self.label}/{what}~{k}"
-        self.taken.add(name)
-        return name
+        return self.namer.fresh(f"{self.label}/{what}")
 
     def op(self, op_type: str, inputs: list[str], what: str | None = None, outputs: int = 1, **attrs) -> str:
         """One node; its first output's name (the node is named as that output)."""

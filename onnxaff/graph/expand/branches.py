@@ -13,20 +13,11 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from onnxaff.graph.names import graph_names
 from onnxaff.graph.view import GraphView
 
 NAME = "branches"
 _ROUNDS = 64  # an inlined branch may hold further constant Ifs: at most this many are inlined
-
-
-def _all_names(graph: onnx.GraphProto, into: set[str]) -> set[str]:
-    """Every tensor and node name of a graph and its subgraphs."""
-    into |= {t.name for t in graph.initializer} | {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
-    for node in graph.node:
-        into |= {node.name, *node.input, *node.output}
-        for g in _subgraphs(node):
-            _all_names(g, into)
-    return into
 
 
 def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -129,6 +120,7 @@ def apply(model: onnx.ModelProto) -> list[str]:
         attr = "then_branch" if taken else "else_branch"
         branch = next(a.g for a in node.attribute if a.name == attr)
         label = node.name or f"If#{i}"
-        _inline(model.graph, i, branch, f"{label}/{'then' if taken else 'else'}", _all_names(model.graph, set()))
+        where = f"{label}/{'then' if taken else 'else'}"
+        _inline(model.graph, i, branch, where, graph_names(model.graph, subgraphs=True))
         notes.append(f"{label}: an If whose condition is always {taken}; its {attr} was inlined into the graph")
     return notes

@@ -6,6 +6,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from onnxaff.graph.names import Namer, graph_names
+
 
 class Emitter:
     """Collects new nodes (to replace one node in place) and the small int64/scalar constants they read."""
@@ -13,26 +15,14 @@ class Emitter:
     def __init__(self, model: onnx.ModelProto, prefix: str, opset: int, elem_type: int):
         g = model.graph
         self.graph, self.prefix, self.opset, self.elem_type = g, prefix, opset, elem_type
-        self.node_names = {n.name for n in g.node}  # nodes and tensors are named apart
-        self.used = {t.name for t in g.initializer} | {v.name for v in (*g.input, *g.output, *g.value_info)}
-        for n in g.node:
-            self.used.update(n.input)
-            self.used.update(n.output)
+        # Nodes and tensors are named apart.
+        self.names = {False: Namer(graph_names(g, nodes=False)), True: Namer({n.name for n in g.node})}
         self.nodes: list[onnx.NodeProto] = []
         self.constants: list[onnx.TensorProto] = []
 
     def fresh(self, base: str, node: bool = False) -> str:
-        """A name not used yet: `base`, else `base.k` from the last k tried for that base (a per-base counter:
-        restarting at 1 made unrolling a long sequence quadratic)."""
-        used = self.node_names if node else self.used
-        counters = self.__dict__.setdefault("_next", {})
-        name, k = base, counters.get((node, base), 1)
-        while name in used:
-            k += 1
-            name = f"{base}.{k}"
-        counters[(node, base)] = k
-        used.add(name)
-        return name
+        """A node name (`node`) or a tensor name not used yet (onnxaff.graph.names.Namer)."""
+        return self.names[node].fresh(base)
 
     def op(self, op: str, inputs: list[str], name: str | None = None, out: str | None = None, **attrs) -> str:
         """One node; its output's name. `name` and `out` ask for a node and a tensor name (made unique)."""

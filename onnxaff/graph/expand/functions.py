@@ -15,6 +15,8 @@ from collections import Counter
 import onnx
 import onnx.inliner
 
+from onnxaff.graph.names import Namer, graph_names
+
 NAME = "functions"
 _GRAPH_ATTRS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
@@ -29,7 +31,7 @@ class _Inliner:
     def __init__(self, model: onnx.ModelProto):
         self.functions = {_key(f): f for f in model.functions}
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
-        self.taken = _names(model.graph)
+        self.namer = Namer(graph_names(model.graph, subgraphs=True), sep="_")
         self.calls: Counter = Counter()
         self.left: set[str] = set()
 
@@ -48,12 +50,7 @@ class _Inliner:
         return True
 
     def unique(self, name: str) -> str:
-        out, k = name, 1
-        while out in self.taken:
-            k += 1
-            out = f"{name}_{k}"
-        self.taken.add(out)
-        return out
+        return self.namer.fresh(name)
 
     def nodes(self, nodes) -> list[onnx.NodeProto]:
         """`nodes` with every call inlined; a body's nodes carry their call's name already, so nested calls
@@ -106,16 +103,6 @@ class _Inliner:
             node.attribute.extend(attrs)
             body.append(node)
         return body
-
-
-def _names(graph: onnx.GraphProto) -> set[str]:
-    names = {v.name for v in (*graph.input, *graph.output, *graph.value_info)} | {t.name for t in graph.initializer}
-    for node in graph.node:
-        names.update((node.name, *node.input, *node.output))
-        for attr in node.attribute:
-            for sub in (attr.g,) if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
-                names |= _names(sub)
-    return names
 
 
 def apply(model: onnx.ModelProto) -> list[str]:

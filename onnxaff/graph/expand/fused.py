@@ -12,6 +12,8 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
+from onnxaff.graph.names import Namer, graph_names
+
 NAME = "fused"
 MS = "com.microsoft"
 # FusedConv's activation_params, in order, as the standard op's attributes (onnxruntime's fused_activation).
@@ -23,24 +25,6 @@ _PLAIN = {"Relu", "Tanh", "Sigmoid", "Softplus", "Softsign"}
 _GEMM_PREFIX = "activation_"
 
 
-class _Names:
-    """Fresh tensor and node names that collide with none of the model's."""
-
-    def __init__(self, graph: onnx.GraphProto):
-        self.used = {n.name for n in graph.node} | {t.name for t in graph.initializer}
-        self.used |= {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
-        for n in graph.node:
-            self.used.update((*n.input, *n.output))
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            k += 1
-            name = f"{base}.{k}"
-        self.used.add(name)
-        return name
-
-
 def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
@@ -49,7 +33,7 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _activation(model, names: _Names, op: str, params: dict, x: str, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+def _activation(model, names: Namer, op: str, params: dict, x: str, node: onnx.NodeProto) -> list[onnx.NodeProto]:
     """The standard activation node `op(x)` into the fused node's output (Clip's bounds as inputs from opset 11)."""
     out, name = node.output[0], node.name or names.fresh(f"{node.op_type}/{op}")
     if op != "Clip" or _opset(model) < 11:
@@ -65,7 +49,7 @@ def _activation(model, names: _Names, op: str, params: dict, x: str, node: onnx.
     return [helper.make_node("Clip", inputs, [out], name=name)]
 
 
-def _split(model, names: _Names, node: onnx.NodeProto) -> tuple[list[onnx.NodeProto] | None, str]:
+def _split(model, names: Namer, node: onnx.NodeProto) -> tuple[list[onnx.NodeProto] | None, str]:
     """Nodes computing `node` with its activation apart, or (None, why not) where it stays fused."""
     attrs = _attrs(node)
     label = node.name or node.op_type
@@ -110,7 +94,7 @@ def apply(model: onnx.ModelProto) -> list[str]:
         if node.domain != MS or node.op_type not in ("BiasGelu", "FastGelu", "FusedConv", "FusedGemm"):
             nodes.append(node)
             continue
-        names = names or _Names(graph)
+        names = names or Namer(graph_names(graph))
         new, why = _split(model, names, node)
         if new is None:
             nodes.append(node)
