@@ -11,7 +11,7 @@ from onnx.parser import parse_model as parse
 from onnxaff.analysis import STATE_KIND_CHECKPOINT, STATE_KIND_PART, analyze, open_run
 from onnxaff.analysis.checkpoint import load_state, save_state, write_result
 from onnxaff.errors import ConfigError, Interrupted, OnnxaffError
-from tests.test_scale import interrupt_after
+from tests.test_scale import crash_in, interrupt_after
 
 TANH = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 3] x) => (float[N, 3] y) { y = Tanh(x) }')
 DATA = "synthetic:gaussian:n=256"
@@ -168,15 +168,7 @@ def test_a_batch_that_fails_in_the_runtime_leaves_a_whole_state(tmp_path):
     saves, passes the counter checks and resumes to one run's numbers."""
     ckpt = tmp_path / "c.npz"
     with open_run(TANH, DATA, checkpoint=ckpt, **OPTIONS) as run:
-        original, count = run.runner.run, [0]
-
-        def runner(names, feed):
-            count[0] += 1
-            if count[0] == 3:
-                raise RuntimeError("out of memory in the runtime")
-            return original(names, feed)
-
-        run.runner.run = runner
+        crash_in(run, 3, "out of memory in the runtime")
         with pytest.raises(RuntimeError):
             run.execute()
         assert (run.state.cursor, run.state.used) == (64, 64)

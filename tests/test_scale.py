@@ -94,17 +94,31 @@ def test_unreadable_state_is_a_clear_error(tmp_path, content):
 
 # --- checkpoints and resume ---
 
-def interrupt_after(run: Run, batches: int, signum: int = signal.SIGINT) -> None:
-    """Deliver a real signal to this process while batch `batches` is in the runtime."""
+def in_batch(run: Run, batches: int, act) -> None:
+    """Call `act()` when batch `batches` enters the runtime (a signal delivered, a crash raised)."""
     original, count = run.runner.run, [0]
 
     def runner(names, feed):
         count[0] += 1
         if count[0] == batches:
-            signal.raise_signal(signum)
+            act()
         return original(names, feed)
 
     run.runner.run = runner
+
+
+def interrupt_after(run: Run, batches: int, signum: int = signal.SIGINT) -> None:
+    """Deliver a real signal to this process while batch `batches` is in the runtime."""
+    in_batch(run, batches, lambda: signal.raise_signal(signum))
+
+
+def crash_in(run: Run, batches: int, message: str = "simulated crash") -> None:
+    """The runtime raises RuntimeError on batch `batches`."""
+
+    def crash():
+        raise RuntimeError(message)
+
+    in_batch(run, batches, crash)
 
 
 def checkpoint_after(rescnn, path, batches: int = 2):
@@ -150,15 +164,7 @@ def test_periodic_checkpoints_alone_allow_a_resume(rescnn, reference, tmp_path):
     """A kill -9 leaves only the last periodic checkpoint: resuming from it redoes the batches after it."""
     ckpt = tmp_path / "run.ckpt.npz"
     run = open_run(*rescnn, checkpoint=ckpt, **OPTIONS)
-    original, count = run.runner.run, [0]
-
-    def crash(names, feed):
-        count[0] += 1
-        if count[0] == 12:
-            raise RuntimeError("simulated crash")
-        return original(names, feed)
-
-    run.runner.run = crash
+    crash_in(run, 12)
     with pytest.raises(RuntimeError):
         run.execute(5)
     run.close()
