@@ -291,15 +291,14 @@ def _network(n: dict, used: int) -> None:
 def check_ranges(d: dict, ranges: dict[str, tuple[float, float]], label: str) -> None:
     """Every saved score within its metric's declared range (the rounding slack of onnxaff.metrics.guards): a
     value edited into a file would otherwise end in the signature, which its schema then refuses."""
-    from onnxaff.metrics.guards import RANGE_SLACK
+    from onnxaff.metrics.guards import within
 
     for group in ("sites", "stages"):
         for k, s in enumerate(d[group]):
             for key in ("values", "halves"):
                 for name, values in s[key].items():
                     lo, hi = ranges.get(name, (-math.inf, math.inf))
-                    bad = next((v for v in values if not lo - RANGE_SLACK * max(1.0, abs(lo)) <= v
-                                <= hi + RANGE_SLACK * max(1.0, abs(hi))), None)
+                    bad = next((v for v in values if not within(v, lo, hi)), None)
                     if bad is not None:
                         raise OnnxaffError(f"{label} is damaged: {group}[{k}].{key}.{name}: {bad!r} is outside the "
                                            f"metric's range [{lo:g}, {hi:g}]")

@@ -25,9 +25,14 @@ def check_value(metric, value) -> float:
     if not math.isfinite(value):
         raise ValueError(f"returned {value}")
     lo, hi = metric.range
-    if value < lo - RANGE_SLACK * max(1.0, abs(lo)) or value > hi + RANGE_SLACK * max(1.0, abs(hi)):
+    if not within(value, lo, hi):
         raise ValueError(f"out of range [{lo:g}, {hi:g}]: {value!r}")
     return value
+
+
+def within(value: float, lo: float, hi: float) -> bool:
+    """`value` in [lo, hi] up to RANGE_SLACK of rounding (relative beyond 1)."""
+    return lo - RANGE_SLACK * max(1.0, abs(lo)) <= value <= hi + RANGE_SLACK * max(1.0, abs(hi))
 
 
 def private(sample):
