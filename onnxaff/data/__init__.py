@@ -1,4 +1,4 @@
-"""Data sources: image folders, arrays and synthetic inputs."""
+"""Data sources: image folders, audio folders, arrays and synthetic inputs."""
 
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
 
 
 def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                shapes: dict | None = None, images: dict | None = None) -> DataSource:
+                shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000) -> DataSource:
     """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
-    shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims."""
+    shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims; `sample_rate`:
+    what an audio folder (audio:FOLDER) is resampled to."""
     if limit is not None and limit <= 0:
         raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
     for name in shapes or {}:
@@ -39,6 +40,12 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
             raise ConfigError("input_shapes", f"{{option}} names {name!r}, which is not a model input")
     if spec.startswith("synthetic:"):
         return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes)
+    if spec.startswith("audio:"):
+        from onnxaff.data.audio import AudioFolderSource
+
+        if not Path(spec[6:]).is_dir():
+            raise OnnxaffError(f"audio folder not found: {spec[6:]}")
+        return AudioFolderSource(spec[6:], inputs, sample_rate=sample_rate, limit=limit, shapes=shapes)
     path = Path(spec)
     if path.suffix.lower() in (".npy", ".npz"):
         return ArraySource(path, inputs, limit=limit)
@@ -55,5 +62,5 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
             inputs[0].name), **{k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation", "fit",
                                                           "pad_value") if k in opts})
         return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
-    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, a .npy/.npz file or "
-                       f"synthetic:gaussian|uniform|grid")
+    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, audio:FOLDER, a .npy/.npz "
+                       f"file or synthetic:gaussian|uniform|grid")
