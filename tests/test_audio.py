@@ -237,3 +237,55 @@ def test_sample_rate_is_checked_and_recorded_for_audio_data_only():
     config = AnalysisConfig(sample_rate=8000)
     assert config.signature_options(64, ["m"], audio=True)["sample_rate"] == 8000
     assert "sample_rate" not in config.signature_options(64, ["m"])  # other data: their options unchanged
+
+
+def test_conv1d_tiny_fixture_sites_take_the_channels_and_run_on_audio(capfd, tmp_path, audio_dir):
+    from onnxaff.graph import load_model
+    from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.sitelist import list_sites
+    from tests.conftest import FIXTURES
+
+    model = FIXTURES / "audio" / "conv1d_tiny.onnx"
+    sites = list_sites(load_model(model), "auto", [], []).sites
+    assert [(s.layout, feature_dim(s, "mean")) for s in sites] == [(s.layout, s.input_shape[1]) for s in sites]
+    assert [feature_dim(s, "mean") for s in sites] == [8, 16, 16]
+    assert {s.layout for s in sites} == {"channels_first"}
+    root, made = audio_dir
+    out = tmp_path / "sig.json"
+    code, _, err = run_cli(capfd, "analyze", model, "--data", f"audio:{root}", "--out", out, "--metrics", "affinity",
+                           "--chunk-size", "8", "--quiet")
+    assert code == 0, err
+    sig = json.loads(out.read_text())
+    assert sig["data"]["samples"] == sum(windows(len(v), rate) for v, rate, _ in made.values())
+    assert [s["metrics"]["affinity"]["status"] for s in sig["sites"]] == ["ok"] * 3
+
+
+def test_vad_tiny_waveform_is_its_first_float_input_of_one_axis(audio_dir):
+    """input [batch, 512] is the waveform; the state [2, batch, 32] and the int64 sr are not this source's."""
+    import onnx
+
+    from onnxaff.data import model_inputs
+    from tests.conftest import FIXTURES
+
+    inputs = model_inputs(onnx.load(FIXTURES / "audio" / "vad_tiny.onnx"))
+    root, _ = audio_dir
+    source = open_source(f"audio:{root}", inputs)
+    batch = next(source.batches(4))
+    assert list(batch) == ["input"] and batch["input"].shape == (4, 512)
+    assert source.describe()["input"] == "input"
+
+
+def test_two_shards_of_an_audio_folder_merged_equal_one_run(tmp_path, audio_dir):
+    """Windows are numbered the same in every process: shards cut the same examples as one run."""
+    from onnxaff.analysis import analyze
+    from onnxaff.executors import shard_state
+    from onnxaff.shards import merge_states
+
+    root, _ = audio_dir
+    model = save(conv1d_audio_model(), tmp_path / "conv1d.onnx")
+    options = {"metrics": ["affinity"], "chunk_size": 4, "batch_size": 4, "sample_rate": 32000}
+    one = analyze(model, f"audio:{root}", progress=False, **options)
+    merged = merge_states([shard_state(model, f"audio:{root}", (i, 2), options) for i in range(2)])
+    assert one.data["samples"] == merged.data["samples"] > 20
+    for a, b in zip(one.sites, merged.sites, strict=True):
+        np.testing.assert_allclose(a["metrics"]["affinity"]["values"], b["metrics"]["affinity"]["values"], atol=1e-9)
