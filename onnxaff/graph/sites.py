@@ -109,7 +109,7 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
         if (lo is None and hi is None) or (lo is not None and hi is not None and lo >= hi):
             return None  # the identity, or a constant: no non-linearity
         if lo == 0.0 and hi == 6.0:
-            return "relu6", {}
+            return "relu6", {"min": 0.0, "max": 6.0}
         if lo == 0.0 and hi is None:
             return "relu", {}
         return "clip", {"min": lo, "max": hi}
