@@ -90,6 +90,8 @@ class AnalysisConfig:
     graph_optimization: str = "all"
     nlc_directions: int | str = NLC_DIRECTIONS
     intervals: str = "auto"
+    tokenizer: str | object | None = None  # text data: a tokenizer.json path or a tokenizers.Tokenizer
+    max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
 
     def __post_init__(self):
         def put(name, value):
@@ -103,7 +105,7 @@ class AnalysisConfig:
         for name, least, what in (("chunk_size", 2, "a whole number of at least 2"),
                                   ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number")):
             put(name, _whole(name, getattr(self, name), least, what))
-        for name, least, what in (("limit", 1, "a positive whole number"),
+        for name, least, what in (("limit", 1, "a positive whole number"), ("max_length", 1, "a positive whole number"),
                                   ("chunk_workers", 0, "0 or a positive whole number"),
                                   ("threads", 1, "a positive whole number")):
             put(name, _whole(name, getattr(self, name), least, what, optional=True))
@@ -124,6 +126,7 @@ class AnalysisConfig:
         put("images", None if self.images is None else dict(self.images))
         # Absolute: a checkpoint resumed or a part merged from another folder loads the same files.
         put("plugins", tuple(os.path.abspath(p) for p in _texts(self.plugins)))
+        put("tokenizer", _tokenizer(self.tokenizer))
         put("pairs", _pairs(self.pairs))
         put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
         put("shard", parse_shard(self.shard))
@@ -155,6 +158,10 @@ class AnalysisConfig:
             options["nlc_directions"] = self.nlc_directions
         if self.intervals != "auto":  # changes the ci95 bounds only; recorded as nlc_directions is
             options["intervals"] = self.intervals
+        if self.tokenizer is not None:  # text data (its file's sha256: the data's description)
+            options["tokenizer"] = self.tokenizer if isinstance(self.tokenizer, str) else "(a tokenizers.Tokenizer)"
+        if self.max_length is not None:
+            options["max_length"] = self.max_length
         return options
 
 
@@ -168,6 +175,16 @@ def default(name: str):
 def _texts(value) -> tuple[str, ...]:
     """One text or a list of texts (a lone string is one item, not its characters)."""
     return (str(value),) if isinstance(value, str | Path) else tuple(str(v) for v in value or ())
+
+
+def _tokenizer(value):
+    """A path (absolute: a resumed run or a merged part reads the same file) or a tokenizers.Tokenizer."""
+    if value is None or hasattr(value, "encode_batch"):
+        return value
+    if isinstance(value, str | os.PathLike) and str(value):
+        return os.path.abspath(value)
+    raise ConfigError("tokenizer", f"{{option}} must be a tokenizer.json path or a tokenizers.Tokenizer, "
+                      f"got {value!r:.60}")
 
 
 def _shapes(shapes) -> dict[str, tuple[int, ...]]:
