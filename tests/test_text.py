@@ -292,3 +292,32 @@ def test_python_api_refusals_name_fields(case):
         onnxaff.analyze(model, ["a cat", 3], tokenizer=tok, progress=False)
     with pytest.raises(ConfigError, match="must be a tokenizer.json path or a tokenizers.Tokenizer"):
         onnxaff.analyze(model, ["a cat"], tokenizer=42, progress=False)
+
+
+def test_no_output_replaces_the_text_or_the_tokenizer(case, tmp_path, capfd):
+    root, _, lines, model = case
+    for out, what in ((lines, "the text file"), (root / "tokenizer.json", "the tokenizer")):
+        one_line_error(run_cli(capfd, "analyze", model, "--data", f"text:{lines}", "--tokenizer",
+                               root / "tokenizer.json", "--out", out), what)
+
+
+def test_a_checkpoint_refuses_another_tokenizer_or_text(case, tmp_path):
+    from onnxaff.analysis import open_run
+
+    root, _, lines, model = case
+    tokenizer, text = tmp_path / "tokenizer.json", tmp_path / "lines.txt"
+    tokenizer.write_bytes((root / "tokenizer.json").read_bytes())
+    text.write_bytes(lines.read_bytes())
+    opts = dict(chunk_size=16, batch_size=8, metrics=["affinity"], progress=False, tokenizer=tokenizer)
+    ckpt = tmp_path / "c.npz"
+    with open_run(model, f"text:{text}", checkpoint=ckpt, **opts) as run:
+        run.save()
+    with open_run(model, f"text:{text}", checkpoint=ckpt, resume="always", **opts) as run:
+        assert run.plan.source.describe()["tokenizer"]["path"] == str(tokenizer)  # the same: continued
+    train(tokenizer, vocab=70)  # another tokenizer at the same path
+    with pytest.raises(OnnxaffError, match="another data set"):
+        open_run(model, f"text:{text}", checkpoint=ckpt, resume="always", **opts)
+    tokenizer.write_bytes((root / "tokenizer.json").read_bytes())
+    text.write_text("\n".join(sentences(seed=1)) + "\n")  # other text, as many lines
+    with pytest.raises(OnnxaffError, match="another data set"):
+        open_run(model, f"text:{text}", checkpoint=ckpt, resume="always", **opts)

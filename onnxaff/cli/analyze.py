@@ -57,7 +57,8 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
         checkpoint = opts.checkpoint or f"{out}.ckpt.npz"
         outputs += [("--checkpoint", checkpoint)]
         outputs += [("the shard's state file", state_path_for(out))] if opts.analysis.shard else []
-    refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs))
+    refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs)
+                     + _text_inputs(data, opts.analysis.tokenizer))
     check_writable(out)
     if opts.executor == "ray":
         path, sig = _run_ray(model, data, out, outputs, opts)
@@ -119,6 +120,14 @@ def _signature_to(run, out):
 
 def _weight_files(loaded) -> list[tuple[str, Path]]:
     return [("an external weight file of the model", loaded.path.parent / loc) for loc in loaded.external_locations]
+
+
+def _text_inputs(data: str, tokenizer) -> list[tuple[str, str]]:
+    """Text data's file and tokenizer, which no output may replace either."""
+    from onnxaff.data.text import PREFIX, parse_spec
+
+    files = [("the tokenizer", tokenizer if isinstance(tokenizer, str) else None)]
+    return files + ([("the text file", str(parse_spec(data)[0]))] if data.startswith(PREFIX) and data != PREFIX else [])
 
 
 def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
