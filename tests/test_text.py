@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 
 import numpy as np
@@ -236,13 +237,15 @@ def test_bad_tokenizer_files_are_one_line(case, tmp_path, capfd):
     _, _, lines, model = case
     (tmp_path / "notjson.json").write_text("this is not json")
     (tmp_path / "other.json").write_text(json.dumps({"name": "a config, not a tokenizer"}))
-    for path, fragment in ((tmp_path / "notjson.json", "is not a Hugging Face tokenizer.json"),
-                           (tmp_path / "other.json", "is not a Hugging Face tokenizer.json"),
+    (tmp_path / "broken.json").write_text(json.dumps({"model": {"type": "NoSuchModel"}}))
+    for path, fragment in ((tmp_path / "notjson.json", "is not a Hugging Face tokenizer.json (not JSON"),
+                           (tmp_path / "other.json", "tokenizer.json (JSON without a tokenizer's \"model\")"),
+                           (tmp_path / "broken.json", "is not a Hugging Face tokenizer.json ("),
                            (tmp_path / "missing.json", "tokenizer file not found")):
         line = one_line_error(run_cli(capfd, "analyze", model, "--data", f"text:{lines}", "--tokenizer", path,
                                       "--out", tmp_path / "x.json"), fragment)
         assert "--tokenizer" in line
-        with pytest.raises(ConfigError, match=fragment) as info:
+        with pytest.raises(ConfigError, match=re.escape(fragment)) as info:
             onnxaff.analyze(model, f"text:{lines}", tokenizer=path, progress=False)
         assert info.value.field == "tokenizer" and "\n" not in str(info.value)
 

@@ -142,6 +142,14 @@ def load_tokenizer(tokenizer):
             raise ConfigError("tokenizer", f"{{option}}: tokenizer file not found: {path}")
         raw = path.read_bytes()
         try:
+            parsed = json.loads(raw)
+        except ValueError as exc:  # not UTF-8 or not JSON
+            raise ConfigError("tokenizer", f"{{option}}: {path} is not a Hugging Face tokenizer.json (not JSON: "
+                              f"{first_line(exc)})") from None
+        if not isinstance(parsed, dict) or "model" not in parsed:
+            raise ConfigError("tokenizer", f"{{option}}: {path} is not a Hugging Face tokenizer.json (JSON without "
+                              "a tokenizer's \"model\")")
+        try:
             tok = Tokenizer.from_str(raw.decode("utf-8"))
         except Exception as exc:  # noqa: BLE001 - the library raises a bare Exception for any bad file
             raise ConfigError("tokenizer", f"{{option}}: {path} is not a Hugging Face tokenizer.json "
