@@ -324,3 +324,16 @@ def test_a_checkpoint_refuses_another_tokenizer_or_text(case, tmp_path):
     text.write_text("\n".join(sentences(seed=1)) + "\n")  # other text, as many lines
     with pytest.raises(OnnxaffError, match="another data set"):
         open_run(model, f"text:{text}", checkpoint=ckpt, resume="always", **opts)
+
+
+def test_a_study_on_text_reruns_when_the_tokenizer_changes(case, tmp_path, capfd):
+    root, _, lines, model = case
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_bytes((root / "tokenizer.json").read_bytes())
+    args = ("study", model, "--data", f"text:{lines}", "--tokenizer", tokenizer, "--out", tmp_path / "st",
+            "--chunk-size", 16, "--metrics", "affinity")
+    for expect in ("(0 up to date", "(1 up to date", "(0 up to date"):  # the last after a new tokenizer
+        code, out, err = run_cli(capfd, *args)
+        assert code == 0 and expect in out + err, err
+        if expect == "(1 up to date":
+            train(tokenizer, vocab=70)
