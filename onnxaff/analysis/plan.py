@@ -102,7 +102,8 @@ class Plan:
         if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
-                             images=config.images, tokenizer=config.tokenizer, max_length=config.max_length)
+                             images=config.images, sample_rate=config.sample_rate, tokenizer=config.tokenizer,
+                             max_length=config.max_length)
         data = data if isinstance(data, str) else source.describe()["source"]  # texts given in Python
         fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
@@ -140,7 +141,8 @@ class Plan:
                    registry=available, metrics=metrics, track_metrics=track_metrics, inputs=inputs, source=source,
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
-                   unit=unit, start=start, stop=stop, options=config.signature_options(batch_size, asked),
+                   unit=unit, start=start, stop=stop,
+                   options=config.signature_options(batch_size, asked, audio=data.startswith("audio:")),
                    model_info=model_info, fingerprints=fingerprints, slow_chunks=tuple(slow))
 
 

@@ -87,8 +87,9 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
 
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
                     input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
-                    tokenizer=None, max_length=None, **image_flags) -> dict:
+                    sample_rate=None, tokenizer=None, max_length=None, **image_flags) -> dict:
     """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
+    from onnxaff.analysis.config import default
     from onnxaff.data import parse_input_shapes
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
@@ -99,10 +100,13 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
         metrics=names, chunk_size=chunk_size, batch_size=batch_size, limit=limit, reduce=reduce, device=device,
         layout=layout, seed=seed, input_shapes=parse_input_shapes(input_shape), images=image_options(**image_flags),
         plugins=list(plugin), progress=not quiet, reduce_in=reduce_in, chunk_workers=chunk_workers, intervals=intervals,
-        pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks), tokenizer=tokenizer, max_length=max_length,
+        pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
     )
     if nlc_directions is not None:
         options["nlc_directions"] = nlc_directions
+    if sample_rate is not None and sample_rate != default("sample_rate"):  # a study's options digest unchanged
+        options["sample_rate"] = sample_rate
+    options.update({k: v for k, v in (("tokenizer", tokenizer), ("max_length", max_length)) if v is not None})
     return options
 
 
