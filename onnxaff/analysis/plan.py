@@ -87,7 +87,7 @@ class Plan:
         return self.config.reduce if self.config.reduce_in == "numpy" else None
 
     @classmethod
-    def build(cls, model, data: str, config: AnalysisConfig) -> Plan:
+    def build(cls, model, data: str | list[str], config: AnalysisConfig) -> Plan:
         loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
         listed = list_sites(loaded, config.layout, list(config.pairs), list(config.blocks))  # as `onnxaff sites`
         sites = listed.sites
@@ -102,7 +102,9 @@ class Plan:
         if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
-                             images=config.images, sample_rate=config.sample_rate)
+                             images=config.images, sample_rate=config.sample_rate, tokenizer=config.tokenizer,
+                             max_length=config.max_length)
+        data = data if isinstance(data, str) else source.describe()["source"]  # texts given in Python
         fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
         warnings = list(loaded.notes) + list(source.warnings)  # what was expanded; links an image walk met
