@@ -135,7 +135,7 @@ def _load(name: str, value, spec: InputSpec, shape: tuple) -> np.ndarray:
         want = "a scalar" if spec.batch_axis is None else f"one example of shape {list(shape)}"
         raise ConfigError("constants", f"{{option}} {name} has shape {list(array.shape)}, but model input "
                           f"{spec.describe()} takes {want}")
-    return np.ascontiguousarray(cast_for(spec, array, what))
+    return _contiguous(cast_for(spec, array, what))
 
 
 def split_inputs(inputs: list[InputSpec], constants: Mapping, shapes: Mapping | None = None
@@ -165,8 +165,13 @@ def examples_in(batch: Mapping[str, np.ndarray], inputs: list[InputSpec]) -> int
     return next(iter(batch.values())).shape[0]
 
 
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """C-contiguous, a rank-0 array kept rank 0 (np.ascontiguousarray makes it [1])."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
 def _digest(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+    return hashlib.sha256(_contiguous(array).tobytes()).hexdigest()
 
 
 class FedSource(DataSource):
@@ -217,7 +222,7 @@ class FedSource(DataSource):
                 a = batch[s.name]
             if s.batch_axis not in (None, 0):
                 a = np.moveaxis(a, 0, s.batch_axis)
-            out[s.name] = np.ascontiguousarray(a)
+            out[s.name] = _contiguous(a)
         return out
 
     def example_shapes(self) -> dict[str, tuple]:
