@@ -257,3 +257,13 @@ def test_vad_tiny_runs_with_its_sample_rate_and_state_axis(capfd, tmp_path):
     assert code == 0, err
     sig = json.loads((tmp_path / "s.json").read_text())
     assert sig["data"]["constants"] == {"sr": 16000} and all(s["status"] == "ok" for s in sig["sites"])
+
+
+def test_a_study_sees_a_constant_files_content(tmp_path):
+    from onnxaff.study import options_identity
+
+    path = tmp_path / "state.npy"
+    np.save(path, np.zeros((2, 8), np.float32))
+    before = options_identity({"constants": {"state": str(path), "sr": 16000}})
+    np.save(path, np.ones((2, 8), np.float32))
+    assert options_identity({"constants": {"state": str(path), "sr": 16000}}) != before
