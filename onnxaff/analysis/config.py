@@ -98,6 +98,7 @@ class AnalysisConfig:
     constants: Mapping = field(default_factory=dict)
     input_ranges: Mapping[str, tuple] = field(default_factory=dict)
     pad: float = 0.0
+    sample_rate: int = 16000  # Hz an audio folder's files are resampled to (onnxaff.data.audio)
 
     def __post_init__(self):
         def put(name, value):
@@ -109,7 +110,8 @@ class AnalysisConfig:
                 raise ConfigError("metrics", f"{{option}} must name at least one metric, got {self.metrics!r}")
             put("metrics", metrics)
         for name, least, what in (("chunk_size", 2, "a whole number of at least 2"),
-                                  ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number")):
+                                  ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number"),
+                                  ("sample_rate", 1, "a positive whole number (Hz)")):
             put(name, _whole(name, getattr(self, name), least, what))
         for name, least, what in (("limit", 1, "a positive whole number"),
                                   ("chunk_workers", 0, "0 or a positive whole number"),
@@ -149,9 +151,10 @@ class AnalysisConfig:
     def replace(self, **options) -> AnalysisConfig:
         return dataclasses.replace(self, **options)
 
-    def signature_options(self, batch_size: int, metrics: list[str]) -> dict:
+    def signature_options(self, batch_size: int, metrics: list[str], audio: bool = False) -> dict:
         """The `options` a signature records (and a checkpoint key compares); `batch_size` is the one used,
-        `metrics` the names asked for (the declared defaults where the config gives none)."""
+        `metrics` the names asked for (the declared defaults where the config gives none); `audio`: the data is
+        an audio folder, which `sample_rate` changes."""
         options = {
             "metrics": list(metrics), "chunk_size": self.chunk_size, "batch_size": batch_size,
             "limit": self.limit, "reduce": self.reduce, "reduce_in": self.reduce_in, "device": self.device,
@@ -172,6 +175,8 @@ class AnalysisConfig:
             options["input_ranges"] = {k: list(v) for k, v in self.input_ranges.items()}
         if self.pad:
             options["pad"] = self.pad
+        if audio:  # other data does not depend on it: their options unchanged
+            options["sample_rate"] = self.sample_rate
         return options
 
 

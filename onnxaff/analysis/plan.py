@@ -104,8 +104,8 @@ class Plan:
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         fixed_batch = fixed_batch_of(inputs)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
-                             images=config.images, constants=config.constants, input_ranges=config.input_ranges,
-                             pad=config.pad, hints=input_hints(loaded.view))
+                             images=config.images, sample_rate=config.sample_rate, constants=config.constants,
+                             input_ranges=config.input_ranges, pad=config.pad, hints=input_hints(loaded.view))
         batch_size = fixed_batch or config.batch_size
         warnings = list(loaded.notes) + list(source.warnings)  # what was expanded; links an image walk met
         if batch_size != config.batch_size:
@@ -141,7 +141,8 @@ class Plan:
                    registry=available, metrics=metrics, track_metrics=track_metrics, inputs=inputs, source=source,
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
-                   unit=unit, start=start, stop=stop, options=config.signature_options(batch_size, asked),
+                   unit=unit, start=start, stop=stop,
+                   options=config.signature_options(batch_size, asked, audio=data.startswith("audio:")),
                    model_info=model_info, fingerprints=fingerprints, slow_chunks=tuple(slow))
 
 

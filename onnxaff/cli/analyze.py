@@ -31,8 +31,9 @@ def default_out(model: str, shard: tuple[int, int] | None) -> str:
 
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--data", required=True, help="An image folder (flat or one subfolder per class), a .npy/.npz "
-              "file, or synthetic:gaussian, synthetic:uniform, synthetic:grid (options after a colon: n=..,seed=..).")
+@click.option("--data", required=True, help="An image folder (flat or one subfolder per class), audio:FOLDER (audio "
+              "files cut into windows of the waveform input's length), a .npy/.npz file, or synthetic:gaussian, "
+              "synthetic:uniform, synthetic:grid (options after a colon: n=..,seed=..).")
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @analysis_options
 @scale_options

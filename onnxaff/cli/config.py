@@ -88,8 +88,9 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
 
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
                     input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
-                    batch_axis=(), constant=(), input_range=(), pad=0.0, **image_flags) -> dict:
+                    sample_rate=None, batch_axis=(), constant=(), input_range=(), pad=0.0, **image_flags) -> dict:
     """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
+    from onnxaff.analysis.config import default
     from onnxaff.data import parse_input_shapes
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
@@ -105,6 +106,8 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
     )
     if nlc_directions is not None:
         options["nlc_directions"] = nlc_directions
+    if sample_rate is not None and sample_rate != default("sample_rate"):  # a study's options digest unchanged
+        options["sample_rate"] = sample_rate
     return options
 
 
@@ -112,8 +115,9 @@ def feed_kwargs(batch_axis=(), constant=(), input_range=(), pad=0.0) -> dict:
     """The per-input feeding fields from their flags (--batch-axis, --constant, --input-range, --pad)."""
     from onnxaff.data.feeding import parse_batch_axes, parse_constants, parse_input_ranges
 
-    return {"batch_axes": parse_batch_axes(batch_axis), "constants": parse_constants(constant),
-            "input_ranges": parse_input_ranges(input_range), "pad": pad}
+    given = {"batch_axes": parse_batch_axes(batch_axis), "constants": parse_constants(constant),
+             "input_ranges": parse_input_ranges(input_range), "pad": pad}
+    return {k: v for k, v in given.items() if v}  # none given: a study's options digest unchanged
 
 
 def run_options(shard=None, executor=RunOptions.executor, shards=RunOptions.shards, ray_address=None, checkpoint=None,

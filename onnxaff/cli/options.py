@@ -61,8 +61,10 @@ ANALYSIS_OPTIONS = [
     configured("--chunk-workers", type=int,
                help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
     configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
-               help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
+               help="Feature axis of rank-3+ site tensors: channels_first (axis 1: [N, C, H, W], a 1-D "
+                    "conv's [N, C, T]) or channels_last (the last: NHWC, tokens [N, T, C]); auto: read off the graph."),
     configured("--seed", type=int, help="Seed of synthetic data."),
+    configured("--sample-rate", type=int, help="Hz an audio folder's files (--data audio:FOLDER) are resampled to."),
     click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
                  help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
                       "folders: e.g. x=3x48x320)."),

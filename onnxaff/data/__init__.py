@@ -1,4 +1,4 @@
-"""Data sources: image folders, arrays and synthetic inputs."""
+"""Data sources: image folders, audio folders, arrays and synthetic inputs."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
 
 
 def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                shapes: dict | None = None, images: dict | None = None, *,
+                shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000, *,
                 constants: dict | None = None, input_ranges: dict | None = None, pad: float = 0.0,
                 hints: dict | None = None) -> FedSource:
     """The source of `spec` for the inputs that are not `constants`, wrapped so that its batches are the model's
     (onnxaff.data.feeding). images: options for image folders (preprocess, mean, std, resize, crop,
     interpolation, fit, pad_value, shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's
-    symbolic dims; `input_ranges`, `pad` and `hints` (onnxaff.graph.inputs: embedding sizes, masks) shape
-    synthetic data."""
+    symbolic dims; `sample_rate`: what an audio folder (audio:FOLDER) is resampled to; `input_ranges`, `pad`
+    and `hints` (onnxaff.graph.inputs: embedding sizes, masks) shape synthetic data."""
     if limit is not None and limit <= 0:
         raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
     for name in list(shapes or {}) + list(input_ranges or {}):
@@ -46,13 +46,19 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
             raise ConfigError(field, f"{{option}} names {name!r}, which is not a model input")
     drawn, held = split_inputs(inputs, constants or {}, shapes)
     synthetic = {"ranges": dict(input_ranges or {}), "pad": pad, "hints": dict(hints or {})}
-    source = _open(spec, drawn, limit, seed, shapes, images, synthetic)
+    source = _open(spec, drawn, limit, seed, shapes, images, sample_rate, synthetic)
     return FedSource(source, inputs, constants or {}, held, shapes)
 
 
-def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, synthetic: dict) -> DataSource:
+def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, sample_rate, synthetic: dict) -> DataSource:
     if spec.startswith("synthetic:"):
         return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes, **synthetic)
+    if spec.startswith("audio:"):
+        from onnxaff.data.audio import AudioFolderSource
+
+        if not Path(spec[6:]).is_dir():
+            raise OnnxaffError(f"audio folder not found: {spec[6:]}")
+        return AudioFolderSource(spec[6:], inputs, sample_rate=sample_rate, limit=limit, shapes=shapes)
     path = Path(spec)
     if path.suffix.lower() in (".npy", ".npz"):
         return ArraySource(path, inputs, limit=limit)
@@ -69,5 +75,5 @@ def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, synth
             inputs[0].name), **{k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation", "fit",
                                                           "pad_value") if k in opts})
         return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
-    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, a .npy/.npz file or "
-                       f"synthetic:gaussian|uniform|grid")
+    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, audio:FOLDER, a .npy/.npz "
+                       f"file or synthetic:gaussian|uniform|grid")

@@ -43,16 +43,18 @@ def model_identity(path: Path) -> str | None:
 
 def data_identity(spec: str) -> str:
     """A digest of the data a spec names: a file by path, size and time; a folder by every image the loader would
-    read (the same walk: linked class folders entered); else the spec."""
+    read (the same walk: linked class folders entered), an audio folder by its audio files; else the spec."""
+    from onnxaff.data.audio import list_audio
     from onnxaff.data.images import list_images
 
-    path = Path(spec)
+    audio = spec.startswith("audio:")
+    path = Path(spec[6:] if audio else spec)
     if path.is_file():
         st = path.stat()
         parts = [str(path.resolve()), st.st_size, st.st_mtime_ns]
     elif path.is_dir():
-        parts = [str(path.resolve())]
-        for f in list_images(path):
+        parts = [("audio:" if audio else "") + str(path.resolve())]
+        for f in (list_audio(path) if audio else list_images(path)):
             try:
                 st = f.stat()
                 parts.append([f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
