@@ -49,9 +49,10 @@ class NetworkNLC:
     def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP,
                  threads: int | None = None, directions: int | str = DIRECTIONS,
                  graph_optimization: str = "all"):
+        # `inputs`: those that vary from example to example (constants are held as the batch gives them)
         self.inputs, self.step, self.limit = inputs, step, examples
         self.directions = parse_directions(directions)
-        self.reason = None
+        self.reason = None if inputs else "no model input varies from one example to the next"
         if not all(np.issubdtype(i.dtype, np.floating) for i in inputs):
             self.reason = "the model has non-float inputs: no direction to differentiate along"
         graph = loaded.model.graph
@@ -70,7 +71,7 @@ class NetworkNLC:
     def add(self, batch: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
         if self.runner is None or self.examples >= self.limit:
             return
-        n = next(iter(batch.values())).shape[0]
+        n = batch[self.inputs[0].name].shape[self.inputs[0].batch_axis]
         if n < 2:
             self.short_batches += 1
             return
@@ -78,7 +79,8 @@ class NetworkNLC:
             self._add(n, batch, outputs)
 
     def _add(self, n: int, batch: dict[str, np.ndarray], outputs: list[np.ndarray]) -> None:
-        xs = {spec.name: batch[spec.name].astype(np.float64) for spec in self.inputs}
+        # each input batch-first here, put back on its own batch axis for the runtime
+        xs = {spec.name: np.moveaxis(batch[spec.name], spec.batch_axis, 0).astype(np.float64) for spec in self.inputs}
         flat = np.concatenate([x.reshape(n, -1) for x in xs.values()], axis=1)
         if not np.isfinite(flat).all():  # no direction to differentiate along; NaN sums make the result say so
             for name in self.output_names:
@@ -99,13 +101,13 @@ class NetworkNLC:
             weights = [1.0 / k_max] * k_max
         jv2 = dict.fromkeys(self.output_names, 0.0)
         for direction, weight in zip(dirs, weights, strict=True):
-            plus, minus, offset = {}, {}, 0
+            plus, minus, offset = dict(batch), dict(batch), 0
             for spec in self.inputs:
                 x = xs[spec.name]
                 size = x[0].size
                 hv = self.step * direction[:, offset:offset + size].reshape(x.shape)
                 offset += size
-                plus[spec.name], minus[spec.name] = (x + hv).astype(spec.dtype), (x - hv).astype(spec.dtype)
+                plus[spec.name], minus[spec.name] = _on_axis(x + hv, spec), _on_axis(x - hv, spec)
             y_plus = self.runner.run(self.output_names, plus)
             y_minus = self.runner.run(self.output_names, minus)
             for name, yp, ym in zip(self.output_names, y_plus, y_minus, strict=True):
@@ -128,6 +130,11 @@ class NetworkNLC:
     def restore(self, d: dict) -> None:
         self.jv2, self.scatter = dict(d["jv2"]), dict(d["scatter"])
         self.examples, self.short_batches = d["examples"], d["short_batches"]
+
+
+def _on_axis(x: np.ndarray, spec) -> np.ndarray:
+    """A batch-first array in the input's dtype, its examples back on the input's batch axis."""
+    return np.ascontiguousarray(np.moveaxis(x.astype(spec.dtype), 0, spec.batch_axis))
 
 
 def merge_nlc_states(states: list[dict]) -> dict:

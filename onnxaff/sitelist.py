@@ -66,17 +66,20 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=(), e
 
 
 def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
-               images: dict | None = None) -> dict:
-    """One example of DATA (or the model's fixed batch) to run the model on once."""
-    from onnxaff.data import fixed_batch_of, model_inputs, open_source
+               images: dict | None = None, feeding: dict | None = None) -> dict:
+    """One example of DATA (or the model's fixed batch) to run the model on once; `feeding`: the per-input
+    options as AnalysisConfig names them (batch_axes, constants, input_ranges, pad)."""
+    from onnxaff.data import examples_in, fixed_batch_of, model_inputs, open_source
+    from onnxaff.graph.inputs import input_hints
 
-    inputs = model_inputs(loaded.model)
+    feeding = dict(feeding or {})
+    inputs = model_inputs(loaded.model, feeding.pop("batch_axes", None))
     count = fixed_batch_of(inputs) or 1
     opts = dict(images or {}, workers=0)
     source = open_source(data, inputs, limit=None if data.startswith("synthetic:") else count * 4, seed=seed,
-                         shapes=shapes, images=opts)
+                         shapes=shapes, images=opts, hints=input_hints(loaded.view), **feeding)
     for batch in source.batches(count):
-        n = next(iter(batch.values())).shape[0]
+        n = examples_in(batch, inputs)
         if n == count:
             return batch
     raise OnnxaffError(f"no usable example in {data} for the probe run")
@@ -103,14 +106,15 @@ def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, la
 
 
 def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: str, *, seed: int = 0,
-                     shapes: dict | None = None, images: dict | None = None, explicit: bool = False) -> None:
+                     shapes: dict | None = None, images: dict | None = None, explicit: bool = False,
+                     feeding: dict | None = None) -> None:
     """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape
     for the default synthetic data), the sites stay skipped and their note says what resolves them."""
     pending = [s for s in found.sites if s.unknown_rank]
     if not pending:
         return
     try:
-        feed = probe_feed(loaded, data, seed=seed, shapes=shapes, images=images)
+        feed = probe_feed(loaded, data, seed=seed, shapes=shapes, images=images, feeding=feeding)
         resolve_unknown_ranks(loaded, found.sites, feed, layout)
     except OnnxaffError as exc:
         if explicit:  # the data or shape the user gave does not run: say so

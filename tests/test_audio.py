@@ -261,18 +261,21 @@ def test_conv1d_tiny_fixture_sites_take_the_channels_and_run_on_audio(capfd, tmp
 
 
 def test_vad_tiny_waveform_is_its_first_float_input_of_one_axis(audio_dir):
-    """input [batch, 512] is the waveform; the state [2, batch, 32] and the int64 sr are not this source's."""
+    """input [batch, 512] is the waveform; the state [2, batch, 32] is not this source's (zeros, with a warning)
+    and the int64 sr is a constant (tests/test_feeding.py)."""
     import onnx
 
     from onnxaff.data import model_inputs
     from tests.conftest import FIXTURES
 
-    inputs = model_inputs(onnx.load(FIXTURES / "audio" / "vad_tiny.onnx"))
+    inputs = model_inputs(onnx.load(FIXTURES / "audio" / "vad_tiny.onnx"), {"state": 1})
     root, _ = audio_dir
-    source = open_source(f"audio:{root}", inputs)
+    source = open_source(f"audio:{root}", inputs, constants={"sr": 16000})
     batch = next(source.batches(4))
-    assert list(batch) == ["input"] and batch["input"].shape == (4, 512)
-    assert source.describe()["input"] == "input"
+    assert list(batch) == ["input", "state", "sr"] and batch["input"].shape == (4, 512)
+    assert batch["state"].shape == (2, 4, 32) and not batch["state"].any() and int(batch["sr"]) == 16000
+    assert source.describe()["input"] == "input" and source.describe()["zeros"] == ["state"]
+    assert any("model inputs state are not in the data" in w for w in source.warnings)
 
 
 def test_two_shards_of_an_audio_folder_merged_equal_one_run(tmp_path, audio_dir):

@@ -184,12 +184,12 @@ def test_image_folder_of_only_corrupt_images(capfd, tmp_path, image_case):
     assert not (tmp_path / "s.json").exists()
 
 
-# 6. A .npz without one of the model's inputs.
+# 6. A .npz without the model's inputs (one missing: fed zeros with a warning, tests/test_feeding.py).
 def test_npz_missing_an_input(capfd, tmp_path):
     model = parse(HEADER + " g (float[N, 4] a, float[N, 4] b) => (float[N, 4] y) { s = Add(a, b) \n y = Relu(s) }")
-    np.savez(tmp_path / "data.npz", a=np.zeros((64, 4), np.float32))
+    np.savez(tmp_path / "data.npz", c=np.zeros((64, 4), np.float32))
     one_line_error(analyze(capfd, save(model, tmp_path / "two.onnx"), tmp_path / "data.npz", tmp_path / "s.json"),
-                   "data.npz has no array for model input 'b' (has: a)")
+                   "data.npz has no array for model input 'a' (has: c)")
 
 
 # 7. NaN/Inf in the data and NaN/Inf made by the model: the site is flagged, the others keep their numbers.

@@ -43,7 +43,8 @@ def analyze(
 
     Options: an AnalysisConfig, or its fields as keywords (metrics, chunk_size, batch_size, limit, reduce,
     device, layout, seed, input_shapes, images, plugins, progress, reduce_in, chunk_workers, shard, pairs,
-    blocks, threads, graph_optimization, nlc_directions, tokenizer, max_length), which replace the config's. threads and
+    blocks, threads, graph_optimization, nlc_directions, intervals, batch_axes, constants, input_ranges, pad,
+    tokenizer, max_length, sample_rate), which replace the config's. threads and
     graph_optimization ("all", "extended", "basic", "disable": onnxruntime's levels) change float32
     features at the rounding level only (docs/reproducibility.md). reduce_in="numpy" exposes the full
     activation tensors and reduces them on the host: the naive design, kept as the benchmarks' baseline and

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaff.data.feeding import check_feeding
 from onnxaff.errors import ConfigError
 from onnxaff.graph.pairs import parse_block_kinds
 from onnxaff.graph.rewrite import REDUCTIONS
@@ -67,7 +68,10 @@ def _choice(name: str, value, choices, what: str) -> str:
 @dataclass(frozen=True)
 class AnalysisConfig:
     """The options of one analysis. Lists become tuples, `shard` "i/n" becomes (i, n), `nlc_directions` an int
-    or "all"; `images` stays a dict of the image-folder options (see onnxaff.data.open_source)."""
+    or "all"; `images` stays a dict of the image-folder options (see onnxaff.data.open_source). Per-input
+    feeding (onnxaff.data.feeding): `batch_axes` {input: axis}, `constants` {input: number, .npy path or array},
+    `input_ranges` {input: (low, high)} of synthetic values, `pad` the largest fraction of a synthetic mask
+    zeroed at its tail."""
 
     metrics: tuple[str, ...] | None = DEFAULT_METRICS
     chunk_size: int = 512
@@ -90,6 +94,10 @@ class AnalysisConfig:
     graph_optimization: str = "all"
     nlc_directions: int | str = NLC_DIRECTIONS
     intervals: str = "auto"
+    batch_axes: Mapping[str, int] = field(default_factory=dict)
+    constants: Mapping = field(default_factory=dict)
+    input_ranges: Mapping[str, tuple] = field(default_factory=dict)
+    pad: float = 0.0
     sample_rate: int = 16000  # Hz an audio folder's files are resampled to (onnxaff.data.audio)
     tokenizer: str | object | None = None  # text data: a tokenizer.json path or a tokenizers.Tokenizer
     max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
@@ -133,6 +141,8 @@ class AnalysisConfig:
         put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
         put("shard", parse_shard(self.shard))
         put("nlc_directions", parse_directions(self.nlc_directions))
+        for name, value in check_feeding(self.batch_axes, self.constants, self.input_ranges, self.pad).items():
+            put(name, value)
 
     @classmethod
     def of(cls, config: AnalysisConfig | None = None, **options) -> AnalysisConfig:
@@ -161,6 +171,13 @@ class AnalysisConfig:
             options["nlc_directions"] = self.nlc_directions
         if self.intervals != "auto":  # changes the ci95 bounds only; recorded as nlc_directions is
             options["intervals"] = self.intervals
+        # Per-input feeding, recorded where given (constants: in the data's description, with their values)
+        if self.batch_axes:
+            options["batch_axes"] = dict(self.batch_axes)
+        if self.input_ranges:
+            options["input_ranges"] = {k: list(v) for k, v in self.input_ranges.items()}
+        if self.pad:
+            options["pad"] = self.pad
         if audio:  # other data does not depend on it: their options unchanged
             options["sample_rate"] = self.sample_rate
         if self.tokenizer is not None:  # text data (its file's sha256: the data's description)

@@ -11,6 +11,7 @@ from onnxaff.analysis.checkpoint import run_key
 from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
+from onnxaff.data import examples_in
 from onnxaff.graph.rewrite import feature_rounding, numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
@@ -30,9 +31,9 @@ class Feeder:
                              graph_optimization=config.graph_optimization)
         # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
         # as shard boundaries are), so the merged parts use exactly one run's examples.
-        self.network = (NetworkNLC(plan.loaded, plan.inputs, config.device, examples=max(0, NLC_EXAMPLES - plan.start),
-                                   threads=config.threads, directions=config.nlc_directions,
-                                   graph_optimization=config.graph_optimization)
+        self.network = (NetworkNLC(plan.loaded, plan.source.varying, config.device,
+                                   examples=max(0, NLC_EXAMPLES - plan.start), threads=config.threads,
+                                   directions=config.nlc_directions, graph_optimization=config.graph_optimization)
                         if plan.needs_jvp else None)
         self.names = list(plan.names) + (self.network.output_names if self.network is not None else [])
         self.state = self.fresh_state()
@@ -87,7 +88,7 @@ class Feeder:
 
     def feed(self, batch: dict, scorer: MetricScorer) -> int:
         """One batch through the runtime and into the collectors; returns the examples used."""
-        n = next(iter(batch.values())).shape[0]
+        n = examples_in(batch, self.plan.inputs)
         plan, state = self.plan, self.state
         if n == 0 or (plan.fixed_batch is not None and n != plan.batch_size):
             # every file of this batch was unreadable (they are counted by the source), or a fixed-batch model

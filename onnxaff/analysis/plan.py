@@ -14,11 +14,12 @@ import onnx
 
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.data import fixed_batch_of, model_inputs, no_usable, open_source
+from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import OnnxaffError, option
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.complexity import model_stats
+from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site
@@ -98,21 +99,22 @@ class Plan:
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
         metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))
         fingerprints = code_fingerprints(metrics + track_metrics, available)
-        inputs = model_inputs(loaded.model)
+        inputs = model_inputs(loaded.model, config.batch_axes)
         if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
+        fixed_batch = fixed_batch_of(inputs)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images, sample_rate=config.sample_rate, tokenizer=config.tokenizer,
-                             max_length=config.max_length)
+                             max_length=config.max_length, constants=config.constants,
+                             input_ranges=config.input_ranges, pad=config.pad, hints=input_hints(loaded.view))
         data = data if isinstance(data, str) else source.describe()["source"]  # texts given in Python
-        fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
         warnings = list(loaded.notes) + list(source.warnings)  # what was expanded; links an image walk met
         if batch_size != config.batch_size:
             warnings.append(f"the model's batch size is fixed at {batch_size}: batches of {batch_size}")
         check_batches(source, inputs, batch_size)  # before the first batch is drawn (an unknown rank's probe)
         if any(s.unknown_rank for s in sites):
-            first = next((b for b in source.batches(batch_size) if next(iter(b.values())).shape[0]), None)
+            first = next((b for b in source.batches(batch_size) if examples_in(b, inputs)), None)
             if first is None:
                 raise no_usable(data, source)
             resolve_unknown_ranks(loaded, sites, first, config.layout)

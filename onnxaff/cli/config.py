@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 IMAGE_KEYS = ("preprocess", "mean", "std", "resize", "crop", "fit", "pad_value", "interpolation", "shuffle", "workers")
 # The click parameters that set a configuration field of another name. Every other option's parameter is named
 # as its field (--chunk-size: chunk_size), or as a run's or a command's own option (--resume: resume).
-FIELD_OF_PARAM = {"quiet": "progress", "plugin": "plugins", "input_shape": "input_shapes",
+FIELD_OF_PARAM = {"quiet": "progress", "plugin": "plugins", "input_shape": "input_shapes", "batch_axis": "batch_axes",
+                  "constant": "constants", "input_range": "input_ranges",
                   "fast_decode": "images.draft", **{key: f"images.{key}" for key in IMAGE_KEYS}}
 
 
@@ -87,7 +88,8 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
 
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
                     input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
-                    sample_rate=None, tokenizer=None, max_length=None, **image_flags) -> dict:
+                    sample_rate=None, tokenizer=None, max_length=None, batch_axis=(), constant=(), input_range=(),
+                    pad=0.0, **image_flags) -> dict:
     """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
     from onnxaff.analysis.config import default
     from onnxaff.data import parse_input_shapes
@@ -101,6 +103,7 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
         layout=layout, seed=seed, input_shapes=parse_input_shapes(input_shape), images=image_options(**image_flags),
         plugins=list(plugin), progress=not quiet, reduce_in=reduce_in, chunk_workers=chunk_workers, intervals=intervals,
         pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
+        **feed_kwargs(batch_axis, constant, input_range, pad),
     )
     if nlc_directions is not None:
         options["nlc_directions"] = nlc_directions
@@ -108,6 +111,15 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
         options["sample_rate"] = sample_rate
     options.update({k: v for k, v in (("tokenizer", tokenizer), ("max_length", max_length)) if v is not None})
     return options
+
+
+def feed_kwargs(batch_axis=(), constant=(), input_range=(), pad=0.0) -> dict:
+    """The per-input feeding fields from their flags (--batch-axis, --constant, --input-range, --pad)."""
+    from onnxaff.data.feeding import parse_batch_axes, parse_constants, parse_input_ranges
+
+    given = {"batch_axes": parse_batch_axes(batch_axis), "constants": parse_constants(constant),
+             "input_ranges": parse_input_ranges(input_range), "pad": pad}
+    return {k: v for k, v in given.items() if v}  # none given: a study's options digest unchanged
 
 
 def run_options(shard=None, executor=RunOptions.executor, shards=RunOptions.shards, ray_address=None, checkpoint=None,

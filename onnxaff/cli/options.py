@@ -27,6 +27,22 @@ def configured(*decls, **attrs):
     return click.option(*decls, cls=ConfigOption, **attrs)
 
 
+# Per-input feeding (onnxaff.data.feeding): analyze, study, and the probe run of `sites`.
+FEED_OPTIONS = [
+    click.option("--batch-axis", "batch_axis", multiple=True, metavar="NAME=AXIS",
+                 help="The axis input NAME stacks examples on (e.g. state=1 for a [2, batch, H] state) "
+                      "[default: 0; a rank-0 input has none]. Data files still hold examples on axis 0."),
+    click.option("--constant", "constant", multiple=True, metavar="NAME=VALUE|FILE.npy",
+                 help="Hold input NAME fixed for every example, not drawn from --data: a number (a rank-0 input's "
+                      "value, or filling one example), or one example in a .npy file, repeated along the batch axis."),
+    click.option("--input-range", "input_range", multiple=True, metavar="NAME=LOW:HIGH",
+                 help="Synthetic values of input NAME in [LOW, HIGH) (a float input drawn uniformly) [default: token "
+                      "ids below their embedding table's rows, else the synthetic spec's]."),
+    configured("--pad", type=float, metavar="FRACTION",
+               help="Synthetic mask inputs (named *mask*, shaped as the token ids) are all ones; with FRACTION, each "
+                    "example's last positions, up to that fraction, are 0 (seeded; one position always kept)."),
+]
+
 ANALYSIS_OPTIONS = [
     configured("--metrics",
                help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
@@ -52,6 +68,7 @@ ANALYSIS_OPTIONS = [
     click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
                  help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
                       "folders: e.g. x=3x48x320)."),
+    *FEED_OPTIONS,
     click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
                  help="A Python file defining extra metrics."),
     click.option("--preprocess", default="torchvision", show_default=True,
@@ -109,6 +126,7 @@ def _apply(options: list):
 
 
 analysis_options = _apply(ANALYSIS_OPTIONS)
+feed_options = _apply(FEED_OPTIONS)
 scale_options = _apply(SCALE_OPTIONS)
 exclude_flagged = click.option("--exclude-flagged", is_flag=True,
                                help="Leave out scores with flags (few rows, partial chunk, ...) and say how many.")

@@ -9,7 +9,7 @@ import click
 
 from onnxaff.cli.app import cli
 from onnxaff.cli.config import flag_of
-from onnxaff.cli.options import configured
+from onnxaff.cli.options import configured, feed_options
 from onnxaff.errors import render_options
 from onnxaff.terminal import table
 from onnxaff.text import printable
@@ -30,18 +30,22 @@ from onnxaff.text import printable
 @click.option("--explain", is_flag=True,
               help="Also say, for each non-linearity no site names, which rules were tried and why each refused "
                    "(JSON: an object with 'sites' and 'misses').")
-def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks, explain: bool) -> None:
+@feed_options
+def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks, explain: bool, **feed) -> None:
     """List the non-linearities (sites) of MODEL in forward order, with the status analyze gives them."""
+    from onnxaff.cli.config import feed_kwargs
     from onnxaff.data import parse_input_shapes
+    from onnxaff.data.feeding import check_feeding
     from onnxaff.graph import load_model
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
     from onnxaff.graph.rewrite import feature_dim
     from onnxaff.sitelist import list_sites, resolve_by_probe
 
+    feeding = check_feeding(**feed_kwargs(**feed))  # checked before the model is read, as analyze's
     loaded = load_model(model)
     listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks), explain=explain)
-    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape),
-                     explicit=data != "synthetic:gaussian" or bool(input_shape))
+    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape), feeding=feeding,
+                     explicit=data != "synthetic:gaussian" or bool(input_shape) or any(feed.values()))
     if fmt == "json":
         found = [s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites]
         if explain:

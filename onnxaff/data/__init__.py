@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from onnxaff.data.arrays import ArraySource
+from onnxaff.data.feeding import FedSource, examples_in, split_inputs
 from onnxaff.data.source import DataSource, InputSpec, fixed_batch_of, model_inputs, no_usable
 from onnxaff.data.synthetic import SyntheticSource
 from onnxaff.data.text import TextSource, is_text, no_text_options
 from onnxaff.errors import ConfigError, OnnxaffError
 
-__all__ = ["DataSource", "InputSpec", "fixed_batch_of", "model_inputs", "no_usable", "open_source",
+__all__ = ["DataSource", "InputSpec", "examples_in", "fixed_batch_of", "model_inputs", "no_usable", "open_source",
            "parse_input_shapes"]
 
 
@@ -30,26 +31,39 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
 
 
 def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000, tokenizer=None,
-                max_length: int | None = None) -> DataSource:
-    """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
-    shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims; `sample_rate`:
-    what an audio folder (audio:FOLDER) is resampled to. Text data (`text:FILE`, or a list of str) are tokenized
-    by `tokenizer` (a tokenizer.json path or a tokenizers.Tokenizer) to `max_length` tokens (onnxaff.data.text)."""
+                shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000, *,
+                tokenizer=None, max_length: int | None = None, constants: dict | None = None,
+                input_ranges: dict | None = None, pad: float = 0.0, hints: dict | None = None) -> FedSource:
+    """The source of `spec` for the inputs that are not `constants`, wrapped so that its batches are the model's
+    (onnxaff.data.feeding). images: options for image folders (preprocess, mean, std, resize, crop,
+    interpolation, fit, pad_value, shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's
+    symbolic dims; `sample_rate`: what an audio folder (audio:FOLDER) is resampled to. Text data (`text:FILE`, or
+    a list of str) are tokenized by `tokenizer` (a tokenizer.json path or a tokenizers.Tokenizer) to `max_length`
+    tokens (onnxaff.data.text). `input_ranges`, `pad` and `hints` (onnxaff.graph.inputs: embedding sizes,
+    masks) shape synthetic data."""
     if limit is not None and limit <= 0:
         raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
-    for name in shapes or {}:
+    for name in list(shapes or {}) + list(input_ranges or {}):
         if name not in {i.name for i in inputs}:
-            raise ConfigError("input_shapes", f"{{option}} names {name!r}, which is not a model input")
+            field = "input_shapes" if name in (shapes or {}) else "input_ranges"
+            raise ConfigError(field, f"{{option}} names {name!r}, which is not a model input")
+    drawn, held = split_inputs(inputs, constants or {}, shapes)
     if is_text(spec):
-        return TextSource(spec, inputs, tokenizer, max_length=max_length, limit=limit)
+        source = TextSource(spec, drawn, tokenizer, max_length=max_length, limit=limit)
+        return FedSource(source, inputs, constants or {}, held, shapes)
     if not isinstance(spec, str):
         raise OnnxaffError(f"data must be a path, a synthetic: or text: spec, or a list of str (texts); "
                            f"got {type(spec).__name__}" + (" holding other than str" if isinstance(spec, list | tuple)
                                                            else ""))
     no_text_options(spec, tokenizer, max_length)
+    synthetic = {"ranges": dict(input_ranges or {}), "pad": pad, "hints": dict(hints or {})}
+    source = _open(spec, drawn, limit, seed, shapes, images, sample_rate, synthetic)
+    return FedSource(source, inputs, constants or {}, held, shapes)
+
+
+def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, sample_rate, synthetic: dict) -> DataSource:
     if spec.startswith("synthetic:"):
-        return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes)
+        return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes, **synthetic)
     if spec.startswith("audio:"):
         from onnxaff.data.audio import AudioFolderSource
 

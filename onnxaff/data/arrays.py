@@ -151,12 +151,14 @@ class ArraySource(DataSource):
         if len(arrays) == 1 and len(inputs) == 1:
             (only,) = arrays.values()  # a single array feeds the single input, whatever its key
             self.arrays[inputs[0].name] = only()
-        else:
-            for spec in inputs:
-                if spec.name not in arrays:
-                    keys = ", ".join(sorted(k for k in arrays if k)) or "(one unnamed array)"
-                    raise OnnxaffError(f"{self.path.name} has no array for model input {spec.name!r} (has: {keys})")
-                self.arrays[spec.name] = arrays[spec.name]()
+        else:  # by name; inputs the file lacks are fed zeros (a recurrent state), as long as it has one of them
+            missing = [spec.name for spec in inputs if spec.name not in arrays]
+            if len(missing) == len(inputs):
+                keys = ", ".join(sorted(k for k in arrays if k)) or "(one unnamed array)"
+                raise OnnxaffError(f"{self.path.name} has no array for model input {missing[0]!r} (has: {keys})")
+            self.unfilled = tuple(missing)
+            self.arrays = {spec.name: arrays[spec.name]() for spec in inputs if spec.name not in missing}
+        inputs = [spec for spec in inputs if spec.name in self.arrays]
         self.inputs = inputs
         counts = {name: a.shape[0] if a.ndim else 0 for name, a in self.arrays.items()}
         if len(set(counts.values())) != 1:

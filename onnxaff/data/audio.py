@@ -144,6 +144,7 @@ class AudioFolderSource(DataSource):
                  limit: int | None = None, shapes: dict | None = None):
         self.root, self.rate = Path(root), int(sample_rate)
         self.spec, self.shape = waveform_input(inputs, shapes)
+        self.unfilled = tuple(s.name for s in inputs if s is not self.spec)  # a recurrent state: zeros, warned
         self.window = int(self.shape[-1])
         files = list_audio(self.root)
         if not files:

@@ -11,30 +11,44 @@ import onnx
 from onnx import helper
 
 from onnxaff.dtypes import BFLOAT16
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import ConfigError, OnnxaffError, option
 
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One model input: name, numpy dtype and dims (ints, or str for symbolic / unknown)."""
+    """One model input: name, numpy dtype, dims (ints, or str for symbolic / unknown) and the axis examples are
+    stacked on (None for a rank-0 input, which has none: it is fed as it is). Sources make batch-first arrays;
+    `onnxaff.data.feeding` moves axis 0 to `batch_axis` before the runtime."""
 
     name: str
     dtype: np.dtype
     shape: tuple
+    batch_axis: int | None = 0
+
+    def __post_init__(self):
+        if not self.shape:
+            object.__setattr__(self, "batch_axis", None)
 
     @property
     def fixed_batch(self) -> int | None:
-        return self.shape[0] if self.shape and isinstance(self.shape[0], int) and self.shape[0] > 0 else None
+        if self.batch_axis is None:
+            return None
+        d = self.shape[self.batch_axis]
+        return d if isinstance(d, int) and d > 0 else None
 
     def example_shape(self) -> tuple:
-        return tuple(self.shape[1:])
+        """The dims of one example: the shape without its batch axis."""
+        if self.batch_axis is None:
+            return tuple(self.shape)
+        return tuple(self.shape[:self.batch_axis]) + tuple(self.shape[self.batch_axis + 1:])
 
     def describe(self) -> str:
         return f"{self.name}: {self.dtype.name}[{', '.join(str(d) for d in self.shape)}]"
 
 
-def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
-    """The inputs a caller must feed (graph inputs that are not initializers)."""
+def model_inputs(model: onnx.ModelProto, batch_axes: dict[str, int] | None = None) -> list[InputSpec]:
+    """The inputs a caller must feed (graph inputs that are not initializers), each with its batch axis
+    (`batch_axes`: name -> axis, negative counting from the last; 0 for the others)."""
     inits = {t.name for t in model.graph.initializer}
     specs = []
     for vi in model.graph.input:
@@ -47,14 +61,43 @@ def model_inputs(model: onnx.ModelProto) -> list[InputSpec]:
         dims = []
         for d in tt.shape.dim:
             dims.append(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?"))
-        specs.append(InputSpec(vi.name, dtype, tuple(dims)))
+        specs.append(InputSpec(vi.name, dtype, tuple(dims), _axis(vi.name, len(dims), (batch_axes or {}).get(vi.name))))
+    unknown = sorted(set(batch_axes or {}) - {s.name for s in specs})
+    if unknown:
+        raise ConfigError("batch_axes", f"{{option}} names {unknown[0]!r}, which is not a model input")
     return specs
 
 
+def _axis(name: str, rank: int, axis: int | None) -> int | None:
+    if axis is None:
+        return 0 if rank else None
+    if not -rank <= axis < rank:
+        raise ConfigError("batch_axes", f"{{option}} {name}={axis} is out of range: model input {name!r} has "
+                          + (f"rank {rank} (axes 0 to {rank - 1})" if rank else "rank 0 (no batch axis)"))
+    return axis % rank
+
+
 def fixed_batch_of(inputs: list[InputSpec]) -> int | None:
-    """The batch size the inputs fix (None when none fixes one, or two disagree): the run and the probe use it alike."""
-    fixed = {i.fixed_batch for i in inputs} - {None}
-    return next(iter(fixed)) if len(fixed) == 1 else None
+    """The batch size the inputs fix on their batch axes (None when none does): the run and the probe use it
+    alike. Two that fix different sizes, or one fixing its batch axis where the others' batch symbol sits on
+    another of its axes, are refused in one line: the runtime would fail, or run on the wrong axis."""
+    fixed = {}
+    for spec in inputs:
+        if spec.fixed_batch is not None:
+            fixed.setdefault(spec.fixed_batch, spec)
+    if len(fixed) > 1:
+        (a, b) = list(fixed.values())[:2]
+        raise OnnxaffError(f"model inputs {a.describe()} and {b.describe()} fix different batch sizes "
+                           f"({a.fixed_batch} and {b.fixed_batch}); give each one's batch axis with "
+                           + option("batch_axes", "NAME=AXIS"))
+    symbols = {s.shape[s.batch_axis] for s in inputs if s.batch_axis is not None and s.fixed_batch is None}
+    for spec in inputs:
+        other = [k for k, d in enumerate(spec.shape) if isinstance(d, str) and d in symbols and d != "?"]
+        if spec.fixed_batch is not None and other:
+            raise OnnxaffError(f"model input {spec.describe()} has the batch dim {spec.shape[other[0]]!r} of the "
+                               f"other inputs on axis {other[0]}, not on axis {spec.batch_axis}; give it with "
+                               + option("batch_axes", f"{spec.name}={other[0]}"))
+    return next(iter(fixed), None)
 
 
 def unknown_dims_text(dims) -> str:
@@ -107,11 +150,14 @@ class DataSource:
     """Examples for a model's inputs, in a fixed order, yielded as batches.
 
     `skipped`: (file, reason) of the examples the last `batches` call could not read (counted, never silently
-    dropped); `warnings`: what opening the source noticed (a person should read them).
+    dropped); `warnings`: what opening the source noticed (a person should read them); `unfilled`: the inputs
+    it was given but has no data for (an array file without a recurrent state): they are fed zeros, with a warning
+    (onnxaff.data.feeding).
     """
 
     skipped: Sequence[tuple[str, str]] = ()
     warnings: Sequence[str] = ()
+    unfilled: Sequence[str] = ()
 
     def __len__(self) -> int:  # number of examples
         raise NotImplementedError

@@ -2,6 +2,10 @@
 
 KIND: gaussian (mean, std), uniform (low, high), grid (a side×side grid over [low, high]² for
 [N, 2] inputs: the 2-D coordinate studies of small MLPs). Keys: n (examples), seed.
+
+Per input (`ranges`, then the graph's `hints`, onnxaff.graph.inputs): an integer input is drawn from its own
+[low, high) (token ids from their embedding table's rows), a float input with a range uniformly from it; a
+mask-like input is all ones, or with `pad` a seeded random tail of up to that fraction of its positions zero.
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ def _check_params(params: dict) -> None:
 
 class SyntheticSource(DataSource):
     def __init__(self, spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                 shapes: dict[str, tuple] | None = None):
-        self.spec = spec
+                 shapes: dict[str, tuple] | None = None, ranges: dict | None = None, pad: float = 0.0,
+                 hints: dict | None = None):
+        self.spec, self.ranges, self.pad, self.hints = spec, dict(ranges or {}), pad, dict(hints or {})
         self.kind, self.params = parse_spec(spec)
         self.seed = int(self.params.get("seed", seed))
         if self.seed < 0:
@@ -89,18 +94,36 @@ class SyntheticSource(DataSource):
         return self.n
 
     def _range(self, spec: InputSpec) -> tuple:
-        """[low, high) of uniform and grid data, and of integer inputs' values (high excluded there)."""
-        if np.issubdtype(spec.dtype, np.integer):
+        """[low, high) of uniform and grid data, and of integer inputs' values (high excluded there): the input's
+        own range, else (integers) its hint's, else the spec's."""
+        integer = np.issubdtype(spec.dtype, np.integer)
+        own = self.ranges.get(spec.name) or (self.hints.get(spec.name, {}).get("range") if integer else None)
+        if own is not None:
+            return (int(own[0]), int(own[1])) if integer else (float(own[0]), float(own[1]))
+        if integer:
             return int(self.params.get("low", 0)), int(self.params.get("high", 10))
         return self.params.get("low", -1.0), self.params.get("high", 1.0)
 
+    def _mask(self, spec: InputSpec, rng: np.random.Generator, shape: tuple) -> np.ndarray:
+        """Ones; with `pad`, each example's last positions (up to that fraction, one kept) zero."""
+        mask = np.ones(shape, dtype=spec.dtype)
+        length = shape[-1] if len(shape) > 1 else 0
+        most = min(length - 1, int(np.floor(self.pad * length)))
+        for example in mask:
+            tail = int(rng.integers(0, most + 1)) if most > 0 else 0
+            if tail:
+                example[..., length - tail:] = 0
+        return mask
+
     def _draw(self, spec: InputSpec, rng: np.random.Generator, count: int) -> np.ndarray:
         shape = (count, *self.shapes[spec.name])
+        if self.hints.get(spec.name, {}).get("mask") and spec.name not in self.ranges:
+            return self._mask(spec, rng, shape)
         if np.issubdtype(spec.dtype, np.integer):
             return rng.integers(*self._range(spec), size=shape).astype(spec.dtype)
         if spec.dtype == np.bool_:
             return rng.integers(0, 2, size=shape).astype(bool)
-        if self.kind == "uniform":
+        if self.kind == "uniform" or spec.name in self.ranges:
             a = rng.uniform(*self._range(spec), size=shape)
         else:
             a = rng.normal(self.params.get("mean", 0.0), self.params.get("std", 1.0), size=shape)
@@ -126,8 +149,17 @@ class SyntheticSource(DataSource):
         return dict(self.shapes)
 
     def describe(self) -> dict:
-        return {
+        d = {
             "source": self.spec, "kind": f"synthetic:{self.kind}", "samples": self.n, "seed": self.seed,
             "params": self.params, "shapes": {k: list(v) for k, v in self.shapes.items()},
             "preprocessing": "none",
         }
+        own = {}  # inputs drawn otherwise than the spec says: recorded only where there are any
+        for spec in self.inputs:
+            if self.hints.get(spec.name, {}).get("mask") and spec.name not in self.ranges:
+                own[spec.name] = {"mask": "ones" + (f", tails of up to {self.pad:g} zero" if self.pad else "")}
+            elif spec.name in self.ranges or "range" in self.hints.get(spec.name, {}):
+                own[spec.name] = {"range": list(self._range(spec))}
+        if own:
+            d["inputs"] = own
+        return d

@@ -230,6 +230,7 @@ class TextSource(DataSource):
         if tokenizer is None:
             raise ConfigError("tokenizer", "text data need a tokenizer: give {option} (a tokenizer.json file)")
         self.binding = bind_inputs(inputs)
+        self.unfilled = tuple(i.name for i in inputs if i not in self.binding.specs)  # zeros, warned (data.feeding)
         self.keep, self.length = sequence_length(self.binding, max_length)
         if isinstance(data, str):
             self.path, self.field = parse_spec(data)

@@ -95,7 +95,18 @@ def options_identity(options: dict) -> str:
     numeric["plugins"] = [[str(p), file_digest(Path(p))] for p in numeric.get("plugins", [])]
     if isinstance(numeric.get("tokenizer"), str):  # text data: the tokenizer by content too
         numeric["tokenizer"] = [numeric["tokenizer"], file_digest(Path(numeric["tokenizer"]))]
+    if numeric.get("constants"):
+        numeric["constants"] = {k: _constant_identity(v) for k, v in numeric["constants"].items()}
     return hashlib.sha256(json.dumps(numeric, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _constant_identity(value):
+    """A constant as the study's key sees it: a .npy file by content, an array by its bytes, a number as it is."""
+    if isinstance(value, str | Path):
+        return [str(value), file_digest(Path(value))]
+    if hasattr(value, "tobytes"):
+        return hashlib.sha256(value.tobytes()).hexdigest()
+    return value
 
 
 def stale_reason(path: Path, key: dict) -> str | None:
