@@ -42,12 +42,15 @@ class MetricEntry(TypedDict, total=False):
     caveat: str
     flags: list[str]
     ci95: list[float] | None
+    masked_rows: int
 
 
 def entry(st: SiteState, m: Metric) -> MetricEntry:
     observed, values = st.observed, st.scores.values.get(m.spec, [])
     partial = st.schedule.partial
     out = MetricEntry(mean=None, std=None, chunks=len(values), status="ok")
+    if observed.masked_rows:
+        out["masked_rows"] = observed.masked_rows
     if observed.nonfinite_rows:
         out["status"] = "nonfinite"
     elif (reason := not_applicable(st, m)) is not None:

@@ -90,6 +90,7 @@ class AnalysisConfig:
     graph_optimization: str = "all"
     nlc_directions: int | str = NLC_DIRECTIONS
     intervals: str = "auto"
+    mask: str = "auto"  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
 
     def __post_init__(self):
         def put(name, value):
@@ -128,6 +129,8 @@ class AnalysisConfig:
         put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
         put("shard", parse_shard(self.shard))
         put("nlc_directions", parse_directions(self.nlc_directions))
+        if not isinstance(self.mask, str) or not self.mask:
+            raise ConfigError("mask", f"{{option}} must name a model input, auto or none, got {self.mask!r}")
 
     @classmethod
     def of(cls, config: AnalysisConfig | None = None, **options) -> AnalysisConfig:

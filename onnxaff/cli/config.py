@@ -86,7 +86,7 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
 
 
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
-                    input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
+                    input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto", mask=None,
                     **image_flags) -> dict:
     """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
     from onnxaff.data import parse_input_shapes
@@ -103,6 +103,8 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
     )
     if nlc_directions is not None:
         options["nlc_directions"] = nlc_directions
+    if mask is not None:
+        options["mask"] = mask
     return options
 
 

@@ -47,6 +47,9 @@ ANALYSIS_OPTIONS = [
     configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
                help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
     configured("--seed", type=int, help="Seed of synthetic data."),
+    configured("--mask", metavar="INPUT",
+               help="The padding mask input [batch, tokens] (1: token, 0: padding) whose padded tokens are left out; "
+                    "auto: an input named attention_mask, none: no padding mask."),
     click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
                  help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
                       "folders: e.g. x=3x48x320)."),
