@@ -170,7 +170,7 @@ def test_padded_examples_leave_their_padding_out(reduce_in, rng, tmp_path):
 
 
 def test_token_mean_equals_the_hand_masked_mean(rng, tmp_path):
-    """The Tanh's features themselves (reduce flatten is not needed: a pair of the same tensor shows X)."""
+    """The Tanh's X features as the augmented model returns them: float64 means over the unpadded tokens."""
     model = padded_model(rng)
     x = rng.standard_normal((N, T, C)).astype(np.float32)
     mask = padding(rng)
@@ -256,9 +256,10 @@ def test_text_fixtures_score_every_softmax(name, rng, tmp_path):
         feeds.update(attention_mask=mask, token_type_ids=np.zeros((48, 16), np.int64))
     data = tmp_path / "data.npz"
     np.savez(data, **feeds)
-    sig = onnxaff.analyze(str(path), str(data), metrics=["affinity"], progress=False, chunk_size=512)
+    sig = onnxaff.analyze(str(path), str(data), metrics=["affinity", "nlc"], progress=False, chunk_size=512)
     softmaxes = [s for s in sig.sites if s["kind"] == "softmax"]
     assert softmaxes
-    for site in softmaxes:
-        entry = site["metrics"]["affinity"]
-        assert site["status"] == "ok" and entry["status"] == "ok" and np.isfinite(entry["mean"]), site
+    for site in softmaxes:  # the NLC's directions leave the masked positions alone (graph.jvp)
+        assert site["status"] == "ok", site
+        for entry in site["metrics"].values():
+            assert entry["status"] == "ok" and np.isfinite(entry["mean"]), site

@@ -27,6 +27,7 @@ _LOWEST = {TensorProto.FLOAT16: 65504.0, TensorProto.BFLOAT16: 3.389531389251535
            TensorProto.DOUBLE: float(np.finfo(np.float64).max)}
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _DOUBLE = TensorProto.DOUBLE
+_FLOATS = {TensorProto.UNDEFINED, TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 
 
 @dataclass(frozen=True)
@@ -111,15 +112,22 @@ def _evidence(view: GraphView) -> dict[str, tuple[bool, frozenset]]:
     info: dict[str, tuple[bool, frozenset]] = {n: (False, frozenset([n])) for n in view.graph_inputs}
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
         node = view.nodes[i]
-        found, inputs = node.op_type == "Where" or _mask_node(node), frozenset()
+        # only values flow: a Where that picks integers (a Reshape's shape, as torch exports it) is no mask
+        found = (node.op_type == "Where" and _valued(view, node.output[0])) or _mask_node(node)
+        inputs = frozenset()
         for name in node.input:
             if name in info:
-                found, inputs = found or info[name][0], inputs | info[name][1]
+                found, inputs = found or (info[name][0] and _valued(view, name)), inputs | info[name][1]
             elif name in view.initializers:
                 found = found or _mask_tensor(view.initializers[name])
         for name in node.output:
             info[name] = (found, inputs)
     return info
+
+
+def _valued(view: GraphView, name: str) -> bool:
+    """A float tensor (or one of unknown type): what can carry a mask value."""
+    return view.elem_type(name) in _FLOATS
 
 
 def can_hold_masks(evidence: dict, tensor: str) -> bool:
@@ -177,6 +185,14 @@ def graph_features(b, tensor: str, site: Site, mode: str, mask: SiteMask, which:
     return features, missing
 
 
+def at_or_below(b, x: str, limit: float, elem: int, prefix: str) -> str:
+    """A bool tensor, True where x ≤ limit (−inf included, NaN not)."""
+    bound = b.scalar(limit, elem, prefix)
+    if b.opset >= 12:
+        return b.node("LessOrEqual", [x, bound], prefix)
+    return b.node("Or", [b.node("Less", [x, bound], prefix), b.node("Equal", [x, bound], prefix)], prefix)
+
+
 def _keep(b, site: Site, mask: SiteMask, which: str, source: str, prefix: str) -> str:
     """A bool tensor broadcasting to the side's shape: True where a position counts."""
     axis = mask.pad[mask.side(which)]
@@ -185,12 +201,7 @@ def _keep(b, site: Site, mask: SiteMask, which: str, source: str, prefix: str) -
         return b.cache[key]
     parts = []
     if mask.threshold is not None:
-        x64 = b.node("Cast", [source], prefix, to=_DOUBLE)
-        limit = b.scalar(mask.threshold, _DOUBLE, prefix)
-        if b.opset >= 12:
-            low = b.node("LessOrEqual", [x64, limit], prefix)
-        else:
-            low = b.node("Or", [b.node("Less", [x64, limit], prefix), b.node("Equal", [x64, limit], prefix)], prefix)
+        low = at_or_below(b, b.node("Cast", [source], prefix, to=_DOUBLE), mask.threshold, _DOUBLE, prefix)
         parts.append(b.node("Not", [low], prefix))  # NaN is kept: it still flags the site
     if axis is not None:
         tokens = b.node("Cast", [mask.input], prefix, to=TensorProto.BOOL)

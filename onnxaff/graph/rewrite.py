@@ -271,7 +271,7 @@ def augment_model(
                 new_outputs.append(helper.make_tensor_value_info(inner, elem or TensorProto.FLOAT, shape))
             names.append(inner)
         dim = None if raw else feature_dim(site, reduce)
-        jvp_outputs = add_jvp(builder, site, prefix) if jvp else None
+        jvp_outputs = add_jvp(builder, site, prefix, masked=mask.threshold if mask else None) if jvp else None
         rounding = feature_rounding(site, reduce, tuple(doubles))
         shapes = None
         if rounding is None and not raw:  # raw arrays carry their shapes; reduced features need them told
