@@ -62,6 +62,8 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
         why = serving(m).no_data
         if why is not None and (reason := why(st)) is not None:
             out["reason"] = reason
+        elif observed.masked_rows and not observed.rows:
+            out["reason"] = "masks left out every row (docs/metrics.md, masked positions)"
     if values and out["status"] == "ok":
         out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
         if partial and serving(m).site_chunks:

@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 import onnxaff
+from onnxaff.errors import OnnxaffError
 from onnxaff.graph import load_model
 from onnxaff.graph.masks import site_masks
 from tests.builders import HEADER, save, with_weights
@@ -203,6 +204,14 @@ def test_positions_drop_the_padded_rows_and_count_them(rng, tmp_path):
     padded = int((mask == 0).any(axis=1).sum())
     assert softmax["metrics"]["affinity"]["masked_rows"] == padded * T
     assert softmax["rows"] == (N - padded) * T and softmax["status"] == "ok"
+
+
+@pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
+def test_flatten_leaves_out_every_row_with_a_masked_cell(reduce_in, rng, tmp_path):
+    x = rng.standard_normal((N, H, T, C)).astype(np.float32)
+    # a causal map masks cells of every example: the only site has no row left, and the run says why
+    with pytest.raises(OnnxaffError, match="no site got a number from 40 example.*masks left out every row"):
+        analyse(causal_model(rng), {"x": x}, tmp_path, reduce="flatten", reduce_in=reduce_in)
 
 
 def test_nan_in_a_softmax_input_still_flags_the_site(rng, tmp_path):
