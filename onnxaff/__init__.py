@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 def analyze(*args, **kwargs):
     """Analyse a model on data and return its Signature: `config=AnalysisConfig(...)` and/or its fields as
-    keywords (see onnxaff.analysis.analyze)."""
+    keywords (see onnxaff.analysis.analyze). `data` may be a list of str with `tokenizer=` (text models)."""
     from onnxaff.analysis import analyze as _analyze
 
     return _analyze(*args, **kwargs)

@@ -131,6 +131,26 @@ def shared_metrics(sigs: list[Signature]) -> list[str]:
     return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
 
 
+def _scored(sig: Signature) -> list[str]:
+    return [m for m in sig.metrics if any(v is not None for v in sig.scores(m))]
+
+
+def scored_by_each(sigs: list[Signature]) -> str:
+    """`a: affinity, cka; b: r2`: what each signature has scores of."""
+    return "; ".join(f"{name} has {', '.join(_scored(s)) or 'no scores'}"
+                     for s, name in zip(sigs, run_labels(sigs), strict=True))
+
+
+def unscored(sigs: list[Signature], metric: str) -> str:
+    """Which signatures have no `metric` score, and what each has instead: what an error must say, so that the
+    user knows which run to redo (`b.json: no affinity scores (it has cka, r2)`)."""
+    parts = []
+    for s, name in zip(sigs, run_labels(sigs), strict=True):
+        if metric not in _scored(s):
+            parts.append(f"{name}: no {metric} scores (it has {', '.join(_scored(s)) or 'none'})")
+    return "; ".join(parts)
+
+
 # -- correlation with accuracy ----------------------------------------------------------------------
 
 BASELINES = {"depth (sites)": ("stats", "depth_sites"), "depth (weighted layers)": ("stats", "depth_weighted_layers"),
@@ -200,7 +220,7 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
     if not all(any(v is not None for v in s.scores(metric)) for s in sigs):
         have = ", ".join(shared_metrics(sigs)) or "none shared"
         raise ConfigError("metric", f"{{option}} {metric!r}: not every signature has {metric} scores (they share: "
-                                    f"{have})")
+                                    f"{have}; {unscored(sigs, metric)})")
     rows = []
     for s, name in zip(sigs, run_labels(sigs), strict=True):
         key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)

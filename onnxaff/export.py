@@ -48,6 +48,14 @@ class Export:
     def ok(self) -> bool:
         return not self.missing
 
+    def __repr__(self) -> str:
+        """Kinds counted (`relu6 ×35`), not a list of 35 equal strings in a notebook."""
+        def counted(kinds: list[str]) -> str:
+            return ", ".join(f"{k} ×{n}" if n > 1 else k for k, n in Counter(kinds).items()) or "none"
+
+        return (f"Export({str(self.path)!r}: found {len(self.found)} sites ({counted(self.found)}); declared "
+                f"{len(self.declared)}; missing {counted(self.missing)}; extra {counted(self.extra)})")
+
 
 def check_sites(path: str | os.PathLike, declared: list[str], strict: bool = True) -> Export:
     """Compare the declared activation kinds with the sites onnxaff discovers in the file (as multisets:

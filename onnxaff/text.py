@@ -56,6 +56,31 @@ def label(text, limit: int = 80) -> str:
     return f"{text[:keep]}…{text[-keep:]}"
 
 
+def short_names(names, limit: int) -> list[str]:
+    """Printable names of at most `limit` characters that stay as distinct as the names: a long name keeps its
+    end (`…/conv/conv.2/Clip`), and names whose ends coincide keep the text from a little before where they
+    first differ (`…features.10/conv…` against `…features.11/conv…`), so two sites never read the same."""
+    texts = [printable(n) for n in names]
+    shown = [t if len(t) <= limit else "…" + t[len(t) - limit + 1:] for t in texts]
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(shown):
+        groups.setdefault(s, []).append(i)
+    for members in groups.values():
+        if len({texts[i] for i in members}) < 2:
+            continue
+        for i in members:
+            t = texts[i]
+            first = min(_common_prefix(t, texts[j]) for j in members if texts[j] != t)
+            start = max(0, first - 8)
+            s = ("…" if start else "") + t[start:]
+            shown[i] = s if len(s) <= limit else s[:limit - 1] + "…"
+    return shown
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return next((k for k, (ca, cb) in enumerate(zip(a, b, strict=False)) if ca != cb), min(len(a), len(b)))
+
+
 def csv_cell(value) -> str | float | int:
     """A CSV cell: numbers stay numbers (a negative score is not a formula); text is printable and gets a
     leading `'` when a spreadsheet would run it as a formula."""

@@ -141,8 +141,27 @@ def test_correlate_on_a_metric_the_signatures_lack_is_one_line():
     from onnxaff.errors import ConfigError
 
     sigs = [fake_signature(n, [0.5, 0.6, 0.7], params=1000) for n in "abc"]
-    with pytest.raises(ConfigError, match=r"'cka': not every signature has cka scores \(they share: affinity\)"):
+    with pytest.raises(ConfigError, match=r"'cka': not every signature has cka scores \(they share: affinity; "
+                                          r"a: no cka scores \(it has affinity\); b: no cka"):
         correlate(sigs, {"a": "0.7", "b": "0.8", "c": "0.9"}, metric="cka")
+
+
+def test_comparing_signatures_with_no_shared_metric_names_what_each_has(capfd, tmp_path):
+    """"share no metric" did not say which signature lacked what (issue 30)."""
+    from tests.conftest import run_cli
+
+    a, b = fake_signature("a", [0.5, 0.6], params=1), fake_signature("b", [0.5, 0.7], params=1)
+    for site in b.sites:
+        site["metrics"] = {"cka": site["metrics"].pop("affinity")}
+    b.metrics = {"cka": {}}
+    paths = []
+    for sig in (a, b):
+        sig.write(tmp_path / f"{sig.model['name']}.json")
+        paths.append(tmp_path / f"{sig.model['name']}.json")
+    code, out, err = run_cli(capfd, "compare", *paths)
+    assert code != 0 and "share no metric" in err and "a has affinity; b has cka" in err, err
+    code, out, err = run_cli(capfd, "compare", *paths, "--metric", "cka")
+    assert code != 0 and "a: no cka scores (it has affinity)" in err, err
 
 
 def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):

@@ -62,3 +62,10 @@ def test_signature_page_names_every_entry_field():
     stage = stage[stage.index("`index`"):].split("\n\n")[0]
     documented = {name.split(".")[0] for name in re.findall(r"`([a-z_0-9.]+)`", stage)}
     assert set(typing.get_type_hints(StageEntry)) == documented
+
+
+def test_the_paper_is_cited_under_its_title():
+    """docs/metrics.md named the paper 'Tracing the non-linearity of neural networks' (issue 30)."""
+    text = " ".join((ROOT / "docs" / "metrics.md").read_text(encoding="utf-8").split())
+    assert ("From Alexnet to Transformers: Measuring the Non-linearity of Deep Neural Networks with Affine Optimal "
+            "Transport" in text and "2310.11439" in text and "Tracing" not in text)

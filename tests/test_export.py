@@ -33,6 +33,15 @@ def test_a_declared_activation_missing_from_the_file_is_an_error(tmp_path):
     assert check_sites(path, ["relu"]).extra == ["softmax"]  # a functional call the framework does not declare
 
 
+def test_an_export_reads_as_counts(tmp_path):
+    """A notebook showed `found` as a list of 35 equal strings (issue 30): the repr counts the kinds."""
+    path = tmp_path / "m.onnx"
+    onnx.save(chain(*["Relu"] * 5, "Softmax"), path)
+    text = repr(check_sites(path, ["relu"] * 5 + ["softmax", "tanh"], strict=False))
+    assert "found 6 sites (relu ×5, softmax)" in text and "missing tanh" in text and "extra none" in text
+    assert text.count("relu") == 1
+
+
 @pytest.mark.parametrize(("helper", "module"), [("from_torch", "torch"), ("from_sklearn", "skl2onnx"),
                                                 ("from_keras", "tensorflow")])
 def test_a_missing_framework_is_one_line(monkeypatch, tmp_path, helper, module):

@@ -236,3 +236,24 @@ def test_non_utf8_data_file_name_in_the_signature(capfd, tmp_path):
     text = (tmp_path / "s.json").read_text(encoding="utf-8")
     assert json.loads(text)["data"]["source"] == f"{tmp_path}/d\\xff.npy"
     ok(run_cli(capfd, "report", tmp_path / "s.json"))
+
+
+def test_long_site_ids_stay_distinct_in_the_summary(capfd, tmp_path):
+    """Ids cut to their first 32 characters read the same (`/features/features.10/conv/conv.`): the table keeps
+    each id's end, and where ends coincide, the text from where the ids differ."""
+    import onnx
+
+    from onnxaff.text import short_names
+
+    model = chain("Relu", "Tanh", "Sigmoid")
+    for node, k in zip(model.graph.node, ("10", "11", "12"), strict=True):
+        node.name = f"/features/features.{k}/conv/conv.0/conv.0.2/Clip"
+    onnx.save(model, tmp_path / "m.onnx")
+    code, out, err = run_cli(capfd, "analyze", tmp_path / "m.onnx", "--data", "synthetic:gaussian:n=64", "--out",
+                             tmp_path / "s.json", "--chunk-size", "32", "--metrics", "affinity")
+    assert code == 0, err
+    shown = [line.split()[1] for line in out.splitlines() if line.split()[2:3] in (["relu"], ["tanh"], ["sigmoid"])]
+    assert len(shown) == 3 and len(set(shown)) == 3 and all(len(s) <= 32 for s in shown), out
+    names = ["a" * 40 + "/x", "a" * 40 + "/y", "b" * 30 + "Q" + "c" * 30, "b" * 30 + "R" + "c" * 30, "short"]
+    short = short_names(names, 32)
+    assert len(set(short)) == 5 and all(len(s) <= 32 for s in short) and short[4] == "short"

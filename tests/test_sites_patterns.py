@@ -182,7 +182,7 @@ def test_relu6_from_two_nodes(style, form):
         y = b.op("Max", b.const(0.0), b.op("Min", "x", b.const(6.0)))
     else:
         y = b.op("Min", b.op("Relu", "x"), b.const(6.0))
-    assert_one_site(b.model(y), "relu6", 2, y)
+    assert_one_site(b.model(y), "relu6", 2, y, params={"min": 0.0, "max": 6.0})
 
 
 @pytest.mark.parametrize("style", STYLES)

@@ -27,7 +27,7 @@ __all__ = ["DEFAULT_METRICS", "STATE_KIND_CHECKPOINT", "STATE_KIND_PART", "Analy
 
 def analyze(
     model: str | os.PathLike | onnx.ModelProto,
-    data: str,
+    data: str | list[str],
     *,
     config: AnalysisConfig | None = None,
     checkpoint: str | os.PathLike | None = None,
@@ -37,9 +37,13 @@ def analyze(
 ) -> Signature:
     """Run `data` through `model` and return its non-linearity signature.
 
+    `data`: an image folder, a .npy/.npz file, `synthetic:KIND`, `text:FILE` (lines, or `text:FILE.jsonl[:FIELD]`),
+    or a list of str (texts); text data need `tokenizer` (a tokenizer.json path or a tokenizers.Tokenizer) and
+    take `max_length` (tokens per example; default: the model's sequence length, else 128).
+
     Options: an AnalysisConfig, or its fields as keywords (metrics, chunk_size, batch_size, limit, reduce,
     device, layout, seed, input_shapes, images, plugins, progress, reduce_in, chunk_workers, shard, pairs,
-    blocks, threads, graph_optimization, nlc_directions), which replace the config's. threads and
+    blocks, threads, graph_optimization, nlc_directions, tokenizer, max_length), which replace the config's. threads and
     graph_optimization ("all", "extended", "basic", "disable": onnxruntime's levels) change float32
     features at the rounding level only (docs/reproducibility.md). reduce_in="numpy" exposes the full
     activation tensors and reduces them on the host: the naive design, kept as the benchmarks' baseline and

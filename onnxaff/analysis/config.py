@@ -90,6 +90,9 @@ class AnalysisConfig:
     graph_optimization: str = "all"
     nlc_directions: int | str = NLC_DIRECTIONS
     intervals: str = "auto"
+    sample_rate: int = 16000  # Hz an audio folder's files are resampled to (onnxaff.data.audio)
+    tokenizer: str | object | None = None  # text data: a tokenizer.json path or a tokenizers.Tokenizer
+    max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
     mask: str = "auto"  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
 
     def __post_init__(self):
@@ -102,9 +105,10 @@ class AnalysisConfig:
                 raise ConfigError("metrics", f"{{option}} must name at least one metric, got {self.metrics!r}")
             put("metrics", metrics)
         for name, least, what in (("chunk_size", 2, "a whole number of at least 2"),
-                                  ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number")):
+                                  ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number"),
+                                  ("sample_rate", 1, "a positive whole number (Hz)")):
             put(name, _whole(name, getattr(self, name), least, what))
-        for name, least, what in (("limit", 1, "a positive whole number"),
+        for name, least, what in (("limit", 1, "a positive whole number"), ("max_length", 1, "a positive whole number"),
                                   ("chunk_workers", 0, "0 or a positive whole number"),
                                   ("threads", 1, "a positive whole number")):
             put(name, _whole(name, getattr(self, name), least, what, optional=True))
@@ -125,6 +129,7 @@ class AnalysisConfig:
         put("images", None if self.images is None else dict(self.images))
         # Absolute: a checkpoint resumed or a part merged from another folder loads the same files.
         put("plugins", tuple(os.path.abspath(p) for p in _texts(self.plugins)))
+        put("tokenizer", _tokenizer(self.tokenizer))
         put("pairs", _pairs(self.pairs))
         put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
         put("shard", parse_shard(self.shard))
@@ -142,9 +147,10 @@ class AnalysisConfig:
     def replace(self, **options) -> AnalysisConfig:
         return dataclasses.replace(self, **options)
 
-    def signature_options(self, batch_size: int, metrics: list[str]) -> dict:
+    def signature_options(self, batch_size: int, metrics: list[str], audio: bool = False) -> dict:
         """The `options` a signature records (and a checkpoint key compares); `batch_size` is the one used,
-        `metrics` the names asked for (the declared defaults where the config gives none)."""
+        `metrics` the names asked for (the declared defaults where the config gives none); `audio`: the data is
+        an audio folder, which `sample_rate` changes."""
         options = {
             "metrics": list(metrics), "chunk_size": self.chunk_size, "batch_size": batch_size,
             "limit": self.limit, "reduce": self.reduce, "reduce_in": self.reduce_in, "device": self.device,
@@ -158,6 +164,12 @@ class AnalysisConfig:
             options["nlc_directions"] = self.nlc_directions
         if self.intervals != "auto":  # changes the ci95 bounds only; recorded as nlc_directions is
             options["intervals"] = self.intervals
+        if audio:  # other data does not depend on it: their options unchanged
+            options["sample_rate"] = self.sample_rate
+        if self.tokenizer is not None:  # text data (its file's sha256: the data's description)
+            options["tokenizer"] = self.tokenizer if isinstance(self.tokenizer, str) else "(a tokenizers.Tokenizer)"
+        if self.max_length is not None:
+            options["max_length"] = self.max_length
         return options
 
 
@@ -171,6 +183,16 @@ def default(name: str):
 def _texts(value) -> tuple[str, ...]:
     """One text or a list of texts (a lone string is one item, not its characters)."""
     return (str(value),) if isinstance(value, str | Path) else tuple(str(v) for v in value or ())
+
+
+def _tokenizer(value):
+    """A path (absolute: a resumed run or a merged part reads the same file) or a tokenizers.Tokenizer."""
+    if value is None or hasattr(value, "encode_batch"):
+        return value
+    if isinstance(value, str | os.PathLike) and str(value):
+        return os.path.abspath(value)
+    raise ConfigError("tokenizer", f"{{option}} must be a tokenizer.json path or a tokenizers.Tokenizer, "
+                      f"got {value!r:.60}")
 
 
 def _shapes(shapes) -> dict[str, tuple[int, ...]]:

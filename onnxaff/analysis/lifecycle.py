@@ -43,7 +43,7 @@ RESUME = ("never", "always", "auto")  # a checkpoint there is replaced / must be
 ON_MISMATCH = ("refuse", "restart")  # a checkpoint of another run: an error / a note and a fresh start
 
 
-def open_run(model: str | os.PathLike | onnx.ModelProto, data: str, config: AnalysisConfig | None = None, *,
+def open_run(model: str | os.PathLike | onnx.ModelProto, data: str | list[str], config: AnalysisConfig | None = None, *,
              checkpoint: str | os.PathLike | None = None, resume: str = "never", on_mismatch: str = "refuse",
              echo: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None,
              **options) -> Run:

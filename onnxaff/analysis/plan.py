@@ -88,7 +88,7 @@ class Plan:
         return self.config.reduce if self.config.reduce_in == "numpy" else None
 
     @classmethod
-    def build(cls, model, data: str, config: AnalysisConfig) -> Plan:
+    def build(cls, model, data: str | list[str], config: AnalysisConfig) -> Plan:
         loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
         listed = list_sites(loaded, config.layout, list(config.pairs), list(config.blocks))  # as `onnxaff sites`
         sites = listed.sites
@@ -103,7 +103,9 @@ class Plan:
         if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes
             raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
-                             images=config.images)
+                             images=config.images, sample_rate=config.sample_rate, tokenizer=config.tokenizer,
+                             max_length=config.max_length)
+        data = data if isinstance(data, str) else source.describe()["source"]  # texts given in Python
         fixed_batch = fixed_batch_of(inputs)
         batch_size = fixed_batch or config.batch_size
         warnings = list(loaded.notes) + list(source.warnings)  # what was expanded; links an image walk met
@@ -141,14 +143,15 @@ class Plan:
                    registry=available, metrics=metrics, track_metrics=track_metrics, inputs=inputs, source=source,
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
-                   unit=unit, start=start, stop=stop, options=_options(config, batch_size, asked, padding),
+                   unit=unit, start=start, stop=stop,
+                   options=_with_mask(config.signature_options(batch_size, asked, audio=data.startswith("audio:")),
+                                      config, padding),
                    model_info=model_info, fingerprints=fingerprints, slow_chunks=tuple(slow))
 
 
-def _options(config: AnalysisConfig, batch_size: int, asked: list[str], padding: str | None) -> dict:
-    """The signature's options; `mask`, the padding input used, only where one is or another was asked for (a
+def _with_mask(options: dict, config: AnalysisConfig, padding: str | None) -> dict:
+    """The signature's options and `mask`, the padding input used, only where one is or another was asked for (a
     model without one is recorded as before)."""
-    options = config.signature_options(batch_size, asked)
     if padding is not None or config.mask != "auto":
         options["mask"] = padding or "none"
     return options

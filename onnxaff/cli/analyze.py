@@ -31,8 +31,10 @@ def default_out(model: str, shard: tuple[int, int] | None) -> str:
 
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--data", required=True, help="An image folder (flat or one subfolder per class), a .npy/.npz "
-              "file, or synthetic:gaussian, synthetic:uniform, synthetic:grid (options after a colon: n=..,seed=..).")
+@click.option("--data", required=True, help="An image folder (flat or one subfolder per class), audio:FOLDER (audio "
+              "files cut into windows of the waveform input's length), a .npy/.npz file, synthetic:gaussian, "
+              "synthetic:uniform, synthetic:grid (options after a colon: n=..,seed=..), or text:FILE (a line an "
+              "example; text:FILE.jsonl[:FIELD], field 'text' by default; --tokenizer).")
 @click.option("--out", default=None, help="Signature JSON path [default: MODEL_NAME.signature.json].")
 @analysis_options
 @scale_options
@@ -56,7 +58,8 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
         checkpoint = opts.checkpoint or f"{out}.ckpt.npz"
         outputs += [("--checkpoint", checkpoint)]
         outputs += [("the shard's state file", state_path_for(out))] if opts.analysis.shard else []
-    refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs))
+    refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs)
+                     + _text_inputs(data, opts.analysis.tokenizer))
     check_writable(out)
     if opts.executor == "ray":
         path, sig = _run_ray(model, data, out, outputs, opts)
@@ -118,6 +121,14 @@ def _signature_to(run, out):
 
 def _weight_files(loaded) -> list[tuple[str, Path]]:
     return [("an external weight file of the model", loaded.path.parent / loc) for loc in loaded.external_locations]
+
+
+def _text_inputs(data: str, tokenizer) -> list[tuple[str, str]]:
+    """Text data's file and tokenizer, which no output may replace either."""
+    from onnxaff.data.text import PREFIX, parse_spec
+
+    files = [("the tokenizer", tokenizer if isinstance(tokenizer, str) else None)]
+    return files + ([("the text file", str(parse_spec(data)[0]))] if data.startswith(PREFIX) and data != PREFIX else [])
 
 
 def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:

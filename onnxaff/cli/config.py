@@ -86,9 +86,10 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
 
 
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
-                    input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto", mask=None,
-                    **image_flags) -> dict:
+                    input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
+                    sample_rate=None, tokenizer=None, max_length=None, mask=None, **image_flags) -> dict:
     """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
+    from onnxaff.analysis.config import default
     from onnxaff.data import parse_input_shapes
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
@@ -103,7 +104,10 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
     )
     if nlc_directions is not None:
         options["nlc_directions"] = nlc_directions
-    if mask is not None:
+    if sample_rate is not None and sample_rate != default("sample_rate"):  # a study's options digest unchanged
+        options["sample_rate"] = sample_rate
+    options.update({k: v for k, v in (("tokenizer", tokenizer), ("max_length", max_length)) if v is not None})
+    if mask is not None and mask != default("mask"):  # as sample_rate: a study's options digest unchanged
         options["mask"] = mask
     return options
 

@@ -45,8 +45,10 @@ ANALYSIS_OPTIONS = [
     configured("--chunk-workers", type=int,
                help="Threads scoring chunks beside the runtime [default: cores − 1, at most 4; 0: inline]."),
     configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
-               help="Feature axis of rank-4 site tensors (auto: read off the graph)."),
+               help="Feature axis of rank-3+ site tensors: channels_first (axis 1: [N, C, H, W], a 1-D "
+                    "conv's [N, C, T]) or channels_last (the last: NHWC, tokens [N, T, C]); auto: read off the graph."),
     configured("--seed", type=int, help="Seed of synthetic data."),
+    configured("--sample-rate", type=int, help="Hz an audio folder's files (--data audio:FOLDER) are resampled to."),
     configured("--mask", metavar="INPUT",
                help="The padding mask input [batch, tokens] (1: token, 0: padding) whose padded tokens are left out; "
                     "auto: an input named attention_mask, none: no padding mask."),
@@ -72,6 +74,10 @@ ANALYSIS_OPTIONS = [
     click.option("--shuffle", is_flag=True, help="A seeded subset spread over classes (images)."),
     click.option("--workers", type=int, default=None, help="Decoding processes [default: min(4, cores)]."),
     click.option("--fast-decode", is_flag=True, help="JPEG draft-mode decoding (faster, not bit-exact)."),
+    configured("--tokenizer", metavar="TOKENIZER.JSON",
+               help="Text data (--data text:FILE): a Hugging Face tokenizer.json (needs onnxaff[text])."),
+    configured("--max-length", "max_length", type=int,
+               help="Text data: tokens per example [default: the model's sequence length, else 128]."),
     click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]",
                  help="Also score these tensor pairs as sites (any two tensors of the model)."),
     click.option("--blocks", default=None, metavar="KINDS",

@@ -41,15 +41,15 @@ def read_all(paths, labels=None, exclude_flagged: bool = False):
 
 
 def _metrics_to_compare(sigs, metric: str) -> list[str]:
-    from onnxaff.compare import shared_metrics
+    from onnxaff.compare import scored_by_each, shared_metrics, unscored
 
     shared = shared_metrics(sigs)
     names = shared if metric == "all" else [metric]
     if not names:
-        raise OnnxaffError("the signatures share no metric with scores")
+        raise OnnxaffError(f"the signatures share no metric with scores ({scored_by_each(sigs)})")
     if metric != "all" and metric not in shared:
         raise OnnxaffError(f"--metric {metric!r} is not scored in every signature; they share: "
-                           f"{', '.join(shared) or 'none'}")
+                           f"{', '.join(shared) or 'none'} ({unscored(sigs, metric)})")
     return names
 
 

@@ -19,7 +19,7 @@ from onnxaff.text import printable
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
-            help="Feature axis of rank-4 tensors.")
+            help="Feature axis of rank-3+ tensors (as analyze).")
 @click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
               help="Dims after the batch axis for an input with symbolic dims (for the probe run, as in analyze).")
 @click.option("--data", default="synthetic:gaussian", show_default=True,

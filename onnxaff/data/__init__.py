@@ -1,4 +1,4 @@
-"""Data sources: image folders, arrays and synthetic inputs."""
+"""Data sources: image folders, audio folders, arrays, text and synthetic inputs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from onnxaff.data.arrays import ArraySource
 from onnxaff.data.source import DataSource, InputSpec, fixed_batch_of, model_inputs, no_usable
 from onnxaff.data.synthetic import SyntheticSource
+from onnxaff.data.text import TextSource, is_text, no_text_options
 from onnxaff.errors import ConfigError, OnnxaffError
 
 __all__ = ["DataSource", "InputSpec", "fixed_batch_of", "model_inputs", "no_usable", "open_source",
@@ -28,17 +29,33 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
     return shapes
 
 
-def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                shapes: dict | None = None, images: dict | None = None) -> DataSource:
+def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
+                shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000, tokenizer=None,
+                max_length: int | None = None) -> DataSource:
     """images: options for image folders (preprocess, mean, std, resize, crop, interpolation, fit, pad_value,
-    shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims."""
+    shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's symbolic dims; `sample_rate`:
+    what an audio folder (audio:FOLDER) is resampled to. Text data (`text:FILE`, or a list of str) are tokenized
+    by `tokenizer` (a tokenizer.json path or a tokenizers.Tokenizer) to `max_length` tokens (onnxaff.data.text)."""
     if limit is not None and limit <= 0:
         raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
     for name in shapes or {}:
         if name not in {i.name for i in inputs}:
             raise ConfigError("input_shapes", f"{{option}} names {name!r}, which is not a model input")
+    if is_text(spec):
+        return TextSource(spec, inputs, tokenizer, max_length=max_length, limit=limit)
+    if not isinstance(spec, str):
+        raise OnnxaffError(f"data must be a path, a synthetic: or text: spec, or a list of str (texts); "
+                           f"got {type(spec).__name__}" + (" holding other than str" if isinstance(spec, list | tuple)
+                                                           else ""))
+    no_text_options(spec, tokenizer, max_length)
     if spec.startswith("synthetic:"):
         return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes)
+    if spec.startswith("audio:"):
+        from onnxaff.data.audio import AudioFolderSource
+
+        if not Path(spec[6:]).is_dir():
+            raise OnnxaffError(f"audio folder not found: {spec[6:]}")
+        return AudioFolderSource(spec[6:], inputs, sample_rate=sample_rate, limit=limit, shapes=shapes)
     path = Path(spec)
     if path.suffix.lower() in (".npy", ".npz"):
         return ArraySource(path, inputs, limit=limit)
@@ -55,5 +72,5 @@ def open_source(spec: str, inputs: list[InputSpec], limit: int | None = None, se
             inputs[0].name), **{k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation", "fit",
                                                           "pad_value") if k in opts})
         return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
-    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, a .npy/.npz file or "
-                       f"synthetic:gaussian|uniform|grid")
+    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, audio:FOLDER, a .npy/.npz "
+                       f"file, synthetic:gaussian|uniform|grid or text:FILE")

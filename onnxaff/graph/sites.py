@@ -10,6 +10,7 @@ import onnx
 
 from onnxaff.graph import patterns, qdq
 from onnxaff.graph.expand import attention
+from onnxaff.graph.layout import from_neighbours, sequence_layout
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.patterns.region import clip_bounds
 from onnxaff.graph.recurrent import RECURRENT_OPS, gates
@@ -108,7 +109,7 @@ def _single_kind(view: GraphView, i: int) -> tuple[str, dict] | None:
         if (lo is None and hi is None) or (lo is not None and hi is not None and lo >= hi):
             return None  # the identity, or a constant: no non-linearity
         if lo == 0.0 and hi == 6.0:
-            return "relu6", {}
+            return "relu6", {"min": 0.0, "max": 6.0}
         if lo == 0.0 and hi is None:
             return "relu", {}
         return "clip", {"min": lo, "max": hi}
@@ -137,50 +138,6 @@ def _source_input(view: GraphView, i: int) -> str:
     return tensors[0] if tensors else node.input[0]
 
 
-_CHANNELS_FIRST_OPS = {
-    "Conv", "ConvTranspose", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool",
-    "GlobalMaxPool", "InstanceNormalization", "LRN", "LpPool", "DepthToSpace", "SpaceToDepth",
-    "ConvInteger", "QLinearConv",
-}
-_LAYOUT_TRANSPARENT = patterns.region.EVALUABLE | {
-    "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "HardSwish", "Softsign", "Gelu", "Mish",
-    "ThresholdedRelu", "Dropout", "Concat", "Sum", "QuantizeLinear", "DequantizeLinear",
-}
-
-
-def _layout_from_neighbours(view: GraphView, tensor: str) -> str | None:
-    """channels_first / channels_last read off the nearest layout-defining op up or down the graph."""
-    for direction in ("up", "down"):
-        frontier, seen = [tensor], set()
-        for _ in range(24):
-            if not frontier:
-                break
-            t = frontier.pop(0)
-            if t in seen:
-                continue
-            seen.add(t)
-            nodes = [view.producer[t]] if direction == "up" and t in view.producer else []
-            if direction == "down":
-                nodes = view.consumers.get(t, [])
-            for j in nodes:
-                n = view.nodes[j]
-                if n.op_type in _CHANNELS_FIRST_OPS:
-                    return "channels_first"
-                if n.op_type == "Transpose":
-                    perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
-                    if direction == "up" and perm == [0, 2, 3, 1]:
-                        return "channels_last"
-                    if direction == "down" and perm == [0, 3, 1, 2]:
-                        return "channels_last"
-                    if direction == "up" and perm == [0, 3, 1, 2]:
-                        return "channels_first"
-                    continue
-                if n.op_type in _LAYOUT_TRANSPARENT:
-                    nxt = n.input if direction == "up" else n.output
-                    frontier.extend(x for x in nxt if x and view.scalar(x) is None)
-    return None
-
-
 def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
     """Rank, feature axis and layout from site.input_shape (or a skip reason when unusable)."""
     shape = site.input_shape
@@ -205,16 +162,16 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
             site.status, site.reason = "skipped", "normalised along the batch axis: its features would be the examples"
     elif site.rank == 2:
         site.feature_axis, site.layout = 1, "vector"
-    elif site.rank == 3:
-        site.feature_axis, site.layout = 2, "tokens"
+    elif site.rank == 3:  # [N, T, C], or [N, C, T] around a 1-D Conv (graph/layout.py)
+        chosen = layout
+        if chosen == "auto":
+            chosen = sequence_layout(view, site.input) or sequence_layout(view, site.output) or "tokens"
+        site.layout = "channels_first" if chosen == "channels_first" else "tokens"
+        site.feature_axis = 1 if chosen == "channels_first" else 2
     else:
         chosen = layout
         if chosen == "auto":
-            chosen = (
-                _layout_from_neighbours(view, site.input)
-                or _layout_from_neighbours(view, site.output)
-                or "channels_first"
-            )
+            chosen = from_neighbours(view, site.input) or from_neighbours(view, site.output) or "channels_first"
         site.layout = chosen
         site.feature_axis = site.rank - 1 if chosen == "channels_last" else 1
 
@@ -223,8 +180,9 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
     """All sites of a model, in forward order.
 
     layout: 'auto' (read it off Conv/Transpose neighbours), 'channels_first' or 'channels_last';
-    it only matters for rank-4+ tensors. infer_shapes=False when the model already went through
-    `load_model`, which infers shapes by path (and then `find_sites(loaded.view)` reuses its index).
+    it only matters for rank-3+ tensors (rank 3 channels-last is `tokens`). infer_shapes=False when the model
+    already went through `load_model`, which infers shapes by path (and then `find_sites(loaded.view)` reuses
+    its index).
     """
     from onnxaff.graph.expand import expand
     from onnxaff.graph.toposort import sort_graph

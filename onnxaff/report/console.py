@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxaff.terminal import table, wrapped
-from onnxaff.text import printable
+from onnxaff.text import printable, short_names
 
 # One letter per flag in the terminal table (a legend line follows it); the signature keeps the names.
 FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "rank_ambiguous": "A",
@@ -50,11 +50,12 @@ def _flag_code(flag: str) -> str:
 def site_lines(sig, names: list[str]) -> list[str]:
     """The per-site table (scores as mean±ci half-width) and its legend lines, within 120 columns."""
     rows, seen_flags = [], set()
-    for s in sig.sites:
+    ids = short_names([s["id"] for s in sig.sites], 32)
+    for s, shown in zip(sig.sites, ids, strict=True):
         cells = [fmt_score(s["metrics"].get(n), chunks=False, ci=True) for n in names]
         flags = sorted({f for n in names for f in (s["metrics"].get(n) or {}).get("flags") or []})
         seen_flags.update(flags)
-        rows.append([s["index"], printable(s["id"])[:32], s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s),
+        rows.append([s["index"], shown, s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s),
                      "".join(_flag_code(f) for f in flags) or "-", *cells])
     lines = [wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", "flags", *names], fixed=7, repeat=2),
              "scores: mean±half-width of the 95 % interval over the chunks (the std is in the signature)"]
@@ -68,8 +69,10 @@ def stage_lines(sig, track_names: list[str]) -> list[str]:
     """The residual stages' trajectory scores (mean±std (chunks)), or nothing when the run has no stage."""
     if not sig.stages:
         return []
-    rows = [[st["index"], printable(st["id"])[:40], st["length"], st.get("dim") or "-", st["status"],
-             *[fmt_score(st["metrics"].get(n)) for n in track_names]] for st in sig.stages]
+    ids = short_names([st["id"] for st in sig.stages], 40)
+    rows = [[st["index"], shown, st["length"], st.get("dim") or "-", st["status"],
+             *[fmt_score(st["metrics"].get(n)) for n in track_names]]
+            for st, shown in zip(sig.stages, ids, strict=True)]
     header = ["#", "residual stage", "blocks", "D", "status", *[f"{n} mean±std (chunks)" for n in track_names]]
     return [wrapped(rows, header, fixed=5), ""]
 

@@ -41,18 +41,33 @@ def model_identity(path: Path) -> str | None:
     return model_key(digest, weight_files(path.parent, locations))  # a missing file: its analysis says why
 
 
+def data_path(spec: str) -> str | None:
+    """The file or folder a data spec reads (a `text:` spec's file, an `audio:` spec's folder), None for synthetic
+    data."""
+    from onnxaff.data.text import PREFIX, parse_spec
+
+    if spec.startswith("synthetic:"):
+        return None
+    if spec.startswith("audio:"):
+        return spec[6:]
+    return str(parse_spec(spec)[0]) if spec.startswith(PREFIX) and spec != PREFIX else spec
+
+
 def data_identity(spec: str) -> str:
-    """A digest of the data a spec names: a file by path, size and time; a folder by every image the loader would
-    read (the same walk: linked class folders entered); else the spec."""
+    """A digest of the data a spec names: a file by path, size and time (a `text:` spec's file too, with the spec);
+    a folder by every image the loader would read (the same walk: linked class folders entered), an audio folder by
+    its audio files; else the spec."""
+    from onnxaff.data.audio import list_audio
     from onnxaff.data.images import list_images
 
-    path = Path(spec)
+    audio = spec.startswith("audio:")
+    path = Path(data_path(spec) or spec)
     if path.is_file():
         st = path.stat()
-        parts = [str(path.resolve()), st.st_size, st.st_mtime_ns]
+        parts = [str(path.resolve()), st.st_size, st.st_mtime_ns] + ([spec] if str(path) != spec else [])
     elif path.is_dir():
-        parts = [str(path.resolve())]
-        for f in list_images(path):
+        parts = [("audio:" if audio else "") + str(path.resolve())]
+        for f in (list_audio(path) if audio else list_images(path)):
             try:
                 st = f.stat()
                 parts.append([f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
@@ -78,6 +93,8 @@ def options_identity(options: dict) -> str:
     if "images" in numeric:
         numeric["images"] = {k: v for k, v in (numeric["images"] or {}).items() if k != "workers"}
     numeric["plugins"] = [[str(p), file_digest(Path(p))] for p in numeric.get("plugins", [])]
+    if isinstance(numeric.get("tokenizer"), str):  # text data: the tokenizer by content too
+        numeric["tokenizer"] = [numeric["tokenizer"], file_digest(Path(numeric["tokenizer"]))]
     return hashlib.sha256(json.dumps(numeric, sort_keys=True, default=str).encode()).hexdigest()
 
 

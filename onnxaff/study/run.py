@@ -19,6 +19,7 @@ from onnxaff.signature import Signature, read_signature, write_json_atomic
 from onnxaff.study.identity import (
     code_identity,
     data_identity,
+    data_path,
     file_digest,
     model_identity,
     options_identity,
@@ -127,14 +128,15 @@ def study_outputs(folder: Path, models: list[StudyModel]) -> list[tuple[str, Pat
 def study_inputs(models: list[StudyModel], data: str | None, options: dict) -> list[tuple[str, str | Path]]:
     """Every file a study reads (models, data, plugins), as refuse_overwrite takes them."""
     specs = {m.data or data for m in models} - {None}
-    return [*[(f"the model {m.label}", m.path) for m in models], *[("the data", s) for s in sorted(specs)],
+    return [*[(f"the model {m.label}", m.path) for m in models], *[("the data", data_path(s)) for s in sorted(specs)],
             *[("the plugin", p) for p in options.get("plugins") or ()]]
 
 
 def _check_data_files(models: list[StudyModel], data: str | None) -> None:
     for spec in {m.data or data for m in models} - {None}:
-        if not spec.startswith("synthetic:") and not os.path.exists(spec):  # every model would fail alike
-            raise OnnxaffError(f"data file not found: {spec}")
+        path = data_path(spec)
+        if path is not None and not os.path.exists(path):  # every model would fail alike
+            raise OnnxaffError(f"data file not found: {path}")
 
 
 def _make_folder(sig_dir: Path, folder: Path) -> Path:

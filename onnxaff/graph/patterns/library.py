@@ -90,7 +90,7 @@ def _clip(g, f, k):
     if lo == 0.0 and hi is None:
         return "relu", {}
     if lo == 0.0 and hi == 6.0:
-        return "relu6", {}
+        return "relu6", {"min": 0.0, "max": 6.0}
     return "clip", {"min": None if lo is None else f32(lo), "max": None if hi is None else f32(hi)}
 
 

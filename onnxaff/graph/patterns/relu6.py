@@ -9,4 +9,4 @@ def relu6(x):
     return np.clip(x, 0.0, 6.0)
 
 
-RULES = [reference_rule("relu6", {"Min", "Max", "Relu"}, relu6, "ReLU6 as Min/Max clamps")]
+RULES = [reference_rule("relu6", {"Min", "Max", "Relu"}, relu6, "ReLU6 as Min/Max clamps", {"min": 0.0, "max": 6.0})]

@@ -65,13 +65,15 @@ class Rule:
     description: str = ""
 
 
-def reference_rule(kind: str, anchors: set[str], reference: Callable, description: str) -> Rule:
-    """A rule for a fixed, parameter-free function (its values computed at the first candidate, not on import:
-    GELU's erf would import scipy.special for every command)."""
+def reference_rule(kind: str, anchors: set[str], reference: Callable, description: str,
+                   params: dict | None = None) -> Rule:
+    """A rule for a fixed function (its values computed at the first candidate, not on import: GELU's erf would
+    import scipy.special for every command); `params`: its fixed constants, reported on every site it finds."""
     expected = functools.cache(lambda: reference(PROBE))
 
     def classify(f):
         values = f(PROBE)
-        return {} if close_to(values, expected()) else deviation(kind, kind, PROBE, values, expected())
+        return dict(params or {}) if close_to(values, expected()) else deviation(kind, kind, PROBE, values,
+                                                                                  expected())
 
     return Rule(kind, frozenset(anchors), classify, description)
