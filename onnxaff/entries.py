@@ -42,12 +42,15 @@ class MetricEntry(TypedDict, total=False):
     caveat: str
     flags: list[str]
     ci95: list[float] | None
+    masked_rows: int
 
 
 def entry(st: SiteState, m: Metric) -> MetricEntry:
     observed, values = st.observed, st.scores.values.get(m.spec, [])
     partial = st.schedule.partial
     out = MetricEntry(mean=None, std=None, chunks=len(values), status="ok")
+    if observed.masked_rows:
+        out["masked_rows"] = observed.masked_rows
     if observed.nonfinite_rows:
         out["status"] = "nonfinite"
     elif (reason := not_applicable(st, m)) is not None:
@@ -59,6 +62,8 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
         why = serving(m).no_data
         if why is not None and (reason := why(st)) is not None:
             out["reason"] = reason
+        elif observed.masked_rows and not observed.rows:
+            out["reason"] = "masks left out every row (docs/metrics.md, masked positions)"
     if values and out["status"] == "ok":
         out.update(mean=float(np.mean(values)), std=float(np.std(values)), values=values)
         if partial and serving(m).site_chunks:

@@ -1,4 +1,4 @@
-"""What a site's features showed, behind its flags: rows, non-finite rows, dimensions, chunk diagnostics.
+"""What a site's features showed, behind its flags: rows, non-finite and masked rows, dimensions, chunk diagnostics.
 
 The flags themselves (few rows, ε-dominated, rank-deficient, dead outputs) are onnxaff.stats'; this is the part
 kept while the run goes and merged across shards.
@@ -28,6 +28,7 @@ class Observations:
 
     rows: int = 0
     nonfinite_rows: int = 0
+    masked_rows: int = 0  # rows a mask left out (onnxaff.graph.masks): dropped before any count above
     dims: tuple[int, int] | None = saved(None, encode=list, decode=tuple)
     seen: set[str] = saved(factory=set, encode=sorted, decode=set)
     scale: float | None = None
@@ -64,6 +65,7 @@ class Observations:
         self.dims = self.dims or other.dims
         self.rows += other.rows
         self.nonfinite_rows += other.nonfinite_rows
+        self.masked_rows += other.masked_rows
         self.seen |= other.seen
         self.scale = _least(self.scale, other.scale)
         self.note_rounding(other.rounding)

@@ -80,11 +80,16 @@ class SiteState:
 
     # --- the batch loop ---
 
-    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: MetricScorer, block: int = 0) -> None:
-        """Rows of one batch; `block` numbers the shard unit the batch lies in (for exact pooled merges)."""
+    def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: MetricScorer, block: int = 0,
+            missing: np.ndarray | None = None) -> None:
+        """Rows of one batch; `block` numbers the shard unit the batch lies in (for exact pooled merges);
+        `missing`: True for a row a mask left out (onnxaff.graph.masks), dropped here and counted."""
         if x.shape[0] != y.shape[0]:
             raise OnnxaffError(f"{self.label}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
-        if not self.observed.note_rows(x, y):
+        if missing is not None and missing.any():
+            self.observed.masked_rows += int(missing.sum())
+            x, y = x[~missing], y[~missing]
+        if not self.observed.note_rows(x, y) or not x.shape[0]:
             return  # a flagged site gets no number at all
         if any(serving(m).end_input == "moments" for m in metrics):  # d² float64 work per batch: only if asked
             self.pooled.add(x, y, block)

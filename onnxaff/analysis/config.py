@@ -101,6 +101,7 @@ class AnalysisConfig:
     sample_rate: int = 16000  # Hz an audio folder's files are resampled to (onnxaff.data.audio)
     tokenizer: str | object | None = None  # text data: a tokenizer.json path or a tokenizers.Tokenizer
     max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
+    mask: str = "auto"  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
 
     def __post_init__(self):
         def put(name, value):
@@ -143,6 +144,8 @@ class AnalysisConfig:
         put("nlc_directions", parse_directions(self.nlc_directions))
         for name, value in check_feeding(self.batch_axes, self.constants, self.input_ranges, self.pad).items():
             put(name, value)
+        if not isinstance(self.mask, str) or not self.mask:
+            raise ConfigError("mask", f"{{option}} must name a model input, auto or none, got {self.mask!r}")
 
     @classmethod
     def of(cls, config: AnalysisConfig | None = None, **options) -> AnalysisConfig:

@@ -12,6 +12,7 @@ from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
 from onnxaff.data import examples_in
+from onnxaff.graph.masks import numpy_masked
 from onnxaff.graph.rewrite import feature_rounding, numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
@@ -112,16 +113,18 @@ class Feeder:
         block, host = state.cursor // plan.unit, plan.host_reduce
         arrays = self.runner.run(self.names, batch)
         for st, site, part in zip(state.sites, plan.ok_sites, plan.slices, strict=True):
-            x, y, *rest = arrays[part]
             out = plan.outputs[site.index]
-            split = len(rest) - len(out.shapes or ())
-            jvp, shapes = rest[:split], rest[split:]
+            x, y, jvp, shapes, missing = out.unpack(arrays[part])
             if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
                 st.observed.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
                                                        tuple(shapes) if shapes else (x.shape, y.shape)))
-            if host is not None and not out.reduced:
+            if host is not None and not out.reduced and out.mask is not None:
+                x, y, missing = numpy_masked(x, y, site, host, out.mask, batch)
+                missing = [missing]
+            elif host is not None and not out.reduced:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
-            st.add(x, y, plan.metrics, scorer, block=block)
+            gone = np.logical_or.reduce([np.asarray(m) > 0 for m in missing]) if missing else None
+            st.add(x, y, plan.metrics, scorer, block=block, missing=gone)
             st.add_jvp(n, jvp)
         for st, part, probes in zip(state.stages, plan.stage_slices, plan.stage_probes, strict=True):
             h = arrays[part]

@@ -21,6 +21,7 @@ from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.complexity import model_stats
 from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
+from onnxaff.graph.masks import mask_input, site_masks
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site
 from onnxaff.graph.view import GraphView
@@ -128,10 +129,11 @@ class Plan:
         check_sites(ok_sites, probes, metrics, config, examples)
         slow = slow_chunk_warnings(ok_sites, metrics, track_metrics if probes else [], probes, config, examples)
         warnings += slow
+        padding = mask_input(config.mask, loaded.view)
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
                                            raw=config.reduce_in == "numpy",
                                            jvp=any(serving(m).end_input == "jvp" for m in metrics),
-                                           view=loaded.view)
+                                           view=loaded.view, masks=site_masks(loaded.view, ok_sites, padding))
         names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
         unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
         start, stop = shard_window(len(source), config.shard, unit)
@@ -144,8 +146,17 @@ class Plan:
                    batch_size=batch_size, fixed_batch=fixed_batch, warnings=tuple(warnings), augmented=augmented,
                    outputs=outputs, names=names, slices=slices, stage_slices=stage_slices, stage_probes=stage_probes,
                    unit=unit, start=start, stop=stop,
-                   options=config.signature_options(batch_size, asked, audio=data.startswith("audio:")),
+                   options=_with_mask(config.signature_options(batch_size, asked, audio=data.startswith("audio:")),
+                                      config, padding),
                    model_info=model_info, fingerprints=fingerprints, slow_chunks=tuple(slow))
+
+
+def _with_mask(options: dict, config: AnalysisConfig, padding: str | None) -> dict:
+    """The signature's options and `mask`, the padding input used, only where one is or another was asked for (a
+    model without one is recorded as before)."""
+    if padding is not None or config.mask != "auto":
+        options["mask"] = padding or "none"
+    return options
 
 
 def _resolve_metrics(names, available: dict, has_stages: bool) -> tuple[list[Metric], list[Metric], list[str]]:

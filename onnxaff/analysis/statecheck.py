@@ -115,7 +115,8 @@ def _site(s: dict, at: str, used: int, stage: bool) -> None:
     if bad > rows:
         raise Damaged(at + "nonfinite_rows", f"{bad} of {rows} rows")
     # Not a multiple of `used`: a sequence-first site ([S, N, E]) adds S rows a batch, whatever its size.
-    if (rows == 0) != (used == 0):
+    masked = _int(s, "masked_rows", at) if isinstance(s, dict) and "masked_rows" in s else 0  # rows masks left out
+    if (rows + masked == 0) != (used == 0):
         raise Damaged(at + "rows", f"{rows} rows from {used} examples")
     dims = _get(s, "dims", at)
     if dims is None and rows == 0:

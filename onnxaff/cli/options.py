@@ -65,6 +65,9 @@ ANALYSIS_OPTIONS = [
                     "conv's [N, C, T]) or channels_last (the last: NHWC, tokens [N, T, C]); auto: read off the graph."),
     configured("--seed", type=int, help="Seed of synthetic data."),
     configured("--sample-rate", type=int, help="Hz an audio folder's files (--data audio:FOLDER) are resampled to."),
+    configured("--mask", metavar="INPUT",
+               help="The padding mask input [batch, tokens] (1: token, 0: padding) whose padded tokens are left out; "
+                    "auto: an input named attention_mask, none: no padding mask."),
     click.option("--input-shape", "input_shape", multiple=True, metavar="NAME=DxDxD",
                  help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
                       "folders: e.g. x=3x48x320)."),

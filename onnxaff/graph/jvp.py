@@ -89,8 +89,9 @@ def _scale(builder, x: str, site: Site, prefix: str) -> str:
     return builder.node("Min", [rms, builder.scalar(1.0, elem, prefix)], prefix)
 
 
-def add_jvp(builder, site: Site, prefix: str, step: float = STEP) -> JvpOutputs | None:
-    """Append the NLC statistics of one site; None where they cannot be built (non-float tensors)."""
+def add_jvp(builder, site: Site, prefix: str, step: float = STEP, masked: float | None = None) -> JvpOutputs | None:
+    """Append the NLC statistics of one site; None where they cannot be built (non-float tensors). `masked`: the
+    threshold of a site's value mask (graph.masks.SiteMask), positions at or below it are not perturbed."""
     elem = builder.view.elem_type(site.input)
     if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE) or not site.node_indices or site.rank is None:
         return None
@@ -110,7 +111,16 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP) -> JvpOutputs 
         names["xmean"], names["xm2"] = _batch_moments(builder, x, p)
         form = "elementwise"
     else:
-        v = builder.node("Sub", [_roll(builder, x, 1, p), builder.reduce("ReduceMean", x, [0], p, keepdims=1)], p)
+        safe = x
+        if masked is not None:  # masked positions (graph.masks) read as 0 for the direction, and are not moved
+            from onnxaff.graph.masks import at_or_below
+
+            low, zero = at_or_below(builder, x, masked, elem, p), builder.scalar(0.0, elem, p)
+            safe = builder.node("Where", [low, zero, x], p)
+        v = builder.node("Sub", [_roll(builder, safe, 1, p), builder.reduce("ReduceMean", safe, [0], p, keepdims=1)],
+                         p)
+        if masked is not None:
+            v = builder.node("Where", [low, zero, v], p)
         hv = builder.node("Mul", [v, builder.scalar(step, elem, p)], p)
         plus = _clone(builder, site, builder.node("Add", [x, hv], p), f"{p}.plus")
         minus = _clone(builder, site, builder.node("Sub", [x, hv], p), f"{p}.minus")

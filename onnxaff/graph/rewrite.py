@@ -14,6 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.graph.load import default_opset
+from onnxaff.graph.masks import graph_features
 from onnxaff.graph.names import Namer, graph_names
 from onnxaff.graph.sites import Site, sanitize
 from onnxaff.graph.view import GraphView
@@ -35,12 +36,20 @@ class SiteOutputs:
     shapes: tuple[str, str] | None = None  # graph mode with a symbolic P: outputs giving X's and Y's shapes per batch
     doubles: tuple[bool, bool] = (False, False)  # X, Y are float64 tensors (reduced in float64)
     reduced: bool = False  # reduced in the graph whatever reduce_in says (a subgraph's tensors cannot leave raw)
+    mask: object = None  # the site's SiteMask (graph.masks): what is masked, for a reduction on the host too
+    missing: tuple[str, ...] = ()  # float64 [rows] outputs, 1 for a row left out by a mask (one per masked side)
 
     @property
     def names(self) -> list[str]:
-        """Every output this site fetches, in the order a batch's arrays come back (x, y, jvp…, shapes…)."""
+        """Every output this site fetches, in the order a batch's arrays come back (x, y, jvp…, shapes…, missing…)."""
         jvp = list(self.jvp.names.values()) if self.jvp is not None else []
-        return [self.x, self.y, *jvp, *(self.shapes or ())]
+        return [self.x, self.y, *jvp, *(self.shapes or ()), *self.missing]
+
+    def unpack(self, arrays: list) -> tuple:
+        """One batch's arrays of `names` as (x, y, jvp arrays, shape arrays, missing arrays)."""
+        j = 2 + (len(self.jvp.names) if self.jvp is not None else 0)
+        s = j + len(self.shapes or ())
+        return arrays[0], arrays[1], arrays[2:j], arrays[j:s], arrays[s:]
 
 
 class GraphBuilder:
@@ -210,12 +219,13 @@ def feature_rounding(site: Site, mode: str, doubles: tuple[bool, bool] = (False,
 
 def augment_model(
     model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False, jvp: bool = False,
-    view: GraphView | None = None,
+    view: GraphView | None = None, masks: dict | None = None,
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
     """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.
 
     jvp=True also adds the finite-difference statistics of the non-linearity coefficient (graph.jvp).
     view: `model`'s index when the caller has one (`LoadedModel.view`), so the copy is not indexed again.
+    masks: site index -> SiteMask (graph.masks.site_masks), the sites whose features leave masked positions out.
     """
     from onnxaff.graph.jvp import add_jvp
 
@@ -237,28 +247,38 @@ def augment_model(
             outputs[site.index] = _scoped(builder, site, reduce, prefix, scoped)  # (reduce_in numpy too)
             groups += [position] * (len(builder.new_nodes) - len(groups))
             continue
-        names, doubles = [], []
+        names, doubles, missing = [], [], []
+        mask = (masks or {}).get(site.index)
         for side, tensor in (("x", site.input), ("y", site.output)):
-            doubles.append(builder.view.elem_type(tensor) == TensorProto.DOUBLE)
-            inner = builder.raw(tensor, f"{prefix}.{side}") if raw else builder.features(
-                tensor, site.side(side), reduce, f"{prefix}.{side}"
-            )
+            # a masked mean is taken in float64, in the graph and on the host alike
+            doubles.append(builder.view.elem_type(tensor) == TensorProto.DOUBLE or (
+                mask is not None and mask.applies(side) and reduce in ("mean", "reference")))
+            elem = builder.view.elem_type(tensor)
+            elem = elem if (raw or elem in _FLOAT_TYPES) else TensorProto.FLOAT
+            if raw:
+                inner = builder.raw(tensor, f"{prefix}.{side}")
+            elif mask is not None and mask.applies(side):
+                inner, gone = graph_features(builder, tensor, site.side(side), reduce, mask, side, site.input,
+                                             f"{prefix}.{side}")
+                missing.append(_exported(gone, TensorProto.DOUBLE, [None], exported, new_outputs))
+                elem = TensorProto.DOUBLE if reduce in ("mean", "reference") else elem
+            else:
+                inner = builder.features(tensor, site.side(side), reduce, f"{prefix}.{side}")
             if inner not in exported:
                 exported[inner] = inner
-                elem = builder.view.elem_type(tensor)
-                elem = elem if (raw or elem in _FLOAT_TYPES) else TensorProto.FLOAT
                 shape = builder.view.shape(tensor) if raw else [None, feature_dim(site.side(side), reduce)]
                 shape = [None if d == "?" else d for d in shape] if shape is not None else None
                 new_outputs.append(helper.make_tensor_value_info(inner, elem or TensorProto.FLOAT, shape))
             names.append(inner)
         dim = None if raw else feature_dim(site, reduce)
-        jvp_outputs = add_jvp(builder, site, prefix) if jvp else None
+        jvp_outputs = add_jvp(builder, site, prefix, masked=mask.threshold if mask else None) if jvp else None
         rounding = feature_rounding(site, reduce, tuple(doubles))
         shapes = None
         if rounding is None and not raw:  # raw arrays carry their shapes; reduced features need them told
             shapes = tuple(_shape_output(builder, t, f"{prefix}.{side}", exported, new_outputs)
                            for side, t in (("x", site.input), ("y", site.output)))
-        outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs, rounding, shapes, tuple(doubles))
+        outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs, rounding, shapes, tuple(doubles),
+                                          mask=mask, missing=tuple(missing))
         groups += [position] * (len(builder.new_nodes) - len(groups))
     augmented.graph.output.extend(new_outputs)
     _schedule(augmented, builder, groups)
@@ -275,6 +295,14 @@ def _scoped(builder: GraphBuilder, site: Site, reduce: str, prefix: str, scoped:
         elem = TensorProto.DOUBLE if double else TensorProto.FLOAT
         builder.new_outputs.append(helper.make_tensor_value_info(name, elem, [None, dim]))
     return SiteOutputs(x, y, dim, None, feature_rounding(site, reduce, doubles), None, doubles, reduced=True)
+
+
+def _exported(name: str, elem: int, shape: list, exported: dict, new_outputs: list) -> str:
+    """`name` as an output of the augmented model, once however many sites read it."""
+    if name not in exported:
+        exported[name] = name
+        new_outputs.append(helper.make_tensor_value_info(name, elem, shape))
+    return name
 
 
 def _shape_output(builder: GraphBuilder, tensor: str, prefix: str, exported: dict, new_outputs: list) -> str:

@@ -1,0 +1,250 @@
+"""Masked positions: the mask values in a softmax's input, and the padded tokens a mask input names.
+
+A transformer masks an attention score by writing the lowest float there (−3.4e38, what `transformers` writes,
+or −inf) before the softmax; a float32 mean of a few of those overflows to −inf. A softmax site whose input can
+hold one (`can_hold_masks`) takes each feature as a float64 mean over its unmasked positions only; a row with a
+feature that has none (a padded key that every query masks) is missing: the runtime says which rows (one more
+output per side, 1 for a missing row), and the collector drops and counts them (docs/metrics.md, "Masked
+positions"). A mask input [B, T] (1: token, 0: padding) leaves the padded tokens out of a tokens-layout tensor's
+token axis [B, T, C] and an attention map's query axis [B, H, Tq, Tk] the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from onnxaff.errors import ConfigError
+from onnxaff.graph.sites import NOT_ELEMENTWISE, Site
+from onnxaff.graph.view import GraphView
+
+MASK_CONSTANT = -1e4  # a constant at or below it (−inf included) feeding a softmax input can be a mask value
+_SMALL = 4096  # constants larger than this are weights, never read for it
+_LOWEST = {TensorProto.FLOAT16: 65504.0, TensorProto.BFLOAT16: 3.3895313892515355e38,
+           TensorProto.DOUBLE: float(np.finfo(np.float64).max)}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_DOUBLE = TensorProto.DOUBLE
+_FLOATS = {TensorProto.UNDEFINED, TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+
+
+@dataclass(frozen=True)
+class SiteMask:
+    """What is masked at one site. `threshold`: positions of X at or below it are masked, on both sides (None: no
+    value mask); `pad`: X's and Y's token axis the padding input indexes (None: that side has none); `input`: the
+    padding input [B, T]."""
+
+    threshold: float | None = None
+    pad: tuple[int | None, int | None] = (None, None)
+    input: str | None = None
+
+    def side(self, which: str) -> int:
+        return 0 if which == "x" else 1
+
+    def applies(self, which: str) -> bool:
+        """Whether anything of the side is masked (its mean is then taken in float64)."""
+        return self.threshold is not None or self.pad[self.side(which)] is not None
+
+
+def threshold(elem_type: int) -> float:
+    """Half the dtype's lowest finite value: float32 −1.7e38, float16 −32752 (−inf is below it; NaN is not)."""
+    return -_LOWEST.get(elem_type, _FLOAT32_MAX) / 2
+
+
+def mask_input(asked: str, view: GraphView) -> str | None:
+    """The padding input `asked` names: "auto" an input called attention_mask (any case) if there is one, "none"
+    none; another name must be a [batch, tokens] input of the model."""
+    if asked.lower() == "none":
+        return None
+    if asked == "auto":
+        found = [n for n in view.graph_inputs if n.lower() == "attention_mask"]
+        return found[0] if found and _tokens_dim(view, found[0]) is not None else None
+    if asked not in view.graph_inputs:
+        raise ConfigError("mask", f"{{option}} {asked!r} is no input of the model (inputs: "
+                          f"{', '.join(view.graph_inputs)}; none turns masking off)")
+    if _tokens_dim(view, asked) is None:
+        raise ConfigError("mask", f"{{option}} {asked!r} is not a [batch, tokens] input (shape {view.shape(asked)})")
+    return asked
+
+
+def _tokens_dim(view: GraphView, name: str) -> int | str | None:
+    shape = view.shape(name)
+    return shape[1] if shape is not None and len(shape) == 2 and shape[1] != "?" else None
+
+
+def site_masks(view: GraphView, sites: list[Site], padding: str | None) -> dict[int, SiteMask]:
+    """Site index -> its SiteMask, for the top-level sites that have something masked."""
+    token = _tokens_dim(view, padding) if padding is not None else None
+    evidence = None
+    out = {}
+    for s in sites:
+        if not s.ok or s.scope is not None:
+            continue
+        limit = None
+        if s.kind in NOT_ELEMENTWISE and s.layout == "softmax_axis" and (s.rank or 0) >= 3 and s.output_rank is None:
+            evidence = evidence if evidence is not None else _evidence(view)
+            if can_hold_masks(evidence, s.input):
+                limit = threshold(view.elem_type(s.input))
+        pad = (None, None) if token is None else (_token_axis(s.side("x"), token), _token_axis(s.side("y"), token))
+        if limit is not None or pad != (None, None):
+            out[s.index] = SiteMask(limit, pad, padding if pad != (None, None) else None)
+    return out
+
+
+def _token_axis(site: Site, token: int | str) -> int | None:
+    """The axis of a [B, T, C] tokens tensor or a [B, H, Tq, Tk] attention map that the padding input's T indexes."""
+    shape = site.input_shape
+    if shape is None or site.rank is None:
+        return None
+    if site.rank == 3 and site.layout == "tokens":
+        axis = 1
+    elif site.rank == 4 and site.layout == "softmax_axis" and site.feature_axis == 3:
+        axis = 2
+    else:
+        return None
+    return axis if shape[axis] == token and shape[0] != token else None
+
+
+def _evidence(view: GraphView) -> dict[str, tuple[bool, frozenset]]:
+    """Tensor -> (a Where node or a mask-like constant lies upstream, the graph inputs it is computed from)."""
+    info: dict[str, tuple[bool, frozenset]] = {n: (False, frozenset([n])) for n in view.graph_inputs}
+    for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
+        node = view.nodes[i]
+        # only values flow: a Where that picks integers (a Reshape's shape, as torch exports it) is no mask
+        found = (node.op_type == "Where" and _valued(view, node.output[0])) or _mask_node(node)
+        inputs = frozenset()
+        for name in node.input:
+            if name in info:
+                found, inputs = found or (info[name][0] and _valued(view, name)), inputs | info[name][1]
+            elif name in view.initializers:
+                found = found or _mask_tensor(view.initializers[name])
+        for name in node.output:
+            info[name] = (found, inputs)
+    return info
+
+
+def _valued(view: GraphView, name: str) -> bool:
+    """A float tensor (or one of unknown type): what can carry a mask value."""
+    return view.elem_type(name) in _FLOATS
+
+
+def can_hold_masks(evidence: dict, tensor: str) -> bool:
+    """The static rule: a Where node, a constant ≤ MASK_CONSTANT or a second graph input lies upstream."""
+    found, inputs = evidence.get(tensor, (False, frozenset()))
+    return found or len(inputs) >= 2
+
+
+def _mask_node(node: onnx.NodeProto) -> bool:
+    if node.op_type not in ("Constant", "ConstantOfShape"):
+        return False
+    return any(a.type == onnx.AttributeProto.TENSOR and _mask_tensor(a.t) for a in node.attribute)
+
+
+def _mask_tensor(t: onnx.TensorProto) -> bool:
+    if t.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16):
+        return False
+    if t.data_location == TensorProto.EXTERNAL or int(np.prod(t.dims, dtype=np.int64)) > _SMALL:
+        return False
+    value = numpy_helper.to_array(t).astype(np.float64)
+    return bool(value.size) and bool((value <= MASK_CONSTANT).any())
+
+
+# --- the augmented graph ---
+
+def graph_features(b, tensor: str, site: Site, mode: str, mask: SiteMask, which: str, source: str,
+                   prefix: str) -> tuple[str, str]:
+    """(features, missing) of one side: `site` as this side sees it, `source` X (whose values are masked).
+    `missing` is a float64 [rows] tensor, 1 for a row with a feature left without positions (mean, reference)
+    or with a masked cell (positions, flatten). `b`: the GraphBuilder."""
+    key = ("masked", tensor, source, mode, site.rank, site.feature_axis, mask, which)
+    if key in b.cache:
+        return b.cache[key]
+    keep = _keep(b, site, mask, which, source, prefix)
+    weights = b.node("Expand", [b.node("Cast", [keep], prefix, to=_DOUBLE), b.node("Shape", [tensor], prefix)],
+                     prefix)
+    one = b.scalar(1.0, _DOUBLE, prefix)
+    rank, axis = site.rank, site.feature_axis
+    if mode in ("mean", "reference"):
+        axes = [a for a in range(1, rank) if a != axis] if mode == "mean" else list(range(2, rank))
+        zero = b.scalar(0.0, _DOUBLE, prefix)
+        x64 = b.node("Cast", [tensor], prefix, to=_DOUBLE)
+        total = b.reduce("ReduceSum", b.node("Where", [keep, x64, zero], prefix), axes, prefix)
+        count = b.reduce("ReduceSum", weights, axes, prefix)
+        features = b.node("Div", [total, b.node("Max", [count, one], prefix)], prefix)
+        empty = b.node("Cast", [b.node("Equal", [count, zero], prefix)], prefix, to=_DOUBLE)
+        missing = b.reduce("ReduceMax", empty, [1], prefix)
+    else:
+        features = b.features(tensor, site, mode, prefix)
+        if mode == "positions" and axis != rank - 1:
+            weights = b.node("Transpose", [weights], prefix, perm=[a for a in range(rank) if a != axis] + [axis])
+        flat = b.node("Flatten", [weights], prefix, axis=rank - 1 if mode == "positions" else 1)
+        missing = b.node("Sub", [one, b.reduce("ReduceMin", flat, [1], prefix)], prefix)
+    b.cache[key] = features, missing
+    return features, missing
+
+
+def at_or_below(b, x: str, limit: float, elem: int, prefix: str) -> str:
+    """A bool tensor, True where x ≤ limit (−inf included, NaN not)."""
+    bound = b.scalar(limit, elem, prefix)
+    if b.opset >= 12:
+        return b.node("LessOrEqual", [x, bound], prefix)
+    return b.node("Or", [b.node("Less", [x, bound], prefix), b.node("Equal", [x, bound], prefix)], prefix)
+
+
+def _keep(b, site: Site, mask: SiteMask, which: str, source: str, prefix: str) -> str:
+    """A bool tensor broadcasting to the side's shape: True where a position counts."""
+    axis = mask.pad[mask.side(which)]
+    key = ("keep", source, mask, site.rank, axis)
+    if key in b.cache:
+        return b.cache[key]
+    parts = []
+    if mask.threshold is not None:
+        low = at_or_below(b, b.node("Cast", [source], prefix, to=_DOUBLE), mask.threshold, _DOUBLE, prefix)
+        parts.append(b.node("Not", [low], prefix))  # NaN is kept: it still flags the site
+    if axis is not None:
+        tokens = b.node("Cast", [mask.input], prefix, to=TensorProto.BOOL)
+        axes = [a for a in range(site.rank) if a not in (0, axis)]
+        if b.opset >= 13:
+            tokens = b.node("Unsqueeze", [tokens, b.ints(axes, prefix)], prefix)
+        else:
+            tokens = b.node("Unsqueeze", [tokens], prefix, axes=axes)
+        parts.append(tokens)
+    keep = parts[0] if len(parts) == 1 else b.node("And", parts, prefix)
+    b.cache[key] = keep
+    return keep
+
+
+# --- on the host (reduce_in numpy) ---
+
+def numpy_masked(x: np.ndarray, y: np.ndarray, site: Site, mode: str, mask: SiteMask,
+                 batch: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What `graph_features` computes, in numpy on the raw tensors: X's and Y's features and the missing rows."""
+    from onnxaff.graph.rewrite import numpy_features
+
+    out, missing = [], None
+    for which, a in (("x", x), ("y", y)):
+        side = site.side(which)
+        keep = np.ones(a.shape, dtype=bool)
+        if mask.threshold is not None:
+            keep = keep & ~(x.astype(np.float64) <= mask.threshold)
+        axis = mask.pad[mask.side(which)]
+        if axis is not None:
+            tokens = np.asarray(batch[mask.input]) != 0
+            keep = keep & np.expand_dims(tokens, tuple(d for d in range(a.ndim) if d not in (0, axis)))
+        keep = np.broadcast_to(keep, a.shape)
+        rank, feature_axis = a.ndim, side.feature_axis
+        if mode in ("mean", "reference"):
+            axes = tuple(d for d in range(1, rank) if d != feature_axis) if mode == "mean" else tuple(range(2, rank))
+            count = keep.sum(axis=axes, dtype=np.float64)
+            features = np.where(keep, a.astype(np.float64), 0.0).sum(axis=axes) / np.maximum(count, 1.0)
+            gone = (count == 0).any(axis=1)
+        else:
+            features = numpy_features(a, side, mode)
+            kept = (np.moveaxis(keep, feature_axis, -1).reshape(-1, a.shape[feature_axis]) if mode == "positions"
+                    else keep.reshape(a.shape[0], -1))
+            gone = ~kept.all(axis=1)
+        out.append(features)
+        missing = gone if missing is None else missing | gone
+    return out[0], out[1], missing
