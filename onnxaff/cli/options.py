@@ -95,6 +95,9 @@ ANALYSIS_OPTIONS = [
                help="Text data (--data text:FILE): a Hugging Face tokenizer.json (needs onnxaff[text])."),
     configured("--max-length", "max_length", type=int,
                help="Text data: tokens per example [default: the model's sequence length, else 128]."),
+    configured("--pack", is_flag=True,
+               help="Text data: examples are windows of the sequence length over all texts' tokens laid end to end "
+                    "(no padding: attention sites need it, docs/metrics.md)."),
     click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]",
                  help="Also score these tensor pairs as sites (any two tensors of the model)."),
     click.option("--blocks", default=None, metavar="KINDS",
