@@ -48,6 +48,11 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
             field = "input_shapes" if name in (shapes or {}) else "input_ranges"
             raise ConfigError(field, f"{{option}} names {name!r}, which is not a model input")
     drawn, held = split_inputs(inputs, constants or {}, shapes)
+    synthetic_spec = isinstance(spec, str) and spec.startswith("synthetic:")
+    for field, given in (("input_ranges", input_ranges), ("pad", pad)):
+        if given and not synthetic_spec:
+            raise ConfigError(field, "{option} shapes synthetic data (synthetic:KIND); data read from a file or "
+                              "folder are fed as they are")
     if is_text(spec):
         source = TextSource(spec, drawn, tokenizer, max_length=max_length, limit=limit, pack=pack)
         return FedSource(source, inputs, constants or {}, held, shapes)

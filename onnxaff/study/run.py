@@ -128,8 +128,11 @@ def study_outputs(folder: Path, models: list[StudyModel]) -> list[tuple[str, Pat
 def study_inputs(models: list[StudyModel], data: str | None, options: dict) -> list[tuple[str, str | Path]]:
     """Every file a study reads (models, data, plugins), as refuse_overwrite takes them."""
     specs = {m.data or data for m in models} - {None}
+    tokenizer = options.get("tokenizer")
     return [*[(f"the model {m.label}", m.path) for m in models], *[("the data", data_path(s)) for s in sorted(specs)],
-            *[("the plugin", p) for p in options.get("plugins") or ()]]
+            *[("the plugin", p) for p in options.get("plugins") or ()],
+            *[(f"the constant of {k}", v) for k, v in (options.get("constants") or {}).items() if isinstance(v, str)],
+            *([("the tokenizer", tokenizer)] if isinstance(tokenizer, str) else [])]
 
 
 def _check_data_files(models: list[StudyModel], data: str | None) -> None:
