@@ -257,3 +257,7 @@ def test_long_site_ids_stay_distinct_in_the_summary(capfd, tmp_path):
     names = ["a" * 40 + "/x", "a" * 40 + "/y", "b" * 30 + "Q" + "c" * 30, "b" * 30 + "R" + "c" * 30, "short"]
     short = short_names(names, 32)
     assert len(set(short)) == 5 and all(len(s) <= 32 for s in short) and short[4] == "short"
+    a = "p" * 10 + "a" + "q" * 39 + "x" + "Z" * 40  # b differs from a early, c late: one window cannot show both
+    b, c = a[:10] + "b" + a[11:], a[:50] + "y" + a[51:]
+    short = short_names([a, b, c], 32)
+    assert len(set(short)) == 3 and all(len(s) <= 32 for s in short), short
