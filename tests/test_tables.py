@@ -71,7 +71,7 @@ def test_intervals_and_flags_per_metric_in_pandas_and_the_notebook_view(sig):
         assert row["r2_pooled.ci95_low"] is None  # pooled: no interval
     flagged = [r for r in rows if r["affinity.flags"]]
     assert flagged, "sk_mlp_relu at 256-row chunks has few_rows sites"
-    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pandas")
     df = sig.to_pandas()
     assert {"affinity.ci95_low", "affinity.ci95_high", "affinity.flags", "r2_pooled.flags"} <= set(df.columns)
     page = sig._repr_html_()

@@ -53,7 +53,7 @@ def _metrics_to_compare(sigs, metric: str) -> list[str]:
     return names
 
 
-def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, clusters: int):
+def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, clusters: int, diffs):
     from onnxaff.files import write_text_atomic
     from onnxaff.signature import write_json_atomic
 
@@ -61,7 +61,8 @@ def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, cluster
         from onnxaff.report.jsondata import comparison_metrics
 
         return write_json_atomic(out, {"normalized": normalized, "models": comps[0].names,
-                                       "metrics": comparison_metrics(comps, clusters)})
+                                       "metrics": comparison_metrics(comps, clusters),
+                                       "differences": [d.as_dict(comps[0].names) for d in diffs]})
     if fmt == "html":
         from onnxaff.report.html import comparison_page
 
@@ -107,7 +108,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
         echo_err("warning: " + differences_line(diffs, run_labels(sigs)).template)
     comps = [run_compare(sigs, metric=m, normalized=normalized) for m in names]
     fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
-    path = _write_comparison(out, fmt, sigs, comps, normalized, clusters)
+    path = _write_comparison(out, fmt, sigs, comps, normalized, clusters, diffs)
     comp = comps[0]
     nb = comp.neighbours(1)
     for n in comp.names:
