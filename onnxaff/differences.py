@@ -65,7 +65,8 @@ def _shown(value) -> str:
 
 def _metric_spec(sig, metric: str):
     """The metric as the run named it (`affinity:eps=1e-08`), with its declared parameters where recorded."""
-    spec = next((m for m in sig.options.get("metrics") or () if str(m).split(":")[0] == metric), metric)
+    asked = sig.options.get("metrics")
+    spec = next((m for m in (asked if isinstance(asked, list) else ()) if str(m).split(":")[0] == metric), metric)
     params = (sig.metrics.get(metric) or {}).get("params") if isinstance(sig.metrics.get(metric), dict) else None
     return spec, params
 
