@@ -14,7 +14,8 @@ def study_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None
     extra = [k for k in (rows[0] if rows else {}) if k not in ROW_KEYS]
     keys = ["model", *extra, *_KEYS[1:]]
     header = [*keys[:-3], f"{metric} mean", f"{metric} min", "share > 0.95"]
-    parts = [f"<p>{len(sigs)} models analysed on the same data"
+    same = " on the same data" if not any(d.field == "data" for c in comps[:1] for d in c.differences) else ""
+    parts = [f"<p>{len(sigs)} models analysed{same}"
              + (f"; {len(failed)} failed (below)" if failed else "") + ".</p>",
              "<h2>Networks</h2>", networks_table(header, keys, rows, left=1 + len(extra))]
     if failed:
