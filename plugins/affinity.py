@@ -27,6 +27,7 @@ from onnxaff_plugins.linalg import (
 )
 from onnxaff_plugins.transport import (
     DENSE_MAX_ROWS,
+    SPARSE_SECONDS_PER_PASS_ROW2,
     SPARSE_SECONDS_PER_PASS_ROW2_DIM,
     TRANSPORTS,
     check_dense_fits,
@@ -251,7 +252,8 @@ class Affinity(Metric):
         if solver == "sorted":
             return None  # on the line the matching is a sort
         if solver == "sparse":
-            seconds = 2 * SPARSE_SECONDS_PER_PASS_ROW2_DIM * rows**2 * min(max(dx, dy), 2 * rows)
+            dim = min(max(dx, dy), 2 * rows)  # the span path's coordinates
+            seconds = 2 * rows**2 * (SPARSE_SECONDS_PER_PASS_ROW2 + SPARSE_SECONDS_PER_PASS_ROW2_DIM * dim)
             return seconds, "the sparse assignment's passes over the rows' pairs (at least two)"
         return ASSIGNMENT_SECONDS_PER_ROW3 * rows**3, "the exact assignment (cubic in the rows)"
 

@@ -4,15 +4,17 @@ Both return the optimal assignment's cost (the same number to rounding); they di
 
 - `dense`: scipy's `linear_sum_assignment` on the n×n matrix of squared distances: 8n² bytes (2.1 GB at
   n = 16,384) and a cubic solver. Refused in one line when the matrix does not fit in the memory available.
-- `sparse`: the assignment restricted to candidate edges (each row's k nearest columns, each column's k nearest
-  rows, and the rows' own pairing i ↔ i, so a full matching always exists), solved exactly on that graph
+- `sparse`: the assignment restricted to candidate edges (each row's k nearest columns, each column's nearest row
+  in each strip of rows (the k best kept), and the rows' own pairing i ↔ i, so a full matching always exists),
+  solved exactly on that graph
   (scipy's `min_weight_full_bipartite_matching`, LAPJVsp), then *certified* on the whole matrix: dual
   potentials u of the sparse optimum (shortest paths in its residual graph) and their c-transform
   v_j = min_i (c_ij − u_i), computed in row strips, give the lower bound Σu + Σv ≤ W2²·n of every assignment
   (LP duality). If the matched cost exceeds it by more than the rounding tolerance, the edges that violate the
   bound join the graph and the sparse problem is solved again. The returned cost is therefore the exact optimum
   (to rounding, like the dense one), never an approximation; memory is O(n·k + strip·n), time O(n²d) per pass
-  over the full matrix (the kNN pass and one certification pass per round) plus the sparse solve.
+  over the full matrix (the kNN pass and one certification pass per round) plus the sparse solve. The passes
+  multiply in float32 under a rigorous error bound (`_Strips`); what it leaves in doubt is redone in float64.
 
 `choose(n, d, transport)` names the solver a chunk gets: `auto` takes `dense` up to `DENSE_MAX_ROWS` rows and
 `sparse` above (docs/metrics.md, "The affinity score"; benchmarks/transport_bench.py measured both).
@@ -25,9 +27,11 @@ import numpy as np
 TRANSPORTS = ("auto", "dense", "sparse")
 # auto: the dense solver up to this many rows (its matrix is 134 MB there), the certified sparse one above.
 DENSE_MAX_ROWS = 4096
-# One pass of the sparse path over the n² pairs in float32, per row² per feature (measured, 2-core box).
+# One pass of the sparse path over the n² pairs: float32 products (per pair and feature) and the selections and
+# masks on each pair (benchmarks/RESULTS.md, a quiet 2-core box).
 SPARSE_SECONDS_PER_PASS_ROW2_DIM = 6e-11
-NEIGHBOURS = 16 # candidate edges per row and per column before certification
+SPARSE_SECONDS_PER_PASS_ROW2 = 2e-8
+NEIGHBOURS = 16  # candidate edges per row and per column before certification
 STRIP_BYTES = 64 * 2**20  # one strip of the full cost matrix in the certification passes
 MAX_ROUNDS = 60
 DOUBT_SHARE = 1 / 64  # entries left in doubt by float32 past which a strip is recomputed in float64
