@@ -242,6 +242,17 @@ def test_sites_takes_the_feeding_options(capfd, vad):
 BERT, VAD = FIXTURES / "text" / "bert_tiny.onnx", FIXTURES / "audio" / "vad_tiny.onnx"
 
 
+def test_synthetic_only_options_are_refused_for_other_data(capfd, tmp_path, vad):
+    """--pad and --input-range shape synthetic data; given with a data file they were recorded in the options
+    as if applied (a hostile review). --pad on a model without a mask input pads nothing: refused too."""
+    np.save(tmp_path / "x.npy", np.zeros((8, 64), np.float32))
+    for extra, flag in ((("--pad", "0.5"), "--pad"), (("--input-range", "x=0:5"), "--input-range")):
+        one_line_error(analyze(capfd, vad, tmp_path / "s.json", *FEED, *extra, data=str(tmp_path / "x.npy")),
+                       f"{flag} shapes synthetic data")
+    one_line_error(analyze(capfd, vad, tmp_path / "s.json", *FEED, "--pad", "0.5"), "--pad pads mask inputs")
+    assert not (tmp_path / "s.json").exists()
+
+
 @pytest.mark.skipif(not BERT.exists(), reason="fixture not built")
 def test_bert_tiny_runs_on_plain_synthetic_data(capfd, tmp_path):
     code, _, err = analyze(capfd, BERT, tmp_path / "s.json")

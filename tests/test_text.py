@@ -367,3 +367,30 @@ def test_a_study_on_text_reruns_when_the_tokenizer_changes(case, tmp_path, capfd
         assert code == 0 and expect in out + err, err
         if expect == "(1 up to date":
             train(tokenizer, vocab=70)
+
+
+def test_sites_probes_with_text_data(case, tmp_path, capfd):
+    """A model whose rank only a probe run settles (a dynamic Reshape) on text data: `sites` takes the text
+    options as analyze does (it told the user to give --tokenizer, which it did not have)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    root, _, lines, _ = case
+    ints = {"one": np.array(1, np.int64), "zero": np.array([0], np.int64), "m1": np.array([-1], np.int64)}
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["e"]), helper.make_node("Shape", ["e"], ["sh"]),
+             helper.make_node("Size", ["sh"], ["rk"]), helper.make_node("Sub", ["rk", "one"], ["rk1"]),
+             helper.make_node("Unsqueeze", ["rk1", "zero"], ["end"]),
+             helper.make_node("Slice", ["sh", "zero", "end"], ["head"]),
+             helper.make_node("Concat", ["head", "m1"], ["t"], axis=0), helper.make_node("Reshape", ["e", "t"], ["q"]),
+             helper.make_node("Tanh", ["q"], ["u"]), helper.make_node("ReduceSum", ["u"], ["y"], keepdims=0)]
+    weights = [numpy_helper.from_array(np.random.default_rng(0).standard_normal((VOCAB, 4)).astype(np.float32), "emb"),
+               *(numpy_helper.from_array(v, k) for k, v in ints.items())]
+    graph = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], weights)
+    model = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    code, out, err = run_cli(capfd, "sites", model, "--data", f"text:{lines}", "--tokenizer", root / "tokenizer.json",
+                             "--format", "json")
+    assert code == 0, err
+    (site,) = json.loads(out)
+    assert site["status"] == "ok" and site["input_shape"] == ["N", 8, 4] and site["dim"] == 4
