@@ -51,7 +51,8 @@ def test_its_few_rows_flags_are_the_runs(two_widths, n):
 
 
 def test_the_estimates_structure(two_widths):
-    est = estimate(two_widths, DATA, metrics=["affinity", "r2"], chunk_size=128, batch_size=32, progress=False)
+    est = estimate(two_widths, DATA, metrics=["affinity", "r2"], chunk_size=128, batch_size=32, progress=False,
+                   plain=True)
     assert isinstance(est, Estimate)
     d = json.loads(json.dumps(est.to_dict()))  # plain JSON types
     assert (d["examples"], d["batches"], d["chunk_size"], d["metrics"]) == (300, 10, 128, ["affinity", "r2"])
@@ -60,6 +61,7 @@ def test_the_estimates_structure(two_widths):
         assert set(s["seconds"]) == {"affinity", "r2"} and all(t > 0 for t in s["seconds"].values())
     secs = d["seconds"]
     assert set(secs) == {"startup", "setup", "inference", "plain_inference", "scoring", "wall"}
+    assert secs["plain_inference"] > 0
     assert secs["wall"] == pytest.approx(secs["startup"] + secs["setup"] + secs["inference"]
                                          + sum(secs["scoring"].values()))
     assert est.scoring_seconds == pytest.approx(sum(secs["scoring"].values()))

@@ -3,7 +3,7 @@ flags it will get, and the predicted inference, scoring (per metric), peak memor
 
 Predicted from a short calibration on this machine, now (docs/cost.md): the plan and the sessions are built as
 the run builds them (their time is the run's too); two batches go through the augmented model into the sites'
-collectors (the first warms the session) and through the plain model; one scoring job of each distinct (metric,
+collectors (the first, of a few examples, warms the session); one scoring job of each distinct (metric,
 rows, D) is timed on rows of the site's own features (drawn again with a little jitter up to the chunk's size
 where the calibration gave fewer); the rest is extrapolated to the data's length. The flags come from the rule a
 run applies (onnxaff.stats.metric_flags). Nothing is written: no checkpoint, no signature.
@@ -36,7 +36,7 @@ from onnxaff.runtime import CUDA, Runner
 from onnxaff.scoring import MetricScorer, default_workers
 from onnxaff.stats import HALVES, metric_flags
 
-CALIBRATION_BATCHES = 2  # the first warms the session (counted once), the second is the steady batch
+WARM_EXAMPLES = 8  # the first calibration batch, which warms the session (counted once); then one full batch
 JITTER = 0.1  # of each feature's spread, added to rows drawn again so no two rows of a timed chunk are equal
 DECLARED_ABOVE = 5.0  # a job whose metric declares more seconds than this (chunk_seconds) is not run: declared
 
@@ -65,9 +65,9 @@ class SiteCost:
 class Estimate:
     """A run's predicted cost. `seconds`: startup (the interpreter, as far as the caller says), setup (plan and
     sessions, measured), inference (batches through the augmented model into the sites), plain_inference (the
-    plain model over the same batches, for the ratio), scoring (per metric spec), wall; `peak_bytes` the largest
-    resident memory; `calibration_seconds` what this estimate took; `notes` the plan's warnings and what was
-    declared rather than timed (text naming configuration fields, as a signature's warnings)."""
+    plain model over the same batches, for the ratio; None unless asked), scoring (per metric spec), wall;
+    `peak_bytes` the largest resident memory; `calibration_seconds` what this estimate took; `notes` the plan's
+    warnings and what was declared rather than timed (text naming configuration fields, as a signature's warnings)."""
 
     model: str
     data: str
@@ -112,10 +112,12 @@ def process_age() -> float:
         return 0.0
 
 
-def estimate(model, data, config: AnalysisConfig | None = None, *, startup: float = 0.0, **options) -> Estimate:
+def estimate(model, data, config: AnalysisConfig | None = None, *, startup: float = 0.0, plain: bool = False,
+             **options) -> Estimate:
     """Predict what `analyze(model, data, config)` will cost on this machine, from a calibration of a few seconds.
 
-    `startup`: seconds the caller's process took to get here (the CLI passes `process_age()`), added to the wall."""
+    `startup`: seconds the caller's process took to get here (the CLI passes `process_age()`), added to the wall;
+    `plain`: also time the plain model on the calibration batches (a session more: `plain_inference`, else None)."""
     config = AnalysisConfig.of(config, **options)
     began = time.perf_counter()
     plan = Plan.build(model, data, config)
@@ -129,7 +131,7 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
     sites = [_site_cost(plan, s, feeder.state.sites, fed, timer, examples) for s in plan.sites]
     stages = [_stage_cost(plan, k, st, fed, timer, examples) for k, st in enumerate(feeder.state.stages)]
     timer.scorer.close()
-    plain = fed.plain(plan)
+    plain = fed.extrapolate(fed.plain(plan), examples) if plain else None
     scoring = {m.spec: 0.0 for m in plan.metrics + plan.track_metrics}
     for cost in sites + stages:
         for spec, s in cost.seconds.items():
@@ -140,7 +142,7 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
     memory = sum(b for b, _, _ in site_memory(plan.ok_sites, plan.stage_probes, plan.metrics, config, examples))
     peak = fed.rss + fed.file_per_example * max(0, examples - fed.examples) + memory + timer.working_bytes
     seconds = {"startup": startup, "setup": setup, "inference": inference,
-               "plain_inference": fed.extrapolate(plain, examples), "scoring": scoring,
+               "plain_inference": plain, "scoring": scoring,
                "wall": startup + setup + body}
     return Estimate(model=plan.model_info["name"], data=plan.data, examples=examples, batch_size=plan.batch_size,
                     batches=math.ceil(examples / plan.batch_size), chunk_size=config.chunk_size, reduce=config.reduce,
@@ -166,22 +168,25 @@ class _Fed:
         plan = feeder.plan
         self.times, self.batches, self.examples, self.cut_chunks = [], [], 0, False
         files = _status_bytes("RssFile")
-        batches = plan.source.batches(plan.batch_size, start=plan.start, stop=plan.stop)
-        try:
-            while len(self.times) < CALIBRATION_BATCHES:
+        warm = plan.batch_size if plan.fixed_batch is not None else min(plan.batch_size, WARM_EXAMPLES)
+        windows = [(warm, plan.start, min(plan.stop, plan.start + warm)),
+                   (plan.batch_size, plan.start + warm, plan.stop)]
+        for size, start, stop in windows:
+            batches = plan.source.batches(size, start=start, stop=stop)
+            try:
                 clock = time.perf_counter()
-                batch = next(batches, None)
+                batch = next(iter(batches), None)
                 if batch is None:
                     break
                 n = feeder.feed(batch, _Recorder())
                 self.times.append((time.perf_counter() - clock, n))
-                self.examples += n
-                self.batches.append(batch)
-                for st in feeder.state.sites + feeder.state.stages:  # one chunk a site is enough to draw rows from
-                    self.cut_chunks |= bool(st.schedule.pending) and len(self.times) > 1
-                    del st.schedule.pending[1:]
-        finally:
-            getattr(batches, "close", lambda: None)()
+            finally:
+                getattr(batches, "close", lambda: None)()
+            self.examples += n
+            self.batches.append(batch)
+            for st in feeder.state.sites + feeder.state.stages:  # one chunk a site is enough to draw rows from
+                self.cut_chunks |= bool(st.schedule.pending) and len(self.times) > 1
+                del st.schedule.pending[1:]
         if not self.examples:
             raise no_usable(plan.data, plan.source)
         self.rss = _status_bytes("VmRSS")

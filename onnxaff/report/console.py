@@ -147,13 +147,14 @@ def estimate_lines(est: dict) -> list[str]:
     secs = est["seconds"]
     scoring = ", ".join(f"{m} {fmt_seconds(t)}" for m, t in secs["scoring"].items())
     plain = secs["plain_inference"]
-    ratio = f", {secs['wall'] / plain:.1f}× the plain model's inference" if plain > 0 else ""
+    ratio = f", {secs['wall'] / plain:.1f}× the plain model's inference" if plain else ""
+    plain = f" (the plain model: {fmt_seconds(plain)})" if plain is not None else ""
     return [
         printable(f"{est['model']}: {est['examples']:,} examples from {est['data']} in {est['batches']} batches of "
                   f"{est['batch_size']}, chunks of {est['chunk_size']}, reduce={est['reduce']}, {est['provider']}"),
         wrapped(rows, ["#", "site", "kind", "D", "rows/chunk", "chunks", "few_rows", *[f"{m} s" for m in metrics]],
                 fixed=7, repeat=2),
-        f"predicted: inference {fmt_seconds(secs['inference'])} (the plain model: {fmt_seconds(plain)}), scoring "
+        f"predicted: inference {fmt_seconds(secs['inference'])}{plain}, scoring "
         f"{fmt_seconds(sum(secs['scoring'].values()))} ({scoring}), start and setup "
         f"{fmt_seconds(secs['startup'] + secs['setup'])}",
         f"predicted: wall {fmt_seconds(secs['wall'])}{ratio}, peak memory {size(est['peak_bytes'])} "
