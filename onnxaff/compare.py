@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from dtaidistance import dtw
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
+from onnxaff.differences import Difference, differences, refuse
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
@@ -48,6 +50,7 @@ class Comparison:
     linkage: np.ndarray | None
     order: list[int]
     normalized: bool
+    differences: list[Difference] = dataclasses.field(default_factory=list)  # options that change the numbers, unequal
 
     def neighbours(self, k: int = 3) -> dict[str, list[tuple[str, float]]]:
         out = {}
@@ -109,11 +112,16 @@ def label_signature(sig: Signature, label: str | None) -> Signature:
 
 
 def compare(sigs: list[Signature], metric: str | None = None, normalized: bool = False,
-            method: str = "average") -> Comparison:
+            method: str = "average", strict: bool = False) -> Comparison:
+    """DTW distances and clustering of `metric`'s signatures; `differences` lists the options that change the
+    numbers and differ between them (onnxaff.differences), and `strict` refuses to compare such signatures."""
     if len(sigs) < 2:
         raise OnnxaffError("compare needs at least two signatures")
     metric = metric or primary_metric()
     names = run_labels(sigs)
+    diffs = differences(sigs, [metric])
+    if strict:
+        refuse(diffs, names)
     series = []
     for name, s in zip(names, sigs, strict=True):
         values = [v for v in s.scores(metric) if v is not None]
@@ -123,7 +131,7 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
     d = distance_matrix(series, normalized)
     linkage = hierarchy.linkage(squareform(d, checks=False), method=method) if len(sigs) > 2 else None
     order = list(hierarchy.leaves_list(linkage)) if linkage is not None else [0, 1]
-    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized)
+    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized, diffs)
 
 
 def shared_metrics(sigs: list[Signature]) -> list[str]:
@@ -198,9 +206,8 @@ def accuracy_value(name: str, text: str) -> float:
 
 def _flag_counts(sig: Signature, metric: str) -> tuple[int, int]:
     """(flagged, scored) among the scores signature_stats reads (ok activation sites with a mean)."""
-    entries = [s["metrics"][metric] for s in sig.sites if s["status"] == "ok" and metric in s["metrics"]
-               and s.get("group", "activation") == "activation" and s["metrics"][metric].get("mean") is not None]
-    return sum(bool(e.get("flags")) for e in entries), len(entries)
+    f = sig.flag_summary(metric)
+    return f["flagged"], f["scored"]
 
 
 def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
@@ -215,7 +222,12 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
 
 
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
-              groups: dict[str, str] | None = None) -> dict:
+              groups: dict[str, str] | None = None, strict: bool = False) -> dict:
+    """R², Pearson r, its permutation p-value and bootstrap interval (onnxaff.significance) of the accuracy
+    against each signature statistic and model baseline, per group; `differences` and `warnings` say what the
+    reader must know (options that change the numbers and differ; few models); `strict` refuses the former."""
+    from onnxaff.significance import BOOTSTRAP_TEXT, few_models_warning, method_text, significance
+
     metric = metric or primary_metric()
     if not all(any(v is not None for v in s.scores(metric)) for s in sigs):
         have = ", ".join(shared_metrics(sigs)) or "none shared"
@@ -239,6 +251,10 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
                      "scored": scored})
     if len(rows) < 3:
         raise OnnxaffError("correlate needs at least three models")
+    labels = [r["model"] for r in rows]
+    diffs = differences(sigs, [metric])
+    if strict:
+        refuse(diffs, labels)
     everything = set.union(*[set(r["features"]) for r in rows])
     common = set.intersection(*[set(r["features"]) for r in rows])
     table = {}
@@ -254,7 +270,10 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
             r2, r, slope, intercept = fit_r2(x, y)
             own = feat.startswith(f"{metric} ")  # a signature statistic, not a model baseline
             table[group][feat] = {"r2": r2, "pearson_r": r, "slope": slope, "intercept": intercept,
-                                  "models": len(members),
-                                  "flagged_models": sum(own and r["flagged"] > 0 for r in members)}
+                                  **significance(x, y), "models": len(members),
+                                  "flagged_models": sum(own and m["flagged"] > 0 for m in members)}
+    warnings = [w for w in (few_models_warning(len(rows)),) if w]  # the differences: differences.line_of
     # a statistic some signature lacks (an older file without model.stats) is left out, and said so
-    return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common)}
+    return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
+            "p_method": method_text(len(rows)), "interval_method": BOOTSTRAP_TEXT,
+            "differences": [d.as_dict(labels) for d in diffs], "warnings": warnings}

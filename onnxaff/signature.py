@@ -15,6 +15,9 @@ from onnxaff.schema import SCHEMA, SCHEMA_VERSION, load_json, validate
 from onnxaff.text import json_safe
 
 NEAR_LINEAR = 0.95
+MOSTLY_FLAGGED = 0.5  # a statistic more than this share of whose scores carry flags is marked (DAGGER)
+DAGGER = "†"
+DAGGER_NOTE = f"{DAGGER}: more than half of the scores behind the statistic carry flags (docs/statistics.md)"
 
 
 def near_linear_rule(info: dict | None) -> tuple[str, float] | None:
@@ -35,6 +38,12 @@ def near_linear_rule(info: dict | None) -> tuple[str, float] | None:
     if direction.startswith("lower") and finite(lo) and finite(hi):
         return ("<", lo + 0.05 * (hi - lo))
     return None
+
+
+def flagged_share(flags: dict) -> str:
+    """`34 of 35 (97 %)` from Signature.flag_summary: the scores with flags among those scored."""
+    k, n = flags["flagged"], flags["scored"]
+    return f"{k} of {n} ({100 * k / n:.0f} %)" if n else "0 of 0"
 
 
 def signature_stats(values: list[float], info: dict | None = None) -> dict:
@@ -91,6 +100,23 @@ class Signature:
             metric = primary_metric()
         return [s["metrics"][metric].get("mean") for s in self.sites
                 if s["status"] == "ok" and metric in s["metrics"] and s.get("group", "activation") == "activation"]
+
+    def flag_summary(self, metric: str) -> dict:
+        """Among the scores `scores(metric)` reads that have a number: `flagged` (with any flag), `scored`, and
+        `kinds`, each flag's count (a score may carry several)."""
+        entries = [s["metrics"][metric] for s in self.sites if s["status"] == "ok" and metric in s["metrics"]
+                   and s.get("group", "activation") == "activation" and s["metrics"][metric].get("mean") is not None]
+        kinds: dict[str, int] = {}
+        for e in entries:
+            for f in e.get("flags") or ():
+                kinds[f] = kinds.get(f, 0) + 1
+        return {"flagged": sum(bool(e.get("flags")) for e in entries), "scored": len(entries), "kinds": kinds}
+
+    def mostly_flagged(self, metric: str) -> bool:
+        """Whether the signature statistics of `metric` (mean, share near linear, ...) come mostly from flagged
+        scores: more than MOSTLY_FLAGGED of them."""
+        f = self.flag_summary(metric)
+        return f["scored"] > 0 and f["flagged"] > MOSTLY_FLAGGED * f["scored"]
 
     def summary(self) -> dict:
         return {name: signature_stats(self.scores(name), info if isinstance(info, dict) else None)

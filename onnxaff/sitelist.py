@@ -67,12 +67,13 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=(), e
 
 def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
                images: dict | None = None, feeding: dict | None = None) -> dict:
-    """One example of DATA (or the model's fixed batch) to run the model on once; `feeding`: the per-input
-    options as AnalysisConfig names them (batch_axes, constants, input_ranges, pad)."""
+    """One example of DATA (or the model's fixed batch) to run the model on once; `feeding`: the per-input and
+    source options as AnalysisConfig names them (batch_axes, constants, input_ranges, pad, sample_rate, tokenizer,
+    max_length, pack)."""
     from onnxaff.data import examples_in, fixed_batch_of, model_inputs, open_source
     from onnxaff.graph.inputs import input_hints
 
-    feeding = dict(feeding or {})
+    feeding = {k: v for k, v in dict(feeding or {}).items() if v is not None}
     inputs = model_inputs(loaded.model, feeding.pop("batch_axes", None))
     count = fixed_batch_of(inputs) or 1
     opts = dict(images or {}, workers=0)

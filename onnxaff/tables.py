@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import math
 
+from onnxaff.signature import flagged_share
 from onnxaff.text import printable
 
 SITE_COLUMNS = ("index", "id", "kind", "group", "status", "dim", "rows", "chunks")
@@ -13,7 +14,9 @@ STATISTICS = ("mean", "std", "chunks", "partial", "status")
 
 def site_rows(sig) -> list[dict]:
     """Plain dicts (no pandas needed): the site's fields, then `METRIC.STAT` for every metric and statistic
-    a site entry carries (mean, std over chunks, chunk count, partial flag, and a status where it failed)."""
+    a site entry carries (mean, std over chunks, chunk count, partial flag, and a status where it failed), and
+    always `METRIC.ci95_low`, `METRIC.ci95_high` (None without an interval) and `METRIC.flags` (the flags
+    comma-separated, "" when none; None where the entry has no number)."""
     rows = []
     for s in sig.sites:
         row = {c: s.get(c, "activation" if c == "group" else None) for c in SITE_COLUMNS}
@@ -23,6 +26,9 @@ def site_rows(sig) -> list[dict]:
             for stat in STATISTICS:
                 if stat in entry or stat in ("mean", "std"):
                     row[f"{name}.{stat}"] = entry.get(stat)
+            lo, hi = entry.get("ci95") or (None, None)
+            row[f"{name}.ci95_low"], row[f"{name}.ci95_high"] = lo, hi
+            row[f"{name}.flags"] = ", ".join(entry.get("flags") or []) if entry.get("mean") is not None else None
         rows.append(row)
     return rows
 
@@ -57,7 +63,7 @@ def to_html(sig, max_rows: int = 200) -> str:
     """The notebook view: the model line, then the per-site table (escaped; numbers right-aligned)."""
     rows = site_rows(sig)
     metrics = list(sig.metrics)
-    head = ["#", "site", "kind", "status", "D", *[f"{m} mean±std" for m in metrics]]
+    head = ["#", "site", "kind", "status", "D", *[h for m in metrics for h in (f"{m} mean±ci95", f"{m} flags")]]
     out = [f"<p><b>{_esc(sig.model.get('name', 'model'))}</b>: {len(sig.sites)} sites, "
            f"{_esc(sig.data.get('samples', '?'))} samples from "
            f"{_esc(sig.data.get('source', '?'))}</p>",
@@ -67,11 +73,19 @@ def to_html(sig, max_rows: int = 200) -> str:
                  *(f"<td style='text-align:left'>{_cell(r[c])}</td>" for c in ("id", "kind", "status")),
                  f"<td style='text-align:right'>{_cell(r['dim'])}</td>"]
         for m in metrics:
-            mean, std = r.get(f"{m}.mean"), r.get(f"{m}.std")
-            text = _cell(mean) if std is None or mean is None else f"{_cell(mean)}±{_cell(std)}"
+            mean, lo, hi = r.get(f"{m}.mean"), r.get(f"{m}.ci95_low"), r.get(f"{m}.ci95_high")
+            half = None if mean is None or lo is None or hi is None else max(hi - mean, mean - lo)
+            text = _cell(mean) if half is None else f"{_cell(mean)}±{_cell(half)}"
             cells.append(f"<td style='text-align:right'>{text}</td>")
+            cells.append(f"<td style='text-align:left'>{_esc(r.get(f'{m}.flags') or '')}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
+    out.append("<p>± half-width of the 95 % interval over chunks (clipped: the longer side); flags: "
+               "docs/statistics.md</p>")
+    marked = [m for m in metrics if sig.mostly_flagged(m)]
+    if marked:
+        out.append("<p><b>Most scores carry flags</b>: " + _esc("; ".join(
+            f"{m} {flagged_share(sig.flag_summary(m))}" for m in marked)) + "</p>")
     if len(rows) > max_rows:
         out.append(f"<p>… {len(rows) - max_rows} more sites (Signature.to_pandas() has them all)</p>")
     return "\n".join(out)

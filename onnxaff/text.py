@@ -74,6 +74,12 @@ def short_names(names, limit: int) -> list[str]:
             start = max(0, first - 8)
             s = ("…" if start else "") + t[start:]
             shown[i] = s if len(s) <= limit else s[:limit - 1] + "…"
+    seen: dict[str, int] = {}
+    for i, s in enumerate(shown):  # names a single window cannot tell apart: the later ones numbered
+        if s in seen and texts[i] != texts[seen[s]]:
+            tag = f"~{i}"
+            shown[i] = s[:max(1, limit - len(tag) - 1)] + "…" + tag if len(s) + len(tag) > limit else s + tag
+        seen.setdefault(shown[i], i)
     return shown
 
 

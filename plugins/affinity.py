@@ -25,6 +25,15 @@ from onnxaff_plugins.linalg import (
     psd_sqrt,
     squared_distances,
 )
+from onnxaff_plugins.transport import (
+    DENSE_MAX_ROWS,
+    SPARSE_SECONDS_PER_PASS_ROW2,
+    SPARSE_SECONDS_PER_PASS_ROW2_DIM,
+    TRANSPORTS,
+    check_dense_fits,
+    choose,
+    sparse_w2,
+)
 
 METHODS = ("auto", "direct", "span")
 SHRINKAGES = ("none", "ledoit_wolf")
@@ -153,7 +162,7 @@ def _span_problem(xc, yc, d, eps, shrinkage):
 
 
 def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: str = "none",
-                   method: str = "auto", relative_eps: bool = False) -> float:
+                   method: str = "auto", relative_eps: bool = False, transport: str = "dense") -> float:
     """ρ_aff of one chunk of paired rows.
 
     relative_eps: the regulariser is ε times the mean variance (tr S/d) of each side instead of the paper's
@@ -161,6 +170,9 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
     scale); a constant output is then one whose total variance is below 1e-12 of its mean squared row norm.
     method: "direct" works with d×d covariances, O(nd² + d³); "span" works in the span of the centred rows,
     dimension k ≤ 2n, O(n²d + n³); both give the same ρ up to rounding. "auto" takes "span" when 2n < d.
+    transport: how W2² is solved (onnxaff_plugins.transport): "dense" (scipy's assignment on the n×n matrix),
+    "sparse" (certified exact on candidate edges, O(n·k) memory), "auto" (sparse above DENSE_MAX_ROWS rows);
+    the same number to rounding.
     """
     x, y = as_rows(x), as_rows(y)
     if x.shape[0] != y.shape[0]:
@@ -173,6 +185,7 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         raise ValueError(f"shrinkage must be one of {SHRINKAGES}, not {shrinkage!r}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    solver = choose(x.shape[0], x.shape[1], transport)
     n, d = x.shape
     xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
     # Distances are translation invariant: mapped = xc·A + m_Y against y is xc·A against yc.
@@ -193,7 +206,13 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         if method == "auto":
             method = "span" if 2 * n < d else "direct"
         problem = _span_problem if method == "span" else _direct_problem
-        w2 = exact_w2_squared(*problem(xc, yc, d, (eps_x, eps_y), shrinkage))
+        a, b = problem(xc, yc, d, (eps_x, eps_y), shrinkage)
+        if solver == "sparse":
+            w2 = sparse_w2(a, b)[0]
+        else:
+            if solver == "dense":
+                check_dense_fits(n)
+            w2 = exact_w2_squared(a, b)
     if tr_sigma_y == 0.0:  # an all-zero output with a relative ε: nothing to transport
         return 1.0 if w2 == 0.0 else 0.0
     return float(1.0 - np.sqrt(w2 / (2.0 * tr_sigma_y)))
@@ -212,26 +231,43 @@ class Affinity(Metric):
     rows_per_dim = 4  # docs/statistics.md; Ledoit–Wolf needs 32
     regularised = True
 
-    def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = False, method: str = "auto"):
+    def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = False, method: str = "auto",
+                 transport: str = "auto"):
         if not eps >= 0:
             raise ValueError(f"eps must be 0 or more, not {eps!r}")
         if shrinkage not in SHRINKAGES:
             raise ValueError(f"shrinkage must be one of {', '.join(SHRINKAGES)}, not {shrinkage!r}")
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
         self.eps, self.shrinkage, self.relative_eps, self.method = eps, shrinkage, relative_eps, method
+        self.transport = transport
         if shrinkage == "ledoit_wolf":
             self.rows_per_dim = 32
         self.regularised = not relative_eps  # a relative ε scales with the data: tiny activations do not drown
 
     def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
-        if max(dx, dy) <= 1:
+        solver = choose(rows, max(dx, dy), self.transport)
+        if solver == "sorted":
             return None  # on the line the matching is a sort
+        if solver == "sparse":
+            dim = min(max(dx, dy), 2 * rows)  # the span path's coordinates
+            seconds = 2 * rows**2 * (SPARSE_SECONDS_PER_PASS_ROW2 + SPARSE_SECONDS_PER_PASS_ROW2_DIM * dim)
+            return seconds, "the sparse assignment's passes over the rows' pairs (at least two)"
         return ASSIGNMENT_SECONDS_PER_ROW3 * rows**3, "the exact assignment (cubic in the rows)"
+
+    def caveat(self, rows: int, dx: int, dy: int) -> str | None:
+        """Which solver gave W2² where it is not the dense assignment (the signature says how each number was made)."""
+        if choose(rows, max(dx, dy), self.transport) != "sparse":
+            return None
+        why = f"transport=auto, chunks of {rows:,} > {DENSE_MAX_ROWS:,} rows" if self.transport == "auto" else (
+            "transport=sparse")
+        return f"W2² by the certified sparse assignment ({why}): the exact optimum to rounding (docs/metrics.md)"
 
     def compute(self, chunk: Chunk) -> float:
         return affinity_score(chunk.x, chunk.y, eps=self.eps, shrinkage=self.shrinkage, method=self.method,
-                              relative_eps=self.relative_eps)
+                              relative_eps=self.relative_eps, transport=self.transport)
 
 
 class AffinityLedoitWolf(Affinity):
@@ -240,8 +276,8 @@ class AffinityLedoitWolf(Affinity):
     default = 1
 
     def __init__(self, eps: float = EPS, shrinkage: str = "ledoit_wolf", relative_eps: bool = False,
-                 method: str = "auto"):
-        super().__init__(eps, shrinkage, relative_eps, method)
+                 method: str = "auto", transport: str = "auto"):
+        super().__init__(eps, shrinkage, relative_eps, method, transport)
 
 
 class AffinityRelative(Affinity):
@@ -249,5 +285,6 @@ class AffinityRelative(Affinity):
     description = "affinity score with ε relative to each covariance's mean variance: independent of the scale"
     default = None
 
-    def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = True, method: str = "auto"):
-        super().__init__(eps, shrinkage, relative_eps, method)
+    def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = True, method: str = "auto",
+                 transport: str = "auto"):
+        super().__init__(eps, shrinkage, relative_eps, method, transport)

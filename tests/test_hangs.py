@@ -225,7 +225,7 @@ def test_linked_class_folders_and_files_are_followed_and_loops_skipped(tmp_path)
     (root / "cat" / "gone.png").symlink_to(tmp_path / "missing.png")  # dangling: not an image file
     model = image_model(["N", 3, 16, 16])
     source, batch = _batch(model, root, preprocess="raw")
-    assert [f.relative_to(root).as_posix() for f in source.files] == [
+    assert [f.relative_to(root).as_posix() for f in source.source.files] == [
         "cat/0.png", "cat/1.png", "cat/more.png", "dog/0.png", "dog/1.png"]
     assert batch.shape[0] == 5
     found = source.describe()["found"]
@@ -303,7 +303,7 @@ def test_npz_reads_only_the_members_the_model_needs(tmp_path):
     assert np.array_equal(batch, x) and seconds < 1 and peak < 8_000_000, (seconds, peak)
     assert list(source.describe()["arrays"]) == ["x"]
     stored = open_source(str(_npz(tmp_path / "stored.npz", {"x.npy": x, "y.npy": b"junk"}, compress=False)), inputs)
-    assert isinstance(stored.arrays["x"], np.memmap) and np.array_equal(next(stored.batches(64))["x"], x)
+    assert isinstance(stored.source.arrays["x"], np.memmap) and np.array_equal(next(stored.batches(64))["x"], x)
 
 
 @pytest.mark.parametrize("compress", [True, False], ids=["deflated", "stored"])

@@ -272,3 +272,15 @@ def test_text_fixtures_score_every_softmax(name, rng, tmp_path):
         assert site["status"] == "ok", site
         for entry in site["metrics"].values():
             assert entry["status"] == "ok" and np.isfinite(entry["mean"]), site
+    # against the brute force: the raw attention maps, masked values and padded queries dropped by hand
+    model = onnx.load(path)
+    tokens = feeds.get("attention_mask", np.ones((48, 16), np.int64)) != 0
+    for site in softmaxes:
+        z, p = raw(model, feeds, site["input"], site["output"])
+        keep = (z > FMIN / 2) & tokens[:, None, :, None]
+        fx, gone = hand_mean(z, keep, (1, 2))
+        fy, _ = hand_mean(p, keep, (1, 2))
+        assert gone.sum() == (12 if name == "bert_tiny" else 0)  # every 4th example padded; causal: none
+        assert site["metrics"]["affinity"].get("masked_rows", 0) == gone.sum() and site["rows"] == (~gone).sum()
+        assert site["metrics"]["affinity"]["mean"] == pytest.approx(brute_force_affinity(fx[~gone], fy[~gone]),
+                                                                    rel=1e-9)

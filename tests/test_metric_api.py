@@ -51,7 +51,8 @@ def test_a_parameter_reaches_compute_and_names_the_entry(rng):
     (m,) = resolve(["affinity:eps=0.01"])
     assert m.spec == "affinity:eps=0.01" and m.eps == 0.01 and isinstance(m.eps, float)
     assert type(m).name == "affinity" and m.name == m.spec  # registered name; the instance alias
-    assert m.params() == {"eps": 0.01, "shrinkage": "none", "relative_eps": False, "method": "auto"}
+    assert m.params() == {"eps": 0.01, "shrinkage": "none", "relative_eps": False, "method": "auto",
+                          "transport": "auto"}
     c = _chunk(rng)
     assert m.compute(c) == affinity_score(c.x, c.y, eps=0.01) != affinity_score(c.x, c.y)
 

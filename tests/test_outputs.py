@@ -108,15 +108,24 @@ def test_correlate_csv_and_md(capfd, tmp_path):
     accuracy.write_text("".join(f'"{n.replace(chr(34), 2 * chr(34))}",{a}\n'
                                 for n, a in zip([HOSTILE, FORMULA, "plain", "fourth"], [0.6, 0.7, 0.8, 0.9],
                                                 strict=True)))
-    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.csv"))
+    def few(result):  # four models: one warning line, nothing else on stderr
+        code, out, err = result
+        assert code == 0 and err.strip().splitlines() == [
+            "warning: only 4 models: a correlation over fewer than 10 is weak evidence; read its p-value and "
+            "interval, not R² alone"], err
+        return out
+
+    few(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.csv"))
     rows = list(csv.reader(open(tmp_path / "r.csv", newline="")))
-    assert rows[0] == ["group", "statistic", "r2", "pearson_r", "slope", "intercept", "models", "flagged_models"]
-    assert all(len(r) == 8 for r in rows)
+    assert rows[0] == ["group", "statistic", "r2", "pearson_r", "r_ci95_low", "r_ci95_high", "p_value", "p_method",
+                       "slope", "intercept", "models", "flagged_models"]
+    assert all(len(r) == 12 for r in rows)
     mean = next(r for r in rows if r[1] == "affinity mean")
     assert float(mean[3]) < 0 and mean[3].startswith("-")  # plain negative number, no `'`
-    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.md"))
+    assert mean[7] == "exact" and 0 < float(mean[6]) <= 1 and float(mean[4]) <= float(mean[5])
+    few(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.md"))
     assert "| affinity mean |" in (tmp_path / "r.md").read_text()
-    ok(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.html"))  # scatter labels
+    few(run_cli(capfd, "correlate", *paths, "--accuracy", accuracy, "--out", tmp_path / "r.html"))  # scatter labels
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
 
@@ -257,3 +266,7 @@ def test_long_site_ids_stay_distinct_in_the_summary(capfd, tmp_path):
     names = ["a" * 40 + "/x", "a" * 40 + "/y", "b" * 30 + "Q" + "c" * 30, "b" * 30 + "R" + "c" * 30, "short"]
     short = short_names(names, 32)
     assert len(set(short)) == 5 and all(len(s) <= 32 for s in short) and short[4] == "short"
+    a = "p" * 10 + "a" + "q" * 39 + "x" + "Z" * 40  # b differs from a early, c late: one window cannot show both
+    b, c = a[:10] + "b" + a[11:], a[:50] + "y" + a[51:]
+    short = short_names([a, b, c], 32)
+    assert len(set(short)) == 3 and all(len(s) <= 32 for s in short), short

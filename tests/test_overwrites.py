@@ -128,9 +128,27 @@ def test_out_never_replaces_an_image_of_the_data_folder(capfd, tmp_path, no_run)
     photo = shutil.copy(sample_photos()[0], tmp_path / "photos" / "a.jpg")
     onnx.save(image_model(["N", 3, 16, 16]), "img.onnx")
     before = photo.read_bytes()
-    refused(capfd, "--out photos/a.jpg is an image of the data folder", "analyze", "img.onnx", "--data", "photos",
+    refused(capfd, "--out photos/a.jpg is a file of the data folder", "analyze", "img.onnx", "--data", "photos",
             "--out", "photos/a.jpg", *OPTS)
     assert photo.read_bytes() == before
+
+
+def test_out_never_replaces_a_sound_of_an_audio_folder_or_a_constant(capfd, tmp_path, no_run):
+    """`--data audio:DIR` was not seen as a folder, and --constant files were not inputs (a hostile review)."""
+    from tests.conftest import FIXTURES
+    from tests.test_audio import pcm, write_wav
+
+    (tmp_path / "wavs").mkdir()
+    write_wav(tmp_path / "wavs" / "a.wav", pcm(0.5, 16000, 2), 16000, 2)
+    np.save(tmp_path / "state.npy", np.zeros((32,), np.float32))
+    before = {p: p.read_bytes() for p in (tmp_path / "wavs" / "a.wav", tmp_path / "state.npy")}
+    vad = str(FIXTURES / "audio" / "vad_tiny.onnx")
+    feed = ("--constant", "sr=16000", "--batch-axis", "state=1")
+    refused(capfd, "--out wavs/a.wav is a file of the data folder", "analyze", vad, "--data", "audio:wavs", *feed,
+            "--out", "wavs/a.wav", *OPTS)
+    refused(capfd, "--out state.npy is the constant of state", "analyze", vad, "--data", "synthetic:gaussian:n=8",
+            *feed, "--constant", "state=state.npy", "--out", "state.npy", *OPTS)
+    assert {p: p.read_bytes() for p in before} == before
 
 
 def test_out_that_is_a_fifo_or_device_is_refused(capfd, files):

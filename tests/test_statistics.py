@@ -182,7 +182,8 @@ def test_a_small_run_prints_one_warning_line_per_flag_kind(capfd, tmp_path):
     assert "flags" in out  # the terminal table's flags column
     code, _, err = run_cli(capfd, "report", tmp_path / "s.json", "--out", tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
-    assert code == 0 and "flags (docs/statistics.md)" in page and "few_rows, partial" in page, err
+    assert code == 0 and "flags per metric (docs/statistics.md)" in page and "few_rows, partial" in page, err
+    assert "<th class=\"l\">affinity flags</th>" in page and "<th class=\"l\">affinity_lw flags</th>" in page
 
 
 def test_compare_can_leave_flagged_scores_out_and_says_how_many(capfd, tmp_path):

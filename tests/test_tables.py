@@ -52,7 +52,29 @@ def test_repr_html_is_an_escaped_table(sig):
     page = sig._repr_html_()
     assert page.count("<tr>") == len(sig.sites) + 1
     first = sig.sites[0]["metrics"]["affinity"]
-    assert f"{first['mean']:.4f}±{first['std']:.4f}" in page
+    lo, hi = first["ci95"]
+    assert f"{first['mean']:.4f}±{max(hi - first['mean'], first['mean'] - lo):.4f}" in page
     d = sig.to_dict()
     d["sites"][0]["id"] = "<script>alert(1)</script>"
     assert "<script>" not in Signature.from_dict(d)._repr_html_()
+
+
+def test_intervals_and_flags_per_metric_in_pandas_and_the_notebook_view(sig):
+    """Issue 29: `0.6747±0.0000` with no flag and no interval hid an ε-dominated score."""
+    from onnxaff.tables import site_rows
+
+    rows = site_rows(sig)
+    for s, row in zip(sig.sites, rows, strict=True):
+        entry = s["metrics"]["affinity"]
+        assert [row["affinity.ci95_low"], row["affinity.ci95_high"]] == entry["ci95"]
+        assert row["affinity.flags"] == ", ".join(entry["flags"])
+        assert row["r2_pooled.ci95_low"] is None  # pooled: no interval
+    flagged = [r for r in rows if r["affinity.flags"]]
+    assert flagged, "sk_mlp_relu at 256-row chunks has few_rows sites"
+    pytest.importorskip("pandas")
+    df = sig.to_pandas()
+    assert {"affinity.ci95_low", "affinity.ci95_high", "affinity.flags", "r2_pooled.flags"} <= set(df.columns)
+    page = sig._repr_html_()
+    assert page.count("affinity flags") == 1 and page.count("r2_pooled flags") == 1
+    assert flagged[0]["affinity.flags"] in page
+    assert ("Most scores carry flags" in page) == (sig.mostly_flagged("affinity") or sig.mostly_flagged("r2_pooled"))

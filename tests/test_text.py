@@ -218,19 +218,49 @@ def test_cli_end_to_end_equals_the_python_api(case, tmp_path, capfd):
     assert spec.scores() == sig.scores()
 
 
-def test_bert_fixture_end_to_end(case, tmp_path, capfd):
-    root, _, lines, _ = case
+@pytest.mark.parametrize("pack", [False, True])
+def test_bert_fixture_end_to_end(case, tmp_path, capfd, pack):
+    """The fixture's sequence length is 16 and most sentences are shorter: padded, each example has keys that
+    padding hides from every query, which have no features, so its attention sites leave it out and say so;
+    packed, every site is scored."""
+    root, tok, lines, _ = case
     out = tmp_path / "bert.json"
     code, _, err = run_cli(capfd, "analyze", FIXTURES / "text" / "bert_tiny.onnx", "--data", f"text:{lines}",
-                           "--tokenizer", root / "tokenizer.json", "--out", out, "--quiet", "--chunk-size", 16,
-                           "--metrics", "affinity")
+                           "--tokenizer", root / "tokenizer.json", "--out", out, "--chunk-size", 16,
+                           "--metrics", "affinity", *(["--pack"] if pack else []))
     assert code == 0, err
     sig = read_signature(out)
-    gelus = [s for s in sig.sites if s["status"] == "ok" and "gelu" in s["kind"].lower()]
-    assert gelus
-    for s in gelus:  # softmax sites wait for the padding mask's handling (issue 27)
+    kinds = {s["kind"] for s in sig.sites}
+    assert kinds == {"softmax", "gelu"} and all(s["status"] == "ok" for s in sig.sites)
+    padded = sum(1 for t in sentences() if len(tok.encode(t).ids) < LENGTH)
+    for s in sig.sites:
         entry = s["metrics"]["affinity"]
-        assert entry["status"] == "ok" and np.isfinite(entry["mean"])
+        if pack or s["kind"] == "gelu":
+            assert entry["status"] == "ok" and np.isfinite(entry["mean"]) and not entry.get("masked_rows"), s
+        else:
+            assert entry.get("masked_rows", 0) == padded > 0, entry
+            assert f"masks left out {entry['masked_rows']} of 48 rows" in err and "--pack" in err
+    if pack:
+        assert sig.data["packed"]["window"] == LENGTH and sig.options["pack"] is True
+
+
+def test_packed_windows_are_the_tokens_end_to_end(case):
+    root, tok, lines, _ = case
+    inputs = model_inputs(encoder())
+    source = open_source(f"text:{lines}", inputs, tokenizer=root / "tokenizer.json", pack=True)
+    got = batches(source)
+    stream = [t for text in sentences() for t in tok.encode(text).ids]
+    windows = len(stream) // LENGTH
+    assert len(source) == windows and got["input_ids"].shape == (windows, LENGTH)
+    assert got["input_ids"].ravel().tolist() == stream[:windows * LENGTH]
+    assert got["attention_mask"].all() and not got["token_type_ids"].any()
+    assert source.describe()["packed"] == {"windows": windows, "tokens": windows * LENGTH, "window": LENGTH}
+    few = root / "few.txt"
+    few.write_text("a cat\n", encoding="utf-8")
+    with pytest.raises(OnnxaffError, match="fewer than one packed example of 16"):
+        open_source(f"text:{few}", inputs, tokenizer=root / "tokenizer.json", pack=True)
+    with pytest.raises(ConfigError, match="pack"):
+        open_source("synthetic:gaussian", inputs, pack=True)
 
 
 def test_bad_tokenizer_files_are_one_line(case, tmp_path, capfd):

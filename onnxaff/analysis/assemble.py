@@ -7,7 +7,7 @@ from typing import TypedDict
 
 from onnxaff import __version__
 from onnxaff.entries import MetricEntry
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import Message, OnnxaffError, option
 from onnxaff.metrics import Metric
 from onnxaff.signature import Signature
 from onnxaff.site_state import SiteState
@@ -69,6 +69,9 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
             d["status"] = "skipped"
             d["reason"] = "no batch took its If branch (an If takes one branch per batch)"
             warnings.append(f"{label}: {d['reason']}")
+        if observed.masked_rows:
+            warnings.append(Message(f"{label}: masks left out {observed.masked_rows} of "
+                                    f"{observed.masked_rows + observed.rows} rows ({MASKED_ROWS})"))
         if observed.nonfinite_rows:
             d["status"] = "flagged"
             d["reason"] = f"NaN/Inf in the features of {observed.nonfinite_rows} of {observed.rows} rows"
@@ -82,6 +85,10 @@ def site_entries(bases: list[dict], states: dict[int, SiteState],
     if skipped:
         warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))
     return out, warnings
+
+
+MASKED_ROWS = ("a row with a feature no unmasked position reaches, as a key padding hides from every query: "
+               "docs/metrics.md#masked-positions; text data packed with " + option("pack") + " have no padding")
 
 
 def assemble(header: dict, bases: list[dict], states: dict[int, SiteState], metrics: list[Metric],

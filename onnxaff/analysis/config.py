@@ -101,6 +101,7 @@ class AnalysisConfig:
     sample_rate: int = 16000  # Hz an audio folder's files are resampled to (onnxaff.data.audio)
     tokenizer: str | object | None = None  # text data: a tokenizer.json path or a tokenizers.Tokenizer
     max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
+    pack: bool = False  # text data: windows over all texts' tokens, no padding (onnxaff.data.text)
     mask: str = "auto"  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
 
     def __post_init__(self):
@@ -129,6 +130,8 @@ class AnalysisConfig:
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")
         _choice("intervals", self.intervals, INTERVALS, "interval method")
         _choice("layout", self.layout, ("auto", "channels_first", "channels_last"), "layout")
+        if not isinstance(self.pack, bool):
+            raise ConfigError("pack", f"{{option}} must be true or false, got {self.pack!r}")
         if not isinstance(self.progress, bool):
             raise ConfigError("progress", f"{{option}} must be true or false, got {self.progress!r}")
         put("input_shapes", _shapes(self.input_shapes))
@@ -187,6 +190,8 @@ class AnalysisConfig:
             options["tokenizer"] = self.tokenizer if isinstance(self.tokenizer, str) else "(a tokenizers.Tokenizer)"
         if self.max_length is not None:
             options["max_length"] = self.max_length
+        if self.pack:
+            options["pack"] = True
         return options
 
 

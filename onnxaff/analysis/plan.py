@@ -106,7 +106,7 @@ class Plan:
         fixed_batch = fixed_batch_of(inputs)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images, sample_rate=config.sample_rate, tokenizer=config.tokenizer,
-                             max_length=config.max_length, constants=config.constants,
+                             max_length=config.max_length, pack=config.pack, constants=config.constants,
                              input_ranges=config.input_ranges, pad=config.pad, hints=input_hints(loaded.view))
         data = data if isinstance(data, str) else source.describe()["source"]  # texts given in Python
         batch_size = fixed_batch or config.batch_size

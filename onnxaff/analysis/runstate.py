@@ -167,8 +167,12 @@ class RunState:
         sig = assemble({**self.header, "data": data, "runtime": runtime}, self.sites_base,
                        dict(zip(self.indices, self.sites, strict=True)), metrics, network)
         if self.ragged:  # unreadable files or a fixed batch size left a part short of a chunk boundary
-            sig.warnings.append(f"shard(s) {', '.join(self.ragged)} ended between chunk boundaries (unreadable files "
-                                f"or dropped batches): the merged chunks there differ from one run's")
+            causes = ["unreadable files", "dropped batches"]
+            if any(st.observed.masked_rows for st in self.sites):  # a part's kept rows end off the boundary too
+                causes.append("rows masks left out")
+            why = ", ".join(causes[:-1]) + " or " + causes[-1]
+            sig.warnings.append(f"shard(s) {', '.join(self.ragged)} ended between chunk boundaries ({why}): the "
+                                f"merged chunks there differ from one run's")
         sig.stages = stage_results(self.stages_base, self.stages, track_metrics)
         return sig
 

@@ -86,7 +86,7 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
         outputs += [("--checkpoint", checkpoint)]
         outputs += [("the shard's state file", state_path_for(out))] if opts.analysis.shard else []
     refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs)
-                     + _text_inputs(data, opts.analysis.tokenizer))
+                     + _text_inputs(data, opts.analysis.tokenizer) + constant_files(opts.analysis.constants))
     check_writable(out)
     if opts.executor == "ray":
         path, sig = _run_ray(model, data, out, outputs, opts)
@@ -158,16 +158,24 @@ def _text_inputs(data: str, tokenizer) -> list[tuple[str, str]]:
     return files + ([("the text file", str(parse_spec(data)[0]))] if data.startswith(PREFIX) and data != PREFIX else [])
 
 
+def constant_files(constants) -> list[tuple[str, str]]:
+    """The .npy files of --constant, which no output may replace either."""
+    return [(f"the constant of {name}", value) for name, value in dict(constants or {}).items()
+            if isinstance(value, str)]
+
+
 def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
     """The files an analysis reads, which none of its outputs may replace (external weights: once loaded)."""
-    from onnxaff.data.images import EXTENSIONS
+    from onnxaff.data.audio import EXTENSIONS as AUDIO
+    from onnxaff.data.images import EXTENSIONS as IMAGES
 
     inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
     here = os.getcwd()  # the config holds plugins as absolute paths: name them as typed where they are here
     inputs += [("the plugin", os.path.relpath(p) if os.path.dirname(p) == here else p) for p in plugins]
-    if os.path.isdir(data):  # an output named like an image inside the data folder would replace that image
-        root = os.path.realpath(data)
-        inputs += [("an image of the data folder", p) for _, p in outputs
-                   if os.path.isfile(p) and Path(p).suffix.lower() in EXTENSIONS
+    folder = data[len("audio:"):] if data.startswith("audio:") else data
+    if os.path.isdir(folder):  # an output named like an image or a sound inside the data folder would replace it
+        root = os.path.realpath(folder)
+        inputs += [("a file of the data folder", p) for _, p in outputs
+                   if os.path.isfile(p) and Path(p).suffix.lower() in IMAGES | AUDIO
                    and os.path.commonpath([root, os.path.realpath(p)]) == root]
     return inputs

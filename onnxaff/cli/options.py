@@ -43,6 +43,18 @@ FEED_OPTIONS = [
                     "example's last positions, up to that fraction, are 0 (seeded; one position always kept)."),
 ]
 
+# How audio folders and text files become examples: analyze, study, and the probe run of `sites`.
+SOURCE_OPTIONS = [
+    configured("--sample-rate", type=int, help="Hz an audio folder's files (--data audio:FOLDER) are resampled to."),
+    configured("--tokenizer", metavar="TOKENIZER.JSON",
+               help="Text data (--data text:FILE): a Hugging Face tokenizer.json (needs onnxaff[text])."),
+    configured("--max-length", "max_length", type=int,
+               help="Text data: tokens per example [default: the model's sequence length, else 128]."),
+    configured("--pack", is_flag=True,
+               help="Text data: examples are windows of the sequence length over all texts' tokens laid end to end "
+                    "(no padding: attention sites need it, docs/metrics.md)."),
+]
+
 ANALYSIS_OPTIONS = [
     configured("--metrics",
                help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
@@ -64,7 +76,6 @@ ANALYSIS_OPTIONS = [
                help="Feature axis of rank-3+ site tensors: channels_first (axis 1: [N, C, H, W], a 1-D "
                     "conv's [N, C, T]) or channels_last (the last: NHWC, tokens [N, T, C]); auto: read off the graph."),
     configured("--seed", type=int, help="Seed of synthetic data."),
-    configured("--sample-rate", type=int, help="Hz an audio folder's files (--data audio:FOLDER) are resampled to."),
     configured("--mask", metavar="INPUT",
                help="The padding mask input [batch, tokens] (1: token, 0: padding) whose padded tokens are left out; "
                     "auto: an input named attention_mask, none: no padding mask."),
@@ -72,6 +83,7 @@ ANALYSIS_OPTIONS = [
                  help="Dims after the batch axis for an input with symbolic dims (synthetic data and image "
                       "folders: e.g. x=3x48x320)."),
     *FEED_OPTIONS,
+    *SOURCE_OPTIONS,
     click.option("--plugin", "plugin", multiple=True, type=click.Path(dir_okay=False),
                  help="A Python file defining extra metrics."),
     click.option("--preprocess", default="torchvision", show_default=True,
@@ -91,10 +103,6 @@ ANALYSIS_OPTIONS = [
     click.option("--shuffle", is_flag=True, help="A seeded subset spread over classes (images)."),
     click.option("--workers", type=int, default=None, help="Decoding processes [default: min(4, cores)]."),
     click.option("--fast-decode", is_flag=True, help="JPEG draft-mode decoding (faster, not bit-exact)."),
-    configured("--tokenizer", metavar="TOKENIZER.JSON",
-               help="Text data (--data text:FILE): a Hugging Face tokenizer.json (needs onnxaff[text])."),
-    configured("--max-length", "max_length", type=int,
-               help="Text data: tokens per example [default: the model's sequence length, else 128]."),
     click.option("--pairs", default=None, metavar="IN:OUT[,IN:OUT...]",
                  help="Also score these tensor pairs as sites (any two tensors of the model)."),
     click.option("--blocks", default=None, metavar="KINDS",
@@ -129,7 +137,7 @@ def _apply(options: list):
 
 
 analysis_options = _apply(ANALYSIS_OPTIONS)
-feed_options = _apply(FEED_OPTIONS)
+feed_options = _apply(FEED_OPTIONS + SOURCE_OPTIONS)
 scale_options = _apply(SCALE_OPTIONS)
 exclude_flagged = click.option("--exclude-flagged", is_flag=True,
                                help="Leave out scores with flags (few rows, partial chunk, ...) and say how many.")

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from onnxaff.cli.app import cli
+from onnxaff.cli.app import cli, echo_err
 from onnxaff.cli.options import exclude_flagged
 from onnxaff.errors import OnnxaffError
 from onnxaff.terminal import table
@@ -53,7 +53,7 @@ def _metrics_to_compare(sigs, metric: str) -> list[str]:
     return names
 
 
-def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, clusters: int):
+def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, clusters: int, diffs):
     from onnxaff.files import write_text_atomic
     from onnxaff.signature import write_json_atomic
 
@@ -61,7 +61,8 @@ def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, cluster
         from onnxaff.report.jsondata import comparison_metrics
 
         return write_json_atomic(out, {"normalized": normalized, "models": comps[0].names,
-                                       "metrics": comparison_metrics(comps, clusters)})
+                                       "metrics": comparison_metrics(comps, clusters),
+                                       "differences": [d.as_dict(comps[0].names) for d in diffs]})
     if fmt == "html":
         from onnxaff.report.html import comparison_page
 
@@ -84,20 +85,30 @@ def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, cluster
 @click.option("--normalized", is_flag=True, help="Length-normalised DTW (÷ sqrt of the longer length).")
 @click.option("--clusters", type=int, default=2, show_default=True, help="Clusters to cut the tree into.")
 @exclude_flagged
-def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged) -> None:
+@click.option("--strict", is_flag=True, help="Refuse signatures whose options that change the numbers differ.")
+def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged, strict) -> None:
     """DTW distances, clustering and statistics of several signatures, per metric.
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
     (without labels, runs of one model are told apart by their data source)."""
     from onnxaff.compare import compare as run_compare
+    from onnxaff.compare import run_labels
     from onnxaff.files import refuse_overwrite
 
     labels, signatures = split_labels(signatures)
     refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
     sigs = read_all(signatures, labels, exclude_flagged)
-    comps = [run_compare(sigs, metric=m, normalized=normalized) for m in _metrics_to_compare(sigs, metric)]
+    from onnxaff.differences import differences, differences_line, refuse
+
+    names = _metrics_to_compare(sigs, metric)
+    diffs = differences(sigs, names)
+    if strict:
+        refuse(diffs, run_labels(sigs))
+    if diffs:
+        echo_err("warning: " + differences_line(diffs, run_labels(sigs)).template)
+    comps = [run_compare(sigs, metric=m, normalized=normalized) for m in names]
     fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
-    path = _write_comparison(out, fmt, sigs, comps, normalized, clusters)
+    path = _write_comparison(out, fmt, sigs, comps, normalized, clusters, diffs)
     comp = comps[0]
     nb = comp.neighbours(1)
     for n in comp.names:
@@ -131,8 +142,10 @@ def _write_correlation(out: str, result: dict):
 @click.option("--metric", default=None, help="[default: the first metric that declares itself default]")
 @click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
 @exclude_flagged
-def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) -> None:
-    """R² and Pearson r of accuracy against each signature statistic and model baseline.
+@click.option("--strict", is_flag=True, help="Refuse signatures whose options that change the numbers differ.")
+def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, strict) -> None:
+    """R², Pearson r (with its bootstrap 95 % interval) and its permutation p-value, of accuracy against each
+    signature statistic and model baseline.
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
     accuracy and group CSVs (which may also key it by model name or sha256)."""
@@ -147,13 +160,25 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged) ->
     refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
                                         ("--group", group_file)])
     result = run_correlate(read_all(signatures, labels, exclude_flagged), read_table(accuracy, "accuracy"),
-                           metric=metric, groups=read_table(group_file, "group") if group_file else None)
+                           metric=metric, groups=read_table(group_file, "group") if group_file else None,
+                           strict=strict)
     path = _write_correlation(out, result)
     rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
-    click.echo(table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}"] for f, v in rows], ["statistic", "R²", "r"]))
+    click.echo(table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}", _interval(v.get("r_ci95")),
+                       f"{v['p_value']:.4f}" if v["p_value"] == v["p_value"] else "-"] for f, v in rows],
+                     ["statistic", "R²", "r", "r 95 % interval", "p"]))
+    click.echo(f"p: {result['p_method']}; {result['interval_method']}")
+    from onnxaff.differences import line_of
+
+    for line in [*result["warnings"], *filter(None, [line_of(result["differences"])])]:
+        echo_err(f"warning: {getattr(line, 'template', line)}")
     if result["left_out"]:
         click.echo(printable(f"warning: not in every signature, left out: {', '.join(result['left_out'])}"), err=True)
     click.echo(printable(f"report written to {path}"))
+
+
+def _interval(ci) -> str:
+    return "-" if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 @cli.command()

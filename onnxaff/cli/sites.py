@@ -41,10 +41,12 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
     from onnxaff.graph.rewrite import feature_dim
     from onnxaff.sitelist import list_sites, resolve_by_probe
 
+    source = {k: feed.pop(k) for k in ("sample_rate", "tokenizer", "max_length", "pack")}
     feeding = check_feeding(**feed_kwargs(**feed))  # checked before the model is read, as analyze's
     loaded = load_model(model)
     listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks), explain=explain)
-    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape), feeding=feeding,
+    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape),
+                     feeding={**feeding, **source},
                      explicit=data != "synthetic:gaussian" or bool(input_shape) or any(feed.values()))
     if fmt == "json":
         found = [s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites]

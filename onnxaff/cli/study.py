@@ -30,11 +30,13 @@ SOME_FAILED = 3
 @click.option("--ray-address", default=None, help="An existing Ray cluster (e.g. auto) [default: a local one].")
 @click.option("--checkpoint-every", type=int, default=0, show_default=True,
               help="Save a model's state every N batches (always on SIGINT/SIGTERM); a rerun continues it.")
+@click.option("--strict", is_flag=True, help="Refuse to compare signatures whose options that change the numbers "
+                                            "differ (per-model data, older signatures); they are still written.")
 @click.option("--dry-run", is_flag=True, help="Print every model's cost preview (as analyze --dry-run) and the "
               "study's predicted time and peak memory, then stop: nothing is written.")
 @analysis_options
 def study(models, data, out, accuracy, group_file, force, clusters, executor, shards, ray_address, checkpoint_every,
-          dry_run, **flags) -> None:
+          strict, dry_run, **flags) -> None:
     """Analyse MODELS (files, LABEL=FILE, folders, or text files listing them) on DATA, then compare them.
 
     Writes OUT/signatures/<label>.json, OUT/report.html and OUT/compare.json. A rerun skips the models
@@ -58,7 +60,7 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
                        groups=read_table(group_file, "group") if group_file else None, force=force,
                        executor=executor, shards=shards, ray_address=ray_address,
                        checkpoint_every=checkpoint_every, clusters=clusters,
-                       echo=None if quiet else echo_err)
+                       echo=None if quiet else echo_err, strict=strict)
     if not quiet and result.rows:
         click.echo(models_table(result.rows, result.metric))
     for label, reason in result.failed.items():

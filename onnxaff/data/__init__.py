@@ -32,15 +32,15 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
 
 def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
                 shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000, *,
-                tokenizer=None, max_length: int | None = None, constants: dict | None = None,
+                tokenizer=None, max_length: int | None = None, pack: bool = False, constants: dict | None = None,
                 input_ranges: dict | None = None, pad: float = 0.0, hints: dict | None = None) -> FedSource:
     """The source of `spec` for the inputs that are not `constants`, wrapped so that its batches are the model's
     (onnxaff.data.feeding). images: options for image folders (preprocess, mean, std, resize, crop,
     interpolation, fit, pad_value, shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's
     symbolic dims; `sample_rate`: what an audio folder (audio:FOLDER) is resampled to. Text data (`text:FILE`, or
     a list of str) are tokenized by `tokenizer` (a tokenizer.json path or a tokenizers.Tokenizer) to `max_length`
-    tokens (onnxaff.data.text). `input_ranges`, `pad` and `hints` (onnxaff.graph.inputs: embedding sizes,
-    masks) shape synthetic data."""
+    tokens, or packed end to end into windows without padding (`pack`; onnxaff.data.text). `input_ranges`,
+    `pad` and `hints` (onnxaff.graph.inputs: embedding sizes, masks) shape synthetic data."""
     if limit is not None and limit <= 0:
         raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
     for name in list(shapes or {}) + list(input_ranges or {}):
@@ -48,14 +48,19 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
             field = "input_shapes" if name in (shapes or {}) else "input_ranges"
             raise ConfigError(field, f"{{option}} names {name!r}, which is not a model input")
     drawn, held = split_inputs(inputs, constants or {}, shapes)
+    synthetic_spec = isinstance(spec, str) and spec.startswith("synthetic:")
+    for field, given in (("input_ranges", input_ranges), ("pad", pad)):
+        if given and not synthetic_spec:
+            raise ConfigError(field, "{option} shapes synthetic data (synthetic:KIND); data read from a file or "
+                              "folder are fed as they are")
     if is_text(spec):
-        source = TextSource(spec, drawn, tokenizer, max_length=max_length, limit=limit)
+        source = TextSource(spec, drawn, tokenizer, max_length=max_length, limit=limit, pack=pack)
         return FedSource(source, inputs, constants or {}, held, shapes)
     if not isinstance(spec, str):
         raise OnnxaffError(f"data must be a path, a synthetic: or text: spec, or a list of str (texts); "
                            f"got {type(spec).__name__}" + (" holding other than str" if isinstance(spec, list | tuple)
                                                            else ""))
-    no_text_options(spec, tokenizer, max_length)
+    no_text_options(spec, tokenizer, max_length, pack)
     synthetic = {"ranges": dict(input_ranges or {}), "pad": pad, "hints": dict(hints or {})}
     source = _open(spec, drawn, limit, seed, shapes, images, sample_rate, synthetic)
     return FedSource(source, inputs, constants or {}, held, shapes)

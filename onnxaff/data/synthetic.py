@@ -59,6 +59,10 @@ class SyntheticSource(DataSource):
                  hints: dict | None = None):
         self.spec, self.ranges, self.pad, self.hints = spec, dict(ranges or {}), pad, dict(hints or {})
         self.kind, self.params = parse_spec(spec)
+        masks = [i.name for i in inputs if self.hints.get(i.name, {}).get("mask") and i.name not in self.ranges]
+        if pad and not masks:
+            raise ConfigError("pad", "{option} pads mask inputs (named *mask*, shaped as the token ids); this model "
+                              f"has none among {', '.join(i.name for i in inputs)}")
         self.seed = int(self.params.get("seed", seed))
         if self.seed < 0:
             raise ConfigError("seed", f"{{option}} {self.seed}: synthetic data need a seed ≥ 0")

@@ -225,8 +225,13 @@ def sequence_length(binding: Binding, max_length: int | None) -> tuple[int, int]
 
 
 class TextSource(DataSource):
+    """`pack`: the examples are consecutive windows of the padded length over all texts' tokens, one after the
+    other (each text with its special tokens), the last partial window dropped: no padding at all, which
+    attention sites need, since a key padding masks for every query leaves its feature undefined
+    (docs/metrics.md, masked positions)."""
+
     def __init__(self, data, inputs: list[InputSpec], tokenizer, max_length: int | None = None,
-                 limit: int | None = None):
+                 limit: int | None = None, pack: bool = False):
         if tokenizer is None:
             raise ConfigError("tokenizer", "text data need a tokenizer: give {option} (a tokenizer.json file)")
         self.binding = bind_inputs(inputs)
@@ -241,17 +246,32 @@ class TextSource(DataSource):
         self.tokenizer, self.tokenizer_info = load_tokenizer(tokenizer)
         self.pad = pad_of(self.tokenizer)
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(self.keep)
-        special = self.tokenizer.num_special_tokens_to_add(False)
-        if self.keep <= special:  # the tokenizer would not truncate at all
-            raise ConfigError("max_length", f"{{option}} {self.keep} leaves no token of text beside the {special} "
-                              "special tokens the tokenizer adds")
-        self.available = len(self.texts.examples)
+        self.packed = self._pack() if pack else None
+        if self.packed is None:
+            self.tokenizer.enable_truncation(self.keep)
+            special = self.tokenizer.num_special_tokens_to_add(False)
+            if self.keep <= special:  # the tokenizer would not truncate at all
+                raise ConfigError("max_length", f"{{option}} {self.keep} leaves no token of text beside the "
+                                  f"{special} special tokens the tokenizer adds")
+        self.available = len(self.texts.examples) if self.packed is None else len(self.packed[0])
         self.n = self.available if limit is None else min(limit, self.available)
         self.warnings = [self._bad_line_warning()] if self.texts.bad else []
 
     def _where(self) -> str:
         return self.path.name if self.path is not None else "the texts given"
+
+    def _pack(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, type ids) [windows, length] of all texts' tokens laid end to end."""
+        self.tokenizer.no_truncation()
+        encodings = self.tokenizer.encode_batch(self.texts.examples) if self.texts.examples else []
+        ids = np.array([t for e in encodings for t in e.ids], dtype=np.int64)
+        types = np.array([t for e in encodings for t in e.type_ids], dtype=np.int64)
+        windows = len(ids) // self.length
+        if windows == 0:
+            raise OnnxaffError(f"{self._where()} holds {len(ids)} tokens: fewer than one packed example of "
+                               f"{self.length}")
+        cut = windows * self.length
+        return ids[:cut].reshape(windows, self.length), types[:cut].reshape(windows, self.length)
 
     def _bad_line_warning(self) -> str:
         bad = self.texts.bad
@@ -281,11 +301,22 @@ class TextSource(DataSource):
             out[self.binding.types.name] = types
         return out
 
+    def windows(self, i: int, j: int) -> dict[str, np.ndarray]:
+        """Packed examples [i, j): every position a token (the mask all ones)."""
+        ids, types = self.packed
+        out = {self.binding.ids.name: ids[i:j]}
+        if self.binding.mask is not None:
+            out[self.binding.mask.name] = np.ones_like(ids[i:j])
+        if self.binding.types is not None:
+            out[self.binding.types.name] = types[i:j]
+        return out
+
     def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
         end = self.n if stop is None else min(stop, self.n)
         specs = {s.name: s for s in self.binding.specs}
         for i in range(start, end, batch_size):
-            arrays = self.encode(self.texts.examples[i:min(i + batch_size, end)])
+            j = min(i + batch_size, end)
+            arrays = self.encode(self.texts.examples[i:j]) if self.packed is None else self.windows(i, j)
             yield {name: np.ascontiguousarray(cast_for(specs[name], a, name)) for name, a in arrays.items()}
 
     def example_shapes(self) -> dict[str, tuple]:
@@ -303,12 +334,15 @@ class TextSource(DataSource):
             "inputs": {role: s.name for role, s in (("input_ids", self.binding.ids), ("attention_mask",
                        self.binding.mask), ("token_type_ids", self.binding.types)) if s is not None},
             "preprocessing": f"tokenized, truncated to {self.keep} tokens, padded to {self.length}",
+            **({"packed": {"windows": self.available, "tokens": int(self.packed[0].size), "window": self.length},
+                "preprocessing": f"tokenized, packed end to end into windows of {self.length} tokens, the "
+                                 "last partial window dropped"} if self.packed is not None else {}),
         }
 
 
-def no_text_options(data, tokenizer, max_length) -> None:
+def no_text_options(data, tokenizer, max_length, pack: bool = False) -> None:
     """The text options given for data that are not text: one line naming the option."""
-    for name, value in (("tokenizer", tokenizer), ("max_length", max_length)):
+    for name, value in (("tokenizer", tokenizer), ("max_length", max_length), ("pack", pack or None)):
         if value is not None:
             what = "a list" if isinstance(data, list | tuple) else repr(data)
             raise ConfigError(name, f"{{option}} applies to text data (text:FILE, or a list of str); "

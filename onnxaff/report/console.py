@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from onnxaff.signature import DAGGER, DAGGER_NOTE
 from onnxaff.terminal import table, wrapped
 from onnxaff.text import printable, short_names
 
@@ -79,13 +80,14 @@ def stage_lines(sig, track_names: list[str]) -> list[str]:
 
 def statistics_lines(sig) -> list[str]:
     """Each metric's signature statistics over its scored sites, with the near-linear share where defined."""
-    rows = []
+    rows, marked = [], False
     for n, st in sig.summary().items():
         if st.get("sites"):
-            near = st.get("near_linear")
-            rows.append([n, st["sites"], *(f"{st[k]:.4f}" for k in ("mean", "median", "min", "max", "std")),
-                         f"{100 * near['share']:.0f}% ({near['rule']})" if near else "-"])
-    return [table(rows, STAT_HEADER)] if rows else []
+            near, mark = st.get("near_linear"), DAGGER if sig.mostly_flagged(n) else ""
+            marked = marked or bool(mark)
+            rows.append([n, st["sites"], *(f"{st[k]:.4f}{mark}" for k in ("mean", "median", "min", "max", "std")),
+                         f"{100 * near['share']:.0f}%{mark} ({near['rule']})" if near else "-"])
+    return ([table(rows, STAT_HEADER)] + ([DAGGER_NOTE] if marked else [])) if rows else []
 
 
 def run_lines(sig) -> list[str]:
@@ -109,14 +111,41 @@ def summary_lines(sig) -> list[str]:
     return [*site_lines(sig, names), "", *stage_lines(sig, track_names), *statistics_lines(sig), *run_lines(sig)]
 
 
+ROW_KEYS = ("model", "sites", "accuracy", "mean", "min", "share_above_0.95", "flags", "mostly_flagged")
+
+
+def flag_text(flags: dict) -> str | None:
+    """`affinity 34 of 35 (eps_dominated 34, few_rows 2); affinity_lw ...` from {metric: Signature.flag_summary},
+    the metrics with flagged scores only; None when none has any."""
+    parts = [f"{m} {f['flagged']} of {f['scored']} ("
+             + ", ".join(f"{k} {n}" for k, n in sorted(f["kinds"].items(), key=lambda kv: -kv[1])) + ")"
+             for m, f in flags.items() if f["flagged"]]
+    return "; ".join(parts) or None
+
+
+def flag_lines(rows: list[dict]) -> list[str]:
+    """A line per model whose scores carry flags, with each flag's count, and the legend of the dagger."""
+    lines = [printable(f"{r['model']}: flagged sites: {text}") for r in rows
+             if (text := flag_text(r.get("flags") or {}))]
+    if any(r.get("mostly_flagged") for r in rows):
+        lines.append(DAGGER_NOTE)
+    return lines
+
+
 def models_table(rows: list[dict], metric: str, extra: list[str] | None = None) -> str:
-    """The demo's and the study's table: a row per model with its `metric` statistics, after the `extra`
-    columns (default: every column a row has beyond those)."""
-    known = ("model", "sites", "accuracy", "mean", "min", "share_above_0.95")
-    extra = [k for k in (rows[0] if rows else {}) if k not in known] if extra is None else extra
-    return table([[r["model"], *[r[k] for k in extra], r["sites"], fmt_value(r["accuracy"]), fmt_value(r["mean"]),
-                   fmt_value(r["min"]), fmt_value(r["share_above_0.95"], ".0%")] for r in rows],
+    """The demo's and the study's table: a row per model with its `metric` statistics (marked † where most of
+    their scores carry flags), after the `extra` columns (default: every column a row has beyond those), then a
+    line per model whose scores carry flags."""
+    extra = [k for k in (rows[0] if rows else {}) if k not in ROW_KEYS] if extra is None else extra
+
+    def mark(r, text):
+        return text + DAGGER if r.get("mostly_flagged") and text != "-" else text
+
+    body = table([[r["model"], *[r[k] for k in extra], r["sites"], fmt_value(r["accuracy"]),
+                   mark(r, fmt_value(r["mean"])), mark(r, fmt_value(r["min"])),
+                   mark(r, fmt_value(r["share_above_0.95"], ".0%"))] for r in rows],
                  ["model", *extra, "sites", "accuracy", f"{metric} mean", "min", ">0.95"])
+    return "\n".join([body, *flag_lines(rows)])
 
 
 def fmt_seconds(s: float) -> str:

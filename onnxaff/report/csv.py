@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from onnxaff.text import csv_text
 
-CORRELATION_COLUMNS = ["r2", "pearson_r", "slope", "intercept", "models", "flagged_models"]
+CORRELATION_COLUMNS = ["r2", "pearson_r", "r_ci95_low", "r_ci95_high", "p_value", "p_method", "slope", "intercept",
+                       "models", "flagged_models"]
+
+
+def _cell(v: dict, key: str):
+    ci = v.get("r_ci95") or [None, None]
+    return {"r_ci95_low": ci[0], "r_ci95_high": ci[1]}.get(key, v.get(key))
 
 
 def correlation_rows(result: dict) -> tuple[list[str], list[list]]:
-    """correlate's table as a header and one row per group and statistic (the CSV and Markdown share it)."""
-    rows = [[group, feat, *[v[k] for k in CORRELATION_COLUMNS]]
+    """correlate's table as a header and one row per group and statistic (the CSV and Markdown share it): R², r
+    with its bootstrap interval, the permutation p-value and how it was computed (exact or monte_carlo)."""
+    rows = [[group, feat, *[_cell(v, k) for k in CORRELATION_COLUMNS]]
             for group, table in result["table"].items() for feat, v in table.items()]
     return ["group", "statistic", *CORRELATION_COLUMNS], rows
 

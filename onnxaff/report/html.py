@@ -6,15 +6,17 @@ import html
 import math
 
 from onnxaff.compare import DTW_DESCRIPTION, Comparison
+from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.metrics.dispatch import stage_entry
 from onnxaff.report import plots, svg
-from onnxaff.signature import Signature, signature_stats
+from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, flagged_share, signature_stats
 from onnxaff.text import printable
 
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f2f2f2}td.l,th.l{text-align:left}img{max-width:100%;margin:0.5em 0}.note{color:#666;font-size:13px}
-h2{margin-top:1.6em;border-bottom:1px solid #ddd}"""
+h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+.warn{background:#fff4e5;border-left:4px solid #e69500;padding:4px 8px}"""
 
 
 def _esc(v) -> str:
@@ -88,6 +90,11 @@ def _page(title: str, body: str) -> str:
             f"<style>{STYLE}</style></head><body><h1>{_esc(title)}</h1>{body}</body></html>\n")
 
 
+def _warnings(lines) -> list[str]:
+    """Lines the reader must see before the numbers (options that differ, few models), highlighted."""
+    return [f"<p class='warn'>{_esc(line)}</p>" for line in lines if line]
+
+
 def _img(uri: str, alt: str) -> str:
     return f'<img src="{uri}" alt="{_esc(alt)}">'
 
@@ -104,6 +111,7 @@ def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters:
     parts = [f"<p class='note'>{len(sigs)} models; metrics: {', '.join(_esc(c.metric) for c in comps)}. "
              f"{DTW_DESCRIPTION}{'; length-normalised: divided by sqrt(max length)' if comps[0].normalized else ''}."
              "</p>"]
+    parts += _warnings([differences_line(differences(sigs, [c.metric for c in comps]), comps[0].names)])
     if len(comps) > 1:
         parts.append(_nav([c.metric for c in comps]))
     for comp in comps:
@@ -127,13 +135,29 @@ def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None,
     """The demo's report: the shipped networks (rows' statistics are of `metric`), comparison, correlation."""
     keys = ["model", "framework", "architecture", "sites", "accuracy", "mean", "min", "share_above_0.95"]
     header = [*keys[:5], f"{metric} mean", f"{metric} min", "share > 0.95"]
-    parts = [DEMO_INTRO, "<h2>Networks</h2>", _table(header, [[r[k] for k in keys] for r in rows], left=3)]
+    parts = [DEMO_INTRO, "<h2>Networks</h2>", networks_table(header, keys, rows, left=3)]
     if comps:
         parts.append(_comparison_body(sigs, comps, k_clusters=3))
     if corr is not None:
         parts.append("<h2>Correlation with accuracy</h2><p class='note'>Distinct networks only (second exports "
                      "of the same weights left out).</p>" + _correlation_body(corr, level=3))
     return _page("onnxaff demo: the shipped reference networks", "".join(parts))
+
+
+def networks_table(header: list[str], keys: list[str], rows: list[dict], left: int) -> str:
+    """The demo's and the study's table of models: statistics marked † where most of their scores carry flags,
+    and a column of each model's flagged scores by metric and kind (the rows of onnxaff.study)."""
+    from onnxaff.report.console import flag_text
+
+    def cell(r, k):
+        v = r.get(k)
+        if r.get("mostly_flagged") and k in ("mean", "min", "share_above_0.95") and isinstance(v, float):
+            return f"{v:.4g}{DAGGER}"
+        return v
+
+    body = _table([*header, "flagged sites"], [[*[cell(r, k) for k in keys], flag_text(r.get("flags") or {}) or "-"]
+                                               for r in rows], left={*range(left), len(keys)})
+    return body + (f"<p class='note'>{_esc(DAGGER_NOTE)}</p>" if any(r.get("mostly_flagged") for r in rows) else "")
 
 
 def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int) -> str:
@@ -149,8 +173,19 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
         nl = st.get("near_linear")
         return f"{100 * nl['share']:.0f}% ({nl['rule']})" if nl else None
 
-    rows = [[n, *[st.get(k) for k in keys], *([share(st)] if near else [])] for n, st in stats.items()]
-    parts.append("<h3>Signature statistics</h3>" + _table(["model", *keys, *(["near-linear"] if near else [])], rows))
+    flags = {n: s.flag_summary(comp.metric) for n, s in zip(comp.names, sigs, strict=True)}
+    marked = {n: s.mostly_flagged(comp.metric) for n, s in zip(comp.names, sigs, strict=True)}
+
+    def mark(n, v):
+        if not marked[n] or v is None or isinstance(v, int):
+            return v
+        return (f"{v:.4g}" if isinstance(v, float) else v) + DAGGER
+
+    rows = [[n, *[mark(n, st.get(k)) for k in keys], *([mark(n, share(st))] if near else []), flagged_share(flags[n])]
+            for n, st in stats.items()]
+    parts.append("<h3>Signature statistics</h3>" + _table(["model", *keys, *(["near-linear"] if near else []),
+                                                          "flagged sites"], rows)
+                 + (f"<p class='note'>{_esc(DAGGER_NOTE)}</p>" if any(marked.values()) else ""))
     parts.append("<h3>DTW distances</h3>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
                                                               "DTW distance, ordered by the clustering"), "heatmap"))
     parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)]))
@@ -172,17 +207,21 @@ def correlation_page(result: dict) -> str:
 
 
 def _correlation_body(result: dict, level: int = 2) -> str:
-    parts = [f"<p class='note'>R² of a 1-D least-squares line accuracy ≈ a·statistic + b, and Pearson r; "
-             f"signature statistics of <b>{_esc(result['metric'])}</b> and model-level baselines.</p>"]
+    parts = [*_warnings([*result.get("warnings", ()), line_of(result.get("differences") or [])]),
+             f"<p class='note'>R² of a 1-D least-squares line accuracy ≈ a·statistic + b, and Pearson r; "
+             f"signature statistics of <b>{_esc(result['metric'])}</b> and model-level baselines. "
+             f"p: {_esc(result.get('p_method', ''))}, two-sided (|r| at least the observed). "
+             f"{_esc(result.get('interval_method', ''))}.</p>"]
     if result.get("left_out"):
         parts.append(f"<p class='note'>Not in every signature, left out: {_esc(', '.join(result['left_out']))}"
                      "</p>")
     for group, table in result["table"].items():
         ranked = sorted(table.items(), key=lambda kv: -(kv[1]["r2"] if math.isfinite(kv[1]["r2"]) else -1))
         parts.append(f"<h{level}>Group: {_esc(group)}</h{level}>")
-        parts.append(_table(["statistic", "R²", "Pearson r", "slope", "intercept", "models", "flagged models"],
-                            [[f, v["r2"], v["pearson_r"], v["slope"], v["intercept"], v["models"],
-                              v.get("flagged_models", 0)] for f, v in ranked]))
+        parts.append(_table(["statistic", "R²", "Pearson r", "r 95 % interval", "p", "slope", "intercept", "models",
+                             "flagged models"],
+                            [[f, v["r2"], v["pearson_r"], _interval(v.get("r_ci95")), v.get("p_value"), v["slope"],
+                              v["intercept"], v["models"], v.get("flagged_models", 0)] for f, v in ranked]))
         members = [r for r in result["rows"] if group == "all" or r["group"] == group]
         for feat, fit in ranked[:6]:
             x = [r["features"][feat] for r in members]
@@ -201,11 +240,18 @@ def _correlation_body(result: dict, level: int = 2) -> str:
     return "".join(parts)
 
 
-def _score_cell(entry: dict | None):
-    """A per-site score for the tables: the mean, marked * when scored on one partial chunk."""
+def _interval(ci) -> str | None:
+    return None if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _score_cell(entry: dict | None, ci: bool = False):
+    """A per-site score for the tables: the mean (with `ci`, ± the half-width of its ci95, the longer side where
+    clipped), marked * when scored on one partial chunk."""
     if not entry or entry.get("mean") is None:
         return (entry or {}).get("status")
-    return f"{entry['mean']:.4g}*" if entry.get("partial") else entry["mean"]
+    mean, (lo, hi) = entry["mean"], entry.get("ci95") or (None, None)
+    text = f"{mean:.4g}" + (f" ±{max(hi - mean, mean - lo):.2g}" if ci and lo is not None and hi is not None else "")
+    return text + "*" if entry.get("partial") else (text if ci else mean)
 
 
 def _signature_svg(named_sigs: list[tuple[str, Signature]], metric: str) -> str:
@@ -230,11 +276,17 @@ def single_page(sig: Signature, metric: str | None = None) -> str:
         parts.append(f"<h2 id='m-{_esc(m)}'>{_esc(m)}</h2>" + _signature_svg([(name, sig)], m)
                      + _img(plots.histograms({name: values}, m), f"histogram of {m}"))
     rows = [[s["index"], s["id"], s["kind"], fmt_shape(s.get("input_shape")), s.get("dim"), s["status"],
-             *[_score_cell(s["metrics"].get(m)) for m in metrics],
-             ", ".join(sorted({f for m in metrics for f in (s["metrics"].get(m) or {}).get("flags") or []})) or "-"]
+             *[c for m in metrics for c in (_score_cell(s["metrics"].get(m), ci=True),
+                                            ", ".join((s["metrics"].get(m) or {}).get("flags") or []) or "-")]]
             for s in sig.sites]
-    parts.append("<h2>Sites</h2>" + _table(["#", "id", "kind", "shape", "D", "status", *metrics,
-                                            "flags (docs/statistics.md)"], rows, left={1, 2, 3, 5, 6 + len(metrics)}))
+    parts.append("<h2>Sites</h2><p class='note'>Scores: mean ± half-width of the 95 % interval over the chunks; "
+                 "flags per metric (docs/statistics.md).</p>"
+                 + _table(["#", "id", "kind", "shape", "D", "status", *[h for m in metrics for h in (m, f"{m} flags")]],
+                          rows, left={1, 2, 3, 5, *range(7, 6 + 2 * len(metrics), 2)}))
+    marked = [m for m in order if sig.mostly_flagged(m)]
+    if marked:
+        parts.append(f"<p class='warn'>Most {_esc(', '.join(marked))} scores of this model carry flags: "
+                     + _esc("; ".join(f"{m} {flagged_share(sig.flag_summary(m))}" for m in marked)) + "</p>")
     if any(e.get("partial") for s in sig.sites for e in s.get("metrics", {}).values() if e):
         parts.append("<p class='note'>* scored on one partial chunk: the data has fewer rows than the chunk size.</p>")
     if sig.stages:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.report.csv import correlation_rows
-from onnxaff.signature import signature_stats
+from onnxaff.signature import DAGGER, DAGGER_NOTE, flagged_share, signature_stats
 from onnxaff.text import md_cell, md_table
 
 STAT_COLUMNS = [("sites", "sites"), ("mean", "mean"), ("median", "median"), ("min", "min"), ("max", "max"),
@@ -21,20 +22,26 @@ def statistics_table(sigs, comp) -> list[str]:
     defines one (by its declared direction and range). Every cell, names first, goes through md_cell."""
     stats = [signature_stats(s.scores(comp.metric), s.metrics.get(comp.metric)) for s in sigs]
     near = any("near_linear" in st for st in stats)
-    header = ["model", *[h for _, h in STAT_COLUMNS], *(["near-linear"] if near else [])]
-    rows = []
-    for name, st in zip(comp.names, stats, strict=True):
-        cells = [name, *[_num(st.get(k)) for k, _ in STAT_COLUMNS]]
+    header = ["model", *[h for _, h in STAT_COLUMNS], *(["near-linear"] if near else []), "flagged sites"]
+    rows, marked = [], False
+    for name, sig, st in zip(comp.names, sigs, stats, strict=True):
+        mark = DAGGER if sig.mostly_flagged(comp.metric) else ""
+        marked = marked or bool(mark)
+        cells = [name, *[_num(st.get(k)) + (mark if k != "sites" else "") for k, _ in STAT_COLUMNS]]
         if near:
             nl = st.get("near_linear")
-            cells.append(f"{100 * nl['share']:.0f}% ({nl['rule']})" if nl else "–")
-        rows.append(cells)
-    return [f"**{md_cell(comp.metric)}: signature statistics**", "", *md_table(header, rows), ""]
+            cells.append(f"{100 * nl['share']:.0f}%{mark} ({nl['rule']})" if nl else "–")
+        rows.append([*cells, flagged_share(sig.flag_summary(comp.metric))])
+    return [f"**{md_cell(comp.metric)}: signature statistics**", "", *md_table(header, rows), "",
+            *([md_cell(DAGGER_NOTE), ""] if marked else [])]
 
 
 def comparison_markdown(comps, sigs=None) -> str:
     """A DTW table per metric, each followed by its signature statistics table when `sigs` are given."""
     lines = []
+    if sigs is not None:
+        line = differences_line(differences(sigs, [c.metric for c in comps]), comps[0].names)
+        lines += [f"> **warning**: {md_cell(line)}", ""] if line else []
     for c in comps:
         lines += [f"### {md_cell(c.metric)}", "",
                   *md_table(["model", *c.names], [[n, *c.distances[i]] for i, n in enumerate(c.names)]), ""]
@@ -53,7 +60,11 @@ def correlation_markdown(result: dict) -> str:
     header, rows = correlation_rows(result)
     title = f"### correlation with accuracy: {md_cell(result['metric'])}"
     models = [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]
-    return "\n".join([title, "", *md_table(header, rows), "", "#### models (flags: docs/statistics.md)", "",
+    warn = [f"> **warning**: {md_cell(w)}" for w in [*result.get("warnings", ()), line_of(result.get("differences"))]
+            if w]
+    notes = [f"p: {md_cell(result.get('p_method', ''))}, two-sided; {md_cell(result.get('interval_method', ''))}."]
+    return "\n".join([title, "", *[x for w in warn for x in (w, "")], *md_table(header, rows), "", *notes, "",
+                      "#### models (flags: docs/statistics.md)", "",
                       *md_table(["model", "accuracy", "group", "flagged sites"], models)]) + "\n"
 
 

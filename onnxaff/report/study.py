@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from onnxaff.compare import Comparison
-from onnxaff.report.html import _comparison_body, _correlation_body, _page, _table
+from onnxaff.report.console import ROW_KEYS
+from onnxaff.report.html import _comparison_body, _correlation_body, _page, _table, networks_table
 from onnxaff.signature import Signature
 
 
 def study_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None, rows: list[dict], metric: str,
                failed: dict[str, str], clusters: int = 3) -> str:
     """Every model's statistics of `metric`, the models that failed and why, signatures, DTW, clustering."""
-    extra = [k for k in (rows[0] if rows else {}) if k not in _KEYS]
+    extra = [k for k in (rows[0] if rows else {}) if k not in ROW_KEYS]
     keys = ["model", *extra, *_KEYS[1:]]
     header = [*keys[:-3], f"{metric} mean", f"{metric} min", "share > 0.95"]
-    parts = [f"<p>{len(sigs)} models analysed on the same data"
+    same = " on the same data" if not any(d.field == "data" for c in comps[:1] for d in c.differences) else ""
+    parts = [f"<p>{len(sigs)} models analysed{same}"
              + (f"; {len(failed)} failed (below)" if failed else "") + ".</p>",
-             "<h2>Networks</h2>", _table(header, [[r.get(k) for k in keys] for r in rows], left=1 + len(extra))]
+             "<h2>Networks</h2>", networks_table(header, keys, rows, left=1 + len(extra))]
     if failed:
         parts.append("<h2>Failed</h2>" + _table(["model", "reason"], [[k, v] for k, v in failed.items()], left=2))
     if comps:

@@ -69,13 +69,16 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
 def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike, *, options: dict,
               accuracy: dict[str, str] | None = None, groups: dict[str, str] | None = None, force: bool = False,
               executor: str = "local", shards: int = 4, ray_address: str | None = None, checkpoint_every: int = 0,
-              clusters: int = CLUSTERS, echo: Callable[[str], None] | None = None, render=None) -> StudyResult:
+              clusters: int = CLUSTERS, echo: Callable[[str], None] | None = None, render=None,
+              strict: bool = False) -> StudyResult:
     """Analyse every model (skipping up-to-date ones), then write report.html and compare.json into `out`.
 
     `options` are AnalysisConfig fields (metrics first: the first metric heads the tables), checked once before
     any model is read (a bad value is a ConfigError, not a failure of every model). `accuracy`
     and `groups` map a label or a model file's sha256 to a value. `render(sigs, comps, corr, rows, metric,
-    failed)` returns the page (default: the study page). Interrupted propagates, the state saved.
+    failed)` returns the page (default: the study page). Interrupted propagates, the state saved. The signatures
+    are compared after a line naming the options that change the numbers and differ between them (per-model data,
+    signatures of older runs); `strict` refuses that comparison instead (the signatures are kept).
     """
     from onnxaff.analysis import AnalysisConfig
 
@@ -95,11 +98,11 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
         for _, path in study_outputs(folder, models):
             check_writable(path)  # once, before any model: not after analysing them all
         return _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, force, executor, shards,
-                           ray_address, checkpoint_every, clusters, echo, render)
+                           ray_address, checkpoint_every, clusters, echo, (render, strict))
 
 
 def _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, force, executor, shards,
-                ray_address, checkpoint_every, clusters, echo, render) -> StudyResult:
+                ray_address, checkpoint_every, clusters, echo, outputs) -> StudyResult:
     metrics = options["metrics"]
     digests = {m.label: file_digest(m.path) for m in models}
     accuracies = _accuracies(models, digests, accuracy)
@@ -111,7 +114,7 @@ def _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, 
             _study_model(run, k, model)
     rows = [_row(m, run.sigs[m.label], accuracies.get(m.label), metrics[0]) for m in models if m.label in run.sigs]
     result = StudyResult(folder, run.sigs, rows, run.failed, run.skipped, metric=metrics[0])
-    result.report = _write_outputs(result, models, accuracies, groups, metrics[0], clusters, render)
+    result.report = _write_outputs(result, models, accuracies, groups, metrics[0], clusters, *outputs, run.echo)
     run.echo(f"{len(run.sigs)} of {len(models)} models in the study ({len(run.skipped)} up to date, "
              f"{len(run.failed)} failed) in {_clock(time.perf_counter() - started)}")
     return result
@@ -128,8 +131,11 @@ def study_outputs(folder: Path, models: list[StudyModel]) -> list[tuple[str, Pat
 def study_inputs(models: list[StudyModel], data: str | None, options: dict) -> list[tuple[str, str | Path]]:
     """Every file a study reads (models, data, plugins), as refuse_overwrite takes them."""
     specs = {m.data or data for m in models} - {None}
+    tokenizer = options.get("tokenizer")
     return [*[(f"the model {m.label}", m.path) for m in models], *[("the data", data_path(s)) for s in sorted(specs)],
-            *[("the plugin", p) for p in options.get("plugins") or ()]]
+            *[("the plugin", p) for p in options.get("plugins") or ()],
+            *[(f"the constant of {k}", v) for k, v in (options.get("constants") or {}).items() if isinstance(v, str)],
+            *([("the tokenizer", tokenizer)] if isinstance(tokenizer, str) else [])]
 
 
 def _check_data_files(models: list[StudyModel], data: str | None) -> None:
@@ -320,27 +326,38 @@ def _label(sig: Signature, model: StudyModel) -> Signature:
 
 def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str) -> dict:
     stats = sig.summary().get(metric, {})
+    flags = {m: sig.flag_summary(m) for m in sig.metrics if any(v is not None for v in sig.scores(m))}
     return {"model": model.label, **model.columns, "sites": len(sig.sites), "accuracy": accuracy,
-            "mean": stats.get("mean"), "min": stats.get("min"), "share_above_0.95": stats.get("share_above_0.95")}
+            "mean": stats.get("mean"), "min": stats.get("min"), "share_above_0.95": stats.get("share_above_0.95"),
+            "flags": flags, "mostly_flagged": sig.mostly_flagged(metric)}
 
 
 def _write_outputs(result: StudyResult, models: list[StudyModel], accuracies: dict, groups, metric: str,
-                   clusters: int, render) -> Path:
-    from onnxaff.compare import compare, correlate, shared_metrics
+                   clusters: int, render, strict: bool, echo) -> Path:
+    from onnxaff.compare import compare, correlate, run_labels, shared_metrics
+    from onnxaff.differences import differences, differences_line, refuse
     from onnxaff.report.jsondata import comparison_metrics
 
     ordered = [result.signatures[m.label] for m in models if m.label in result.signatures]
     comps, corr = [], None
+    diffs = differences(ordered, shared_metrics(ordered)) if len(ordered) >= 2 else []
+    if strict:
+        refuse(diffs, run_labels(ordered))
+    if diffs:
+        echo(differences_line(diffs, run_labels(ordered)))
     if len(ordered) >= 2:
         comps = [compare(ordered, metric=m) for m in shared_metrics(ordered)]
         distinct = [m for m in models if m.label in result.signatures and m.correlate and m.label in accuracies]
         if len(distinct) >= 3:
             corr = correlate([result.signatures[m.label] for m in distinct],
                              {m.label: str(accuracies[m.label]) for m in distinct}, metric=metric, groups=groups)
+            for line in corr["warnings"]:  # its differences: said above
+                echo(line)
     payload = {"models": [m.label for m in models if m.label in result.signatures], "failed": result.failed,
-               "skipped": result.skipped, "normalized": False, "metrics": comparison_metrics(comps, clusters)}
+               "skipped": result.skipped, "normalized": False, "metrics": comparison_metrics(comps, clusters),
+               "differences": [d.as_dict(run_labels(ordered)) for d in diffs]}
     if corr is not None:
-        payload["correlation"] = {"metric": corr["metric"], "table": corr["table"]}
+        payload["correlation"] = {k: corr[k] for k in ("metric", "table", "p_method", "interval_method", "warnings")}
     write_json_atomic(result.folder / "compare.json", payload)
     if render is None:
         from onnxaff.report.study import study_page
