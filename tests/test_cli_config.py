@@ -70,7 +70,7 @@ def test_click_defaults_are_the_configs():
                 assert p.get_default(ctx) == getattr(default, p.field), (command.name, p.name)
                 assert p.show_default
     ctx = cli.commands["analyze"].make_context("analyze", ["m.onnx", "--data", "x.npy"])
-    flags = {k: v for k, v in ctx.params.items() if k not in ("model", "data", "out")}
+    flags = {k: v for k, v in ctx.params.items() if k not in ("model", "data", "out", "dry_run")}
     from_cli = run_options(**flags).analysis
     assert dataclasses.replace(from_cli, images=None) == dataclasses.replace(default, images=None)
     study = cli.commands["study"].make_context("study", ["m.onnx", "--data", "x.npy", "--out", "o"]).params
@@ -90,7 +90,7 @@ def test_help_shows_the_config_defaults(capfd):
 def test_options_map_to_analysis_keywords():
     ctx = cli.commands["analyze"].make_context("analyze", ["m.onnx", "--data", "x.npy", "--mean", "0.5,0.5,0.5",
                                                            "--checkpoint-every", "3", "--quiet"])
-    flags = {k: v for k, v in ctx.params.items() if k not in ("model", "data", "out")}
+    flags = {k: v for k, v in ctx.params.items() if k not in ("model", "data", "out", "dry_run")}
     opts = run_options(**flags)
     assert isinstance(opts, RunOptions) and opts.checkpoint_every == 3 and opts.quiet
     assert opts.analysis.images["mean"] == (0.5, 0.5, 0.5) and opts.analysis.progress is False

@@ -50,6 +50,12 @@ def _dims(site, reduce: str) -> tuple[int | None, int | None]:
 def check_sites(sites, stage_probes, metrics, config, examples: int) -> None:
     """Refuse chunk buffers (and pooled d×d moments) that cannot be held: rows × features × 8 bytes × copies
     for every site, plus the half-sample copies of the largest one-chunk site."""
+    check_fits(site_memory(sites, stage_probes, metrics, config, examples))
+
+
+def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tuple[int, str, str]]:
+    """What the sites' chunk buffers, pooled moments and half-samples hold: (bytes, what, what to lower) parts (the
+    cost preview, onnxaff.analysis.cost, adds them up too)."""
     rows = config.chunk_size if config.reduce == "positions" else max(2, min(config.chunk_size, examples))
     moments = any(serving(m).end_input == "moments" for m in metrics)
     parts, widest = [], (0, "")
@@ -73,7 +79,7 @@ def check_sites(sites, stage_probes, metrics, config, examples: int) -> None:
     if widest[0]:
         parts.append((HALVES // 2 * widest[0], f"the one-chunk interval's {HALVES} half-samples of site {widest[1]}",
                       f"lower {option('chunk_size')}"))
-    check_fits(parts)
+    return parts
 
 
 def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, examples: int) -> list[str]:

@@ -24,6 +24,28 @@ def print_summary(sig) -> None:
         echo_err(f"warning: {render_options(w, flag_of)}")
 
 
+def _estimate(model: str, data: str, config):
+    from onnxaff.analysis.cost import estimate, process_age
+
+    return estimate(model, data, config, startup=process_age())
+
+
+def print_estimates(estimates: dict) -> None:
+    """Cost previews (label -> Estimate, or why a model has none): each one's table and notes, then for several a
+    line per model and the totals."""
+    from onnxaff.report.console import estimate_lines, estimates_table
+
+    for label, est in estimates.items():
+        if isinstance(est, str):
+            echo_err(f"failed: {label}: {render_options(est, flag_of)}")
+            continue
+        click.echo("\n".join(([printable(f"== {label}")] if label else []) + estimate_lines(est.to_dict())))
+        for note in est.notes:
+            echo_err(f"warning: {render_options(note, flag_of)}")
+    if len(estimates) > 1:
+        click.echo(estimates_table({k: e.to_dict() for k, e in estimates.items() if not isinstance(e, str)}))
+
+
 def default_out(model: str, shard: tuple[int, int] | None) -> str:
     stem = os.path.splitext(os.path.basename(model))[0]
     return f"{stem}.shard-{shard[0]}-of-{shard[1]}.json" if shard else f"{stem}.signature.json"
@@ -41,9 +63,14 @@ def default_out(model: str, shard: tuple[int, int] | None) -> str:
 @configured("--nlc-directions", "nlc_directions", metavar="N|all",
             help="Network NLC on wide inputs: rolls per example, or all (exact estimator, ~14x slower; "
                  "docs/statistics.md).")
-def analyze(model, data, out, **flags) -> None:
+@click.option("--dry-run", is_flag=True, help="Print each site's D, rows per chunk, chunks and predicted few_rows "
+              "flags, and the run's predicted time and peak memory (from a calibration of a few seconds), then stop: "
+              "nothing is written (docs/cost.md).")
+def analyze(model, data, out, dry_run, **flags) -> None:
     """Score every site of MODEL on DATA and write the signature JSON."""
     opts = run_options(**flags)
+    if dry_run:
+        return print_estimates({"": _estimate(model, data, opts.analysis)})
     run_analysis(model, data, out or default_out(model, opts.analysis.shard), opts)
 
 

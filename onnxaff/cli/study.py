@@ -32,9 +32,11 @@ SOME_FAILED = 3
               help="Save a model's state every N batches (always on SIGINT/SIGTERM); a rerun continues it.")
 @click.option("--strict", is_flag=True, help="Refuse to compare signatures whose options that change the numbers "
                                             "differ (per-model data, older signatures); they are still written.")
+@click.option("--dry-run", is_flag=True, help="Print every model's cost preview (as analyze --dry-run) and the "
+              "study's predicted time and peak memory, then stop: nothing is written.")
 @analysis_options
 def study(models, data, out, accuracy, group_file, force, clusters, executor, shards, ray_address, checkpoint_every,
-          strict, **flags) -> None:
+          strict, dry_run, **flags) -> None:
     """Analyse MODELS (files, LABEL=FILE, folders, or text files listing them) on DATA, then compare them.
 
     Writes OUT/signatures/<label>.json, OUT/report.html and OUT/compare.json. A rerun skips the models
@@ -46,6 +48,13 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
 
     quiet = flags["quiet"]
     kwargs = analysis_kwargs(**flags)
+    if dry_run:
+        from onnxaff.analysis.cost import process_age
+        from onnxaff.cli.analyze import print_estimates
+        from onnxaff.study.preview import preview_study
+
+        return print_estimates(preview_study(resolve_models(list(models)), data, kwargs, startup=process_age(),
+                                             echo=None if quiet else echo_err))
     result = run_study(resolve_models(list(models)), data, out, options=kwargs,
                        accuracy=read_table(accuracy, "accuracy") if accuracy else None,
                        groups=read_table(group_file, "group") if group_file else None, force=force,

@@ -146,3 +146,60 @@ def models_table(rows: list[dict], metric: str, extra: list[str] | None = None) 
                    mark(r, fmt_value(r["share_above_0.95"], ".0%"))] for r in rows],
                  ["model", *extra, "sites", "accuracy", f"{metric} mean", "min", ">0.95"])
     return "\n".join([body, *flag_lines(rows)])
+
+
+def fmt_seconds(s: float) -> str:
+    """Seconds as a person reads them: 0.42 s, 12 s, 3.5 min, 1.2 h."""
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 120:
+        return f"{s:.0f} s"
+    return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def estimate_lines(est: dict) -> list[str]:
+    """A run's cost preview (onnxaff.analysis.cost.Estimate.to_dict()): a row per site, then the totals."""
+    from onnxaff.memory import size
+
+    metrics = est["metrics"]
+    items = est["sites"] + est["stages"]
+    ids = short_names([s["id"] for s in items], 40)
+    rows = []
+    for s, shown in zip(items, ids, strict=True):
+        if s["status"] != "ok":
+            rows.append([s["index"], shown, s["kind"], "-", "-", "-", s["status"], *["-"] * len(metrics)])
+            continue
+        chunks = f"{s['chunks']}{' (partial)' if s['partial'] else ''}"
+        cells = [fmt_seconds(s["seconds"][m]) if m in s["seconds"] else "-" for m in metrics]
+        rows.append([s["index"], shown, s["kind"], s["dim"] if s["dim"] is not None else "?", f"{s['rows']:,}", chunks,
+                     ", ".join(s["few_rows"]) or "-", *cells])
+    secs = est["seconds"]
+    scoring = ", ".join(f"{m} {fmt_seconds(t)}" for m, t in secs["scoring"].items())
+    plain = secs["plain_inference"]
+    ratio = f", {secs['wall'] / plain:.1f}× the plain model's inference" if plain else ""
+    plain = f" (the plain model: {fmt_seconds(plain)})" if plain is not None else ""
+    return [
+        printable(f"{est['model']}: {est['examples']:,} examples from {est['data']} in {est['batches']} batches of "
+                  f"{est['batch_size']}, chunks of {est['chunk_size']}, reduce={est['reduce']}, {est['provider']}"),
+        wrapped(rows, ["#", "site", "kind", "D", "rows/chunk", "chunks", "few_rows", *[f"{m} s" for m in metrics]],
+                fixed=7, repeat=2),
+        f"predicted: inference {fmt_seconds(secs['inference'])}{plain}, scoring "
+        f"{fmt_seconds(sum(secs['scoring'].values()))} ({scoring}), start and setup "
+        f"{fmt_seconds(secs['startup'] + secs['setup'])}",
+        f"predicted: wall {fmt_seconds(secs['wall'])}{ratio}, peak memory {size(est['peak_bytes'])} "
+        f"(this preview took {fmt_seconds(est['calibration_seconds'])}; docs/cost.md)",
+    ]
+
+
+def estimates_table(estimates: dict[str, dict]) -> str:
+    """A study's cost preview: a row per model (label -> Estimate.to_dict()), then the study's totals (time adds
+    up; memory is the largest model's, as the models run one after another)."""
+    from onnxaff.memory import size
+
+    rows = [[label, len(e["sites"]), f"{e['examples']:,}", fmt_seconds(e["seconds"]["inference"]),
+             fmt_seconds(sum(e["seconds"]["scoring"].values())), fmt_seconds(e["seconds"]["wall"]),
+             size(e["peak_bytes"])] for label, e in estimates.items()]
+    wall = sum(e["seconds"]["wall"] for e in estimates.values())
+    peak = max((e["peak_bytes"] for e in estimates.values()), default=0)
+    return "\n".join([table(rows, ["model", "sites", "examples", "inference", "scoring", "wall", "peak memory"]),
+                      f"predicted for the study: wall {fmt_seconds(wall)}, peak memory {size(peak)} (one model's)"])

@@ -1,0 +1,350 @@
+"""What a run will cost, known before it runs (`--dry-run`): each site's D, rows per chunk, chunks and the few_rows
+flags it will get, and the predicted inference, scoring (per metric), peak memory and wall time.
+
+Predicted from a short calibration on this machine, now (docs/cost.md): the plan and the sessions are built as
+the run builds them (their time is the run's too); two batches go through the augmented model into the sites'
+collectors (the first, of a few examples, warms the session); one scoring job of each distinct (metric,
+rows, D) is timed on rows of the site's own features (drawn again with a little jitter up to the chunk's size
+where the calibration gave fewer); the rest is extrapolated to the data's length. The flags come from the rule a
+run applies (onnxaff.stats.metric_flags). Nothing is written: no checkpoint, no signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from onnxaff.analysis.budget import site_memory
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.analysis.feeder import Feeder
+from onnxaff.analysis.plan import Plan
+from onnxaff.chunks import readonly
+from onnxaff.data import no_usable
+from onnxaff.entries import not_applicable
+from onnxaff.graph.rewrite import feature_dim
+from onnxaff.metrics import Chunk
+from onnxaff.metrics.dispatch import serving
+from onnxaff.observations import Observations
+from onnxaff.runtime import CUDA, Runner
+from onnxaff.scoring import MetricScorer, default_workers
+from onnxaff.stats import HALVES, metric_flags
+
+WARM_EXAMPLES = 8  # the first calibration batch, which warms the session (counted once); then one full batch
+JITTER = 0.1  # of each feature's spread, added to rows drawn again so no two rows of a timed chunk are equal
+DECLARED_ABOVE = 5.0  # a job whose metric declares more seconds than this (chunk_seconds) is not run: declared
+
+
+@dataclass(frozen=True)
+class SiteCost:
+    """One site (or residual stage, kind "stage") as the run will see it: `rows` per chunk, `chunks` expected
+    (full ones; one partial chunk when there is none), the metric specs it will flag `few_rows`, and the
+    predicted scoring seconds per metric."""
+
+    index: int
+    id: str
+    kind: str
+    status: str
+    dim: int | None = None
+    dim_y: int | None = None
+    rows_per_example: float = 0.0
+    rows: int = 0
+    chunks: int = 0
+    partial: bool = False
+    few_rows: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A run's predicted cost. `seconds`: startup (the interpreter, as far as the caller says), setup (plan and
+    sessions, measured), inference (batches through the augmented model into the sites), plain_inference (the
+    plain model over the same batches, for the ratio; None unless asked), scoring (per metric spec), wall;
+    `peak_bytes` the largest resident memory; `calibration_seconds` what this estimate took; `notes` the plan's
+    warnings and what was declared rather than timed (text naming configuration fields, as a signature's warnings)."""
+
+    model: str
+    data: str
+    examples: int
+    batch_size: int
+    batches: int
+    chunk_size: int
+    reduce: str
+    intervals: str
+    metrics: list[str]
+    provider: str
+    workers: int
+    sites: list[SiteCost]
+    stages: list[SiteCost]
+    seconds: dict
+    peak_bytes: int
+    calibration_seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.seconds["wall"]
+
+    @property
+    def scoring_seconds(self) -> float:
+        return sum(self.seconds["scoring"].values())
+
+    def to_dict(self) -> dict:
+        """Plain JSON types (`json.dumps` takes it)."""
+        return dataclasses.asdict(self)
+
+
+def process_age() -> float:
+    """Seconds since this process started (its interpreter and imports: what the real run's start costs too)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - start / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def estimate(model, data, config: AnalysisConfig | None = None, *, startup: float = 0.0, plain: bool = False,
+             **options) -> Estimate:
+    """Predict what `analyze(model, data, config)` will cost on this machine, from a calibration of a few seconds.
+
+    `startup`: seconds the caller's process took to get here (the CLI passes `process_age()`), added to the wall;
+    `plain`: also time the plain model on the calibration batches (a session more: `plain_inference`, else None)."""
+    config = AnalysisConfig.of(config, **options)
+    began = time.perf_counter()
+    plan = Plan.build(model, data, config)
+    feeder = Feeder(plan)
+    setup = time.perf_counter() - began
+    fed = _Fed(feeder)
+    examples = plan.stop - plan.start
+    if plan.fixed_batch is not None:  # the short last batch is dropped
+        examples -= examples % plan.batch_size
+    timer = _Jobs(feeder, config)
+    sites = [_site_cost(plan, s, feeder.state.sites, fed, timer, examples) for s in plan.sites]
+    stages = [_stage_cost(plan, k, st, fed, timer, examples) for k, st in enumerate(feeder.state.stages)]
+    timer.scorer.close()
+    plain = fed.extrapolate(fed.plain(plan), examples) if plain else None
+    scoring = {m.spec: 0.0 for m in plan.metrics + plan.track_metrics}
+    for cost in sites + stages:
+        for spec, s in cost.seconds.items():
+            scoring[spec] += s
+    inference = fed.extrapolate(fed.times, examples) + (0.0 if fed.cut_chunks else timer.diagnostics)
+    gpu = CUDA in feeder.runner.providers
+    body = max(inference, sum(scoring.values())) if gpu else inference + sum(scoring.values())
+    memory = sum(b for b, _, _ in site_memory(plan.ok_sites, plan.stage_probes, plan.metrics, config, examples))
+    peak = fed.rss + fed.file_per_example * max(0, examples - fed.examples) + memory + timer.working_bytes
+    seconds = {"startup": startup, "setup": setup, "inference": inference,
+               "plain_inference": plain, "scoring": scoring,
+               "wall": startup + setup + body}
+    return Estimate(model=plan.model_info["name"], data=plan.data, examples=examples, batch_size=plan.batch_size,
+                    batches=math.ceil(examples / plan.batch_size), chunk_size=config.chunk_size, reduce=config.reduce,
+                    intervals=config.intervals, metrics=[m.spec for m in plan.metrics + plan.track_metrics],
+                    provider=feeder.runner.providers[0], workers=timer.workers, sites=sites, stages=stages,
+                    seconds=seconds, peak_bytes=int(peak), calibration_seconds=time.perf_counter() - began,
+                    notes=[*plan.warnings, *timer.notes])
+
+
+class _Recorder:
+    """A scorer that runs nothing: the calibration's chunk jobs stay pending (the jobs are timed apart, by class)."""
+
+    stop = False
+
+    def submit(self, jobs) -> Future:
+        return Future()
+
+
+class _Fed:
+    """The calibration batches through the run's own Feeder: their times, the rows each site got, memory."""
+
+    def __init__(self, feeder: Feeder):
+        plan = feeder.plan
+        self.times, self.batches, self.examples, self.cut_chunks = [], [], 0, False
+        files = _status_bytes("RssFile")
+        warm = plan.batch_size if plan.fixed_batch is not None else min(plan.batch_size, WARM_EXAMPLES)
+        windows = [(warm, plan.start, min(plan.stop, plan.start + warm)),
+                   (plan.batch_size, plan.start + warm, plan.stop)]
+        for size, start, stop in windows:
+            batches = plan.source.batches(size, start=start, stop=stop)
+            try:
+                clock = time.perf_counter()
+                batch = next(iter(batches), None)
+                if batch is None:
+                    break
+                n = feeder.feed(batch, _Recorder())
+                self.times.append((time.perf_counter() - clock, n))
+            finally:
+                getattr(batches, "close", lambda: None)()
+            self.examples += n
+            self.batches.append(batch)
+            for st in feeder.state.sites + feeder.state.stages:  # one chunk a site is enough to draw rows from
+                self.cut_chunks |= bool(st.schedule.pending) and len(self.times) > 1
+                del st.schedule.pending[1:]
+        if not self.examples:
+            raise no_usable(plan.data, plan.source)
+        self.rss = _status_bytes("VmRSS")
+        self.file_per_example = max(0, _status_bytes("RssFile") - files) / self.examples
+
+    @staticmethod
+    def extrapolate(times: list[tuple[float, int]], examples: int) -> float:
+        """The first batch once, the others at the steady batches' rate per example."""
+        first, n0 = times[0]
+        steady = times[1:] or times
+        rate = statistics.median(t / max(n, 1) for t, n in steady)
+        return first + rate * max(0, examples - n0)
+
+    def plain(self, plan: Plan) -> list[tuple[float, int]]:
+        """The plain model's times on the same batches (its own session, built after the memory was read)."""
+        config = plan.config
+        runner = Runner(plan.loaded, plan.loaded.model, device=config.device, threads=config.threads,
+                        graph_optimization=config.graph_optimization)
+        names = [o.name for o in plan.loaded.model.graph.output]
+        times = []
+        for batch, (_, n) in zip(self.batches, self.times, strict=True):
+            clock = time.perf_counter()
+            runner.run(names, batch)
+            times.append((time.perf_counter() - clock, n))
+        return times
+
+
+def _status_bytes(key: str) -> int:
+    """A field of /proc/self/status in bytes (0 where there is none)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:
+    base = dict(index=site.index, id=site.id, kind=site.kind, status=site.status)
+    st = next((st for st in states if st.index == site.index), None)
+    if st is None:
+        return SiteCost(**base)
+    dims = st.observed.dims or (feature_dim(site, plan.config.reduce), feature_dim(site.side("y"), plan.config.reduce))
+    total, rows, chunks, partial = _chunking(st, fed, examples, plan.config.chunk_size)
+    few, seconds = [], {}
+    for m in plan.metrics:
+        if not_applicable(st, m) is not None or None in dims:
+            continue
+        how = serving(m)
+        flags = metric_flags(m, total if how.pooled else rows, max(dims), partial, set())  # the run's own rule
+        if "few_rows" in flags:
+            few.append(m.spec)
+        seconds[m.spec] = timer.site_seconds(m, st, rows, chunks)
+    if chunks and any(serving(m).site_chunks for m in plan.metrics):
+        timer.diagnostics += chunks * timer.diagnostic_seconds(st, rows, plan.metrics)
+    return SiteCost(**base, dim=dims[0], dim_y=dims[1], rows_per_example=st.observed.rows / fed.examples, rows=rows,
+                    chunks=chunks, partial=partial, few_rows=few, seconds=seconds)
+
+
+def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:
+    stage = [s for s in plan.stages if s.ok][k]
+    total, rows, chunks, partial = _chunking(st, fed, examples, plan.config.chunk_size)
+    seconds = {m.spec: timer.site_seconds(m, st, rows, chunks) for m in plan.track_metrics}
+    dim = st.observed.dims[0] if st.observed.dims else None
+    return SiteCost(index=stage.index, id=stage.id, kind="stage", status=stage.status, dim=dim,
+                    rows_per_example=st.observed.rows / fed.examples, rows=rows, chunks=chunks, partial=partial,
+                    seconds=seconds)
+
+
+def _chunking(st, fed: _Fed, examples: int, chunk_size: int) -> tuple[int, int, int, bool]:
+    """(rows in all, rows per chunk, chunks, partial) by the chunk rule (onnxaff.chunks): full chunks only, one
+    partial chunk (≥ 2 rows) when there is none."""
+    total = round(st.observed.rows / fed.examples * examples)
+    if total >= chunk_size:
+        return total, chunk_size, total // chunk_size, False
+    return total, total, int(total >= 2), True
+
+
+class _Jobs:
+    """Scoring jobs timed once per distinct (metric, rows, D), on the site's own rows, on a scoring thread."""
+
+    def __init__(self, feeder: Feeder, config: AnalysisConfig):
+        self.config = config
+        self.workers = default_workers() if config.chunk_workers is None else config.chunk_workers
+        self.seconds: dict[tuple, float] = {}
+        self.warm: set[str] = set()
+        self.diagnostics = 0.0  # main-thread seconds of the chunk diagnostics (rank test, scale)
+        self.working_bytes = 0
+        self.notes: list[str] = []
+        self.rng = np.random.default_rng(0)
+        self.scorer = MetricScorer(0)
+
+    def site_seconds(self, m, st, rows: int, chunks: int) -> float:
+        """A metric's scoring at one site: its chunks (or chunk pairs), the half-samples a one-chunk interval
+        takes, the end-of-data job on the pooled sums."""
+        how = serving(m)
+        if how.pooled:
+            return self._end(m, st)
+        jobs = chunks - 1 if how.keeps_previous else chunks
+        if jobs <= 0 or rows < 2:
+            return 0.0
+        seconds = jobs * self._chunk(m, st, rows)
+        # the one-chunk interval (onnxaff.site_state._half_samples): HALVES halves of a run's only chunk
+        if chunks == 1 and how.half_samples and self.config.intervals == "auto" and rows >= 8:
+            seconds += HALVES * self._chunk(m, st, rows // 2)
+        return seconds
+
+    def diagnostic_seconds(self, st, rows: int, metrics) -> float:
+        key = ("diagnostics", rows, st.observed.dims)
+        if key not in self.seconds:
+            chunk = self._rows(st, rows)
+            clock = time.perf_counter()
+            Observations().note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
+            self.seconds[key] = time.perf_counter() - clock
+        return self.seconds[key]
+
+    def _chunk(self, m, st, rows: int) -> float:
+        dx, dy = st.observed.dims
+        key = (m.spec, rows, dx, dy, st.tracks)
+        if key in self.seconds:
+            return self.seconds[key]
+        # a chunk's working set: the assignment's n×n costs, a few d×d matrices, the rows centred and mapped
+        work = 8 * (3 * rows * rows + 6 * max(dx, dy) ** 2 + 4 * rows * (dx + dy))
+        self.working_bytes = max(self.working_bytes, work)
+        declared = m.chunk_seconds(rows, dx, dy)
+        if declared is not None and declared[0] > DECLARED_ABOVE:
+            self.notes.append(f"metric {m.spec}: {rows:,} rows of {dx:,} features not timed; declared "
+                              f"{declared[0]:.0f} s a chunk ({declared[1]})")
+            self.seconds[key] = float(declared[0])
+            return self.seconds[key]
+        chunk = self._rows(st, rows)
+        build = serving(m).chunk_input
+        if m.spec not in self.warm:  # its imports and first-call costs are the run's once, not every chunk's
+            self.warm.add(m.spec)
+            small = self._rows(st, min(rows, 16))
+            self._time(m, build(small, small, st.tracks))
+        self.seconds[key] = self._time(m, build(chunk, chunk, st.tracks))
+        return self.seconds[key]
+
+    def _end(self, m, st) -> float:
+        sample = st.pooled.inputs(st.observed.chunk_rounding).get(serving(m).end_input)
+        return 0.0 if sample is None else self._time(m, sample)
+
+    def _time(self, m, sample) -> float:
+        clock = time.perf_counter()
+        self.scorer.results(self.scorer.submit([(m, sample)]))
+        return time.perf_counter() - clock
+
+    def _rows(self, st, rows: int) -> Chunk:
+        """`rows` rows of the site's own features: as fed, else drawn again from them with a little jitter."""
+        got = [(p.chunk.x, p.chunk.y) for p in st.schedule.pending]
+        rest = st.schedule.buffer.remainder()
+        got += [rest] if rest is not None else []
+        x, y = np.concatenate([a for a, _ in got]), np.concatenate([b for _, b in got])
+        if x.shape[0] < rows:
+            pick = self.rng.integers(x.shape[0], size=rows)
+            x = x[pick] + JITTER * x.std(axis=0) * self.rng.standard_normal((rows, x.shape[1]))
+            y = y[pick] + JITTER * y.std(axis=0) * self.rng.standard_normal((rows, y.shape[1]))
+        return Chunk(readonly(x[:rows]), readonly(y[:rows]), st.observed.chunk_rounding)
