@@ -1,4 +1,4 @@
-"""Finite-sample study: bias and spread of affinity, affinity_lw, cka and in-sample r2 against rows per chunk.
+"""Finite-sample study: bias and spread of affinity (plain, _lw, _bc), cka and in-sample r2 against rows per chunk.
 
 Why: every metric here is a plug-in estimator from one chunk of n rows of dimension d; below some n/d its
 expected value is not the population value. This measures how far, on synthetic sites whose population
@@ -16,6 +16,9 @@ Integrals: midpoint rule on 2^16 quantiles (error ≲ 1e-5, checked against the 
 Confidence intervals (what onnxaff reports as ci95), checked for coverage on the same draws:
 k ≥ 2 chunks: mean ± t_{k−1} · sd/√k; one chunk: half-sampling (8 random halves, ± t_7 · sd of the halves'
 scores around each other), see docs/statistics.md.
+
+Also measured: how often the same intervals cover the *population* value (population_coverage), and affinity_bc
+beside affinity against issue 29's target (bc_table).
 
 Usage: python benchmarks/finite_sample_study.py [--quick] [--out docs/statistics]
 Writes OUT.json (every cell) and OUT.png (the plot); prints the markdown tables for docs/statistics.md.

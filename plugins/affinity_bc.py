@@ -83,7 +83,7 @@ class AffinityBC(Metric):
     needs = Needs.CHUNK
     equal_dims = True
     default = None
-    rows_per_dim = 1  # docs/statistics.md: |bias| < 0.05 from n ≥ d on the study's grid (monotone activations)
+    rows_per_dim = 2  # docs/statistics.md: |bias| < 0.05 from n ≥ 2d on the study's grid (every site, GELU included)
     regularised = True
 
     def __init__(self, eps: float = EPS, order: int = 3, method: str = "auto"):
