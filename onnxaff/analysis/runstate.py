@@ -101,6 +101,7 @@ class RunState:
         if live is not None:
             for mine, theirs in zip(state.sites + state.stages, live.sites + live.stages, strict=True):
                 mine.label, mine.jvp_names, mine.intervals = theirs.label, theirs.jvp_names, theirs.intervals
+                mine.expected_rows = theirs.expected_rows
                 mine.observed.note_rounding(theirs.observed.rounding)
         return state
 
@@ -113,7 +114,11 @@ class RunState:
                done: Callable[[], None] | None = None) -> None:
         """The end-of-data scores of every collector (a no-op for finished ones): the one finish path; `done` is
         called after each (a progress bar's step)."""
-        for st, ms in [(st, metrics) for st in self.sites] + [(st, track_metrics) for st in self.stages]:
+        todo = [(st, metrics) for st in self.sites] + [(st, track_metrics) for st in self.stages]
+        ahead = max(1, scorer.workers)  # the next sites' end jobs run beside this one's (not all at once: the bar)
+        for k, (st, ms) in enumerate(todo):
+            for later, later_ms in todo[k:k + 1 + ahead]:
+                later.start_finish(later_ms, scorer)
             st.finish(ms, scorer)
             if done is not None:
                 done()
