@@ -1,8 +1,10 @@
 """The end-of-data phase and the peak memory of a many-site run: MobileNetV2's 35 relu6 widths (32 … 1280).
 
 A chain of MatMul + Clip(0, 6) sites with MobileNetV2's relu6 widths (inference is cheap here: what is timed
-is the scoring). Prints the whole run, the part after the last batch (Run._end: collecting chunk scores,
-half-samples, pooled metrics) and the peak of Python allocations (tracemalloc: numpy's buffers count).
+is the scoring). Prints the whole run; the time after the last batch was drawn (its inference, and every score
+its chunks still wait for: a full scorer queue holds the batch loop there); the time after the data bar reached
+100 % (Run._end: chunk scores, half-samples, pooled metrics still waited for); and the peak of Python allocations
+(tracemalloc: numpy's buffers count).
 
 Usage: python benchmarks/interval_overlap.py [--examples 512] [--intervals auto] [--max-width 1280]
 Run it against another checkout with PYTHONPATH=that/checkout to compare.
@@ -44,10 +46,17 @@ def main() -> None:
     args = ap.parse_args()
     WIDTHS[:] = [d for d in WIDTHS if d <= args.max_width]
     from onnxaff.analysis import analyze
+    from onnxaff.analysis.feeder import Feeder
     from onnxaff.analysis.lifecycle import Run
 
-    end = {}
-    inner = Run._end
+    end, fed = {}, {}
+    inner, feed = Run._end, Feeder.feed
+
+    def timed_feed(self, *a, **kw):
+        fed["last"] = time.perf_counter()
+        return feed(self, *a, **kw)
+
+    Feeder.feed = timed_feed
 
     def timed_end(self, *a, **kw):
         t0 = time.perf_counter()
@@ -61,11 +70,13 @@ def main() -> None:
     tracemalloc.start()
     t0 = time.perf_counter()
     sig = analyze(model(), f"synthetic:gaussian:n={args.examples}", progress=False, **options)
-    total = time.perf_counter() - t0
+    done = time.perf_counter()
+    total = done - t0
     peak = tracemalloc.get_traced_memory()[1]
     cis = sum(e.get("ci95") is not None for s in sig.sites for e in s["metrics"].values())
-    print(f"{len(sig.sites)} sites, {args.examples} examples: whole run {total:.1f} s, after the last batch "
-          f"{end['s']:.1f} s, peak traced {peak / 2**20:.0f} MiB, {cis} intervals")
+    print(f"{len(sig.sites)} sites, {args.examples} examples: whole run {total:.1f} s, after the last batch was "
+          f"drawn {done - fed['last']:.1f} s, after 100 % {end['s']:.1f} s, "
+          f"peak traced {peak / 2**20:.0f} MiB, {cis} intervals")
 
 
 if __name__ == "__main__":
