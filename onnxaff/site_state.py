@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff.chunks import ChunkSchedule, readonly
+from onnxaff.chunks import ChunkSchedule
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.entries import entry, not_applicable
 from onnxaff.errors import OnnxaffError
@@ -30,7 +30,6 @@ from onnxaff.pooled import Pooled
 from onnxaff.scores import Scores
 from onnxaff.scoring import MetricScorer
 from onnxaff.statefields import from_state, part, to_state, transient
-from onnxaff.stats import half_sample_rows
 
 
 @dataclass
@@ -49,14 +48,17 @@ class SiteState:
     label: str = transient("")
     jvp_names: tuple[str, ...] | None = transient(None)
     intervals: str = transient("auto")  # the run's interval method (AnalysisConfig.intervals)
+    expected_rows: int | None = transient(None)  # the rows the whole data will give the site, None if unknown
+    ending: bool = transient(False)  # the end-of-data jobs are submitted (start_finish)
 
     @classmethod
     def open(cls, chunk_size: int, index: int | None = None, label: str = "", rounding: float | None = None,
              jvp: tuple[str, tuple[str, ...]] | None = None, tracks: int | None = None,
-             intervals: str = "auto") -> SiteState:
-        """A live collector; `jvp` = (form, output names) when the run feeds the site's NLC statistics."""
+             intervals: str = "auto", expected_rows: int | None = None) -> SiteState:
+        """A live collector; `jvp` = (form, output names) when the run feeds the site's NLC statistics;
+        `expected_rows` lets a site that will have one chunk score its half-samples as soon as it has it."""
         st = cls(index=index, tracks=tracks, label=label, jvp_names=None if jvp is None else tuple(jvp[1]),
-                 intervals=intervals)
+                 intervals=intervals, expected_rows=expected_rows)
         st.schedule.buffer = ChunkBuffer(chunk_size)
         st.observed.rounding = rounding
         if jvp is not None:
@@ -105,10 +107,14 @@ class SiteState:
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.observed.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
-            self.schedule.solo = chunk if self.schedule.chunks == 1 else None
+            _note_solo(self, chunk)
         self._submit(chunk, self.schedule.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
             self.schedule.keep(chunk)
+        if self.schedule.chunks == 1 and _halves_now(self):
+            _submit_halves(self, metrics, scorer)
+        self.schedule.collect_done(self.scores.store)  # scored chunks let go of their rows
+        _collect_halves(self, wait=False)
 
     def _submit(self, chunk: Chunk, previous: Chunk | None, metrics: list[Metric], scorer: MetricScorer) -> None:
         jobs = []
@@ -125,25 +131,39 @@ class SiteState:
             self._submit(chunk, previous, metrics, scorer)
 
     def collect(self) -> None:
-        """Record the finished chunk scores in chunk order (gives up on a stop: see ChunkSchedule.collect)."""
+        """Record the finished chunk scores in chunk order, then the half-sample scores (gives up on a stop: see
+        ChunkSchedule.collect)."""
         self.schedule.collect(self.scores.store)
+        _collect_halves(self, wait=True)
 
     # --- the end of the data ---
 
+    def start_finish(self, metrics: list[Metric], scorer: MetricScorer) -> None:
+        """The end-of-data jobs submitted, none waited for (RunState.finish starts the next sites' beside this
+        one's): the unscored and the partial chunk, and the half-samples a one-chunk site did not score yet."""
+        if self.finished or self.ending:
+            return
+        self.ending = True
+        self.rescore(metrics, scorer)
+        rest = None if self.observed.nonfinite_rows else self.schedule.remainder(self.observed.chunk_rounding)
+        if rest is not None:
+            self.score(rest, metrics, scorer)
+        if _halves_wanted(self):
+            _submit_halves(self, metrics, scorer)
+
     def finish(self, metrics: list[Metric], scorer: MetricScorer) -> None:
-        """Score the partial chunk if it is all there is, collect the chunks, then the pooled metrics.
+        """Score the partial chunk if it is all there is, collect the chunks and their half-samples, then the
+        pooled metrics.
 
         A stop asked for meanwhile (a plugin's KeyboardInterrupt) raises KeyboardInterrupt: no number is
         left out silently.
         """
         if self.finished:
             return
-        self.rescore(metrics, scorer)
-        rest = None if self.observed.nonfinite_rows else self.schedule.remainder(self.observed.chunk_rounding)
-        if rest is not None:
-            self.score(rest, metrics, scorer)
+        self.start_finish(metrics, scorer)
         self.collect()
-        _half_samples(self, metrics, scorer)
+        if not scorer.stop:  # else the solo chunk stays, so a resumed run scores its halves
+            self.schedule.solo = None
         inputs = {} if self.observed.nonfinite_rows else self.pooled.inputs(self.observed.chunk_rounding)
         jobs = [(m, inputs[serving(m).end_input]) for m in metrics
                 if inputs.get(serving(m).end_input) is not None and not not_applicable(self, m)]
@@ -160,46 +180,76 @@ class SiteState:
 
     def merge(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Append the state of the next slice of the data (self covers the examples just before it)."""
-        try:
-            self.observed.merge(other.observed)
-        except ValueError as exc:
-            raise OnnxaffError(str(exc)) from None
-        self.collect()  # chunks scored by an earlier merge come before this part's
-        if self.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
-            raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
-                               "shard again")
-        boundary = None
-        mine, theirs = self.schedule, other.schedule
-        if mine.previous is not None and theirs.first is not None and not self.observed.nonfinite_rows:
-            pair = ChunkPair(mine.previous, theirs.first)
-            jobs = [(m, pair) for m in metrics if serving(m).keeps_previous and not not_applicable(self, m)]
-            if jobs and (boundary := scorer.results(scorer.submit(jobs))) is None:
-                raise KeyboardInterrupt  # on a scoring thread, as every metric: a stuck one cannot hold Ctrl-C
-        self.scores.append(other.scores, boundary)
-        one_chunk = mine.chunks + theirs.chunks == 1
-        self.scores.halves = (self.scores.halves or other.scores.halves) if one_chunk else {}
-        mine.solo = (mine.solo or theirs.solo) if one_chunk else None
-        self.pooled.merge(other.pooled)
-        for x, y in mine.append(theirs):  # only a slice that is not chunk-aligned leaves rows behind
-            for chunk in mine.cut(x, y, self.observed.chunk_rounding):
-                self.score(chunk, metrics, scorer)
-            self.collect()  # these chunks come after the part's own: record them now, in that order
+        _merge(self, other, metrics, scorer)
 
 
-def _half_samples(st: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
-    """A run with one chunk: score random halves of it, for that chunk's ci95 (onnxaff.stats.entry_ci).
+def _merge(st: SiteState, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
+    """SiteState.merge: scores appended in chunk order; the first chunk's halves where the interval reads them."""
+    try:
+        st.observed.merge(other.observed)
+    except ValueError as exc:
+        raise OnnxaffError(str(exc)) from None
+    st.collect()  # chunks scored by an earlier merge come before this part's
+    if st.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
+        raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
+                           "shard again")
+    boundary = None
+    mine, theirs = st.schedule, other.schedule
+    if mine.previous is not None and theirs.first is not None and not st.observed.nonfinite_rows:
+        pair = ChunkPair(mine.previous, theirs.first)
+        jobs = [(m, pair) for m in metrics if serving(m).keeps_previous and not not_applicable(st, m)]
+        if jobs and (boundary := scorer.results(scorer.submit(jobs))) is None:
+            raise KeyboardInterrupt  # on a scoring thread, as every metric: a stuck one cannot hold Ctrl-C
+    st.scores.append(other.scores, boundary)
+    if mine.chunks + theirs.chunks == 1 or st.intervals == "half":  # the first chunk's halves count
+        st.scores.halves = st.scores.halves if mine.chunks else other.scores.halves
+        mine.solo = mine.solo if mine.chunks else theirs.solo
+    else:
+        st.scores.halves, mine.solo = {}, None
+    st.pooled.merge(other.pooled)
+    for x, y in mine.append(theirs):  # only a slice that is not chunk-aligned leaves rows behind
+        for chunk in mine.cut(x, y, st.observed.chunk_rounding):
+            st.score(chunk, metrics, scorer)
+        st.collect()  # these chunks come after the part's own: record them now, in that order
 
-    Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
-    solo = st.schedule.solo
-    if st.schedule.chunks != 1 or solo is None or solo.n < 8 or st.intervals != "auto":
-        if st.intervals != "auto":
-            st.schedule.solo = None  # no half-samples asked for: the chunk need not be kept
+
+def _note_solo(st: SiteState, chunk: Chunk) -> None:
+    """The first chunk is kept for its half-samples; a second one drops them unless intervals="half"."""
+    if st.schedule.chunks == 1:
+        st.schedule.solo = chunk
+    elif st.intervals != "half" and (st.schedule.solo is not None or st.schedule.halving):
+        st.schedule.drop_halves()  # the interval is over chunks (a prediction of one chunk was short)
+        st.scores.halves = {}
+
+
+def _halves_wanted(st: SiteState) -> bool:
+    """The site's interval reads the half-samples of its first chunk: always under "half", under "auto" when the
+    site has one chunk (at the end of the data)."""
+    return st.intervals == "half" or (st.intervals == "auto" and st.schedule.chunks == 1)
+
+
+def _halves_now(st: SiteState) -> bool:
+    """Score the first chunk's half-samples as soon as it is cut, beside inference: under "half", and under "auto"
+    when the whole data will give the site exactly one chunk (a wrong prediction is caught either way: a second
+    chunk drops them, and a one-chunk site without them gets them at the end of the data)."""
+    size, rows = st.schedule.buffer.size, st.expected_rows
+    return st.intervals == "half" or (st.intervals == "auto" and rows is not None and size <= rows < 2 * size)
+
+
+def _submit_halves(st: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
+    """Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
+    ms = [m for m in metrics if serving(m).half_samples and not not_applicable(st, m)]
+    if ms:
+        st.schedule.submit_halves(lambda half: [(m, half) for m in ms], scorer)
+
+
+def _collect_halves(st: SiteState, wait: bool) -> None:
+    """The half-sample scores of the metrics that scored the chunk itself (onnxaff.stats.entry_ci), in half order;
+    then the chunk's rows are let go. Without `wait`, only when they are all done."""
+    sched = st.schedule
+    if not sched.halving or (not wait and not sched.halves_ready()):
         return
-    halves = [Chunk(readonly(solo.x[i]), readonly(solo.y[i]), solo.rounding) for i in half_sample_rows(solo.n)]
-    jobs = [(m, h) for m in metrics if serving(m).half_samples and not not_applicable(st, m)
-            and m.spec in st.scores.values for h in halves]
-    if jobs:
-        if (results := scorer.results(scorer.submit(jobs))) is None:
-            return  # stopped: the solo chunk stays, so a resumed run scores its halves
-        st.scores.store_halves(results)
-    st.schedule.solo = None
+    if (results := sched.take_halves()) is None:
+        return  # stopped: the solo chunk stays, so a resumed run scores its halves
+    st.scores.store_halves([r for r in results if r[0] in st.scores.values])
+    sched.solo = None

@@ -16,7 +16,7 @@ from onnxaff.errors import option
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.rank import FLOAT32_EPS, rank_verdict, relative_singular_values
 
-HALVES = 8  # half-samples for a one-chunk interval
+HALVES = 4  # half-samples of a chunk (coverage and cost: docs/statistics.md, "Confidence intervals")
 
 
 def t975(df: int) -> float:
@@ -161,15 +161,21 @@ def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str], scale
 
 
 def entry_ci(values: list[float], halves: list[float] | None,
-             bounds: tuple[float, float] = (-math.inf, math.inf)) -> list[float] | None:
-    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the one chunk; clipped to
-    the metric's declared range (`bounds`): a t interval is symmetric and reached past R²'s 1 ([0.99871,
-    1.00110] on one site), where no score can lie."""
-    if len(values) >= 2:
+             bounds: tuple[float, float] = (-math.inf, math.inf), method: str = "auto") -> list[float] | None:
+    """ci95 of a chunk metric's reported mean: over chunks, or from the half-samples of the (first) chunk; clipped
+    to the metric's declared range (`bounds`): a t interval is symmetric and reached past R²'s 1 ([0.99871,
+    1.00110] on one site), where no score can lie.
+
+    method "half" (AnalysisConfig.intervals): the halves' spread stands for the chunk sd whatever the number k of
+    chunks, mean ± t_{H−1} · sd_halves/√k (over chunks when the first chunk had no halves); otherwise the halves
+    count only for a single chunk (k = 1 gives the same interval either way)."""
+    have_halves = halves is not None and len(halves) >= 2
+    if values and have_halves and (method == "half" or len(values) == 1):
+        h = float(t975(len(halves) - 1) * np.std(halves, ddof=1)) / math.sqrt(len(values))
+        m = float(np.mean(values)) if len(values) > 1 else values[0]
+        lo, hi = m - h, m + h
+    elif len(values) >= 2:
         lo, hi = mean_ci(values)
-    elif len(values) == 1 and halves is not None and len(halves) >= 2:
-        h = float(t975(len(halves) - 1) * np.std(halves, ddof=1))
-        lo, hi = values[0] - h, values[0] + h
     else:
         return None
     return clip_interval(lo, hi, bounds)

@@ -24,9 +24,11 @@ from onnxaff.scoring import MAX_WORKERS
 DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STD_RULE = "population std (ddof=0) over chunk scores"
-# ci95 of a chunk metric: "auto" over chunks, from half-samples of a run's only chunk (8 rescorings of it: most of
-# a one-chunk run's scoring time); "chunks" over chunks only (no interval for one chunk); "none" no interval.
-INTERVALS = ("auto", "chunks", "none")
+# ci95 of a chunk metric: "auto" over chunks, from half-samples of a site's only chunk (onnxaff.stats.HALVES
+# rescorings of it, overlapped with inference where the site's row count is known); "chunks" over chunks only (no
+# interval for one chunk); "half" from the half-samples of the first chunk for every site (mean ± t·sd_halves/√k);
+# "none" no interval. docs/statistics.md, "Confidence intervals".
+INTERVALS = ("auto", "chunks", "half", "none")
 
 
 def parse_shard(text) -> tuple[int, int] | None:

@@ -291,8 +291,9 @@ class _Jobs:
         if jobs <= 0 or rows < 2:
             return 0.0
         seconds = jobs * self._chunk(m, st, rows)
-        # the one-chunk interval (onnxaff.site_state._half_samples): HALVES halves of a run's only chunk
-        if chunks == 1 and how.half_samples and self.config.intervals == "auto" and rows >= 8:
+        # HALVES halves of the first chunk: a run's only one (intervals "auto"), or every site's ("half")
+        halves = {"auto": chunks == 1, "half": True}.get(self.config.intervals, False)
+        if halves and how.half_samples and rows >= 8:
             seconds += HALVES * self._chunk(m, st, rows // 2)
         return seconds
 

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxaff.analysis.checkpoint import run_key
@@ -37,17 +39,21 @@ class Feeder:
                                    directions=config.nlc_directions, graph_optimization=config.graph_optimization)
                         if plan.needs_jvp else None)
         self.names = list(plan.names) + (self.network.output_names if self.network is not None else [])
+        self.rows_per_example = [rows_per_example(s, plan.config.reduce, plan.outputs[s.index].mask)
+                                 for s in plan.ok_sites]
         self.state = self.fresh_state()
         self.earlier_skipped: list[tuple[str, str]] = []  # unreadable files of the sessions before a resume
 
     def fresh_state(self) -> RunState:
         plan = self.plan
         sites = []
-        for s in plan.ok_sites:
+        examples = len(plan.source) - (len(plan.source) % plan.batch_size if plan.fixed_batch is not None else 0)
+        for s, per in zip(plan.ok_sites, self.rows_per_example, strict=True):
             out = plan.outputs[s.index]
             jvp = None if out.jvp is None else (out.jvp.form, out.jvp.names)
             sites.append(SiteState.open(plan.config.chunk_size, index=s.index, label=f"site {s.id}",
-                                        rounding=out.rounding, jvp=jvp, intervals=plan.config.intervals))
+                                        rounding=out.rounding, jvp=jvp, intervals=plan.config.intervals,
+                                        expected_rows=None if per is None else per * examples))
         stages = [SiteState.open(plan.config.chunk_size, label=f"stage {k}", tracks=len(probes),
                                  intervals=plan.config.intervals)
                   for k, probes in enumerate(plan.stage_probes)]
@@ -112,7 +118,7 @@ class Feeder:
         plan, state = self.plan, self.state
         block, host = state.cursor // plan.unit, plan.host_reduce
         arrays = self.runner.run(self.names, batch)
-        for st, site, part in zip(state.sites, plan.ok_sites, plan.slices, strict=True):
+        for k, (st, site, part) in enumerate(zip(state.sites, plan.ok_sites, plan.slices, strict=True)):
             out = plan.outputs[site.index]
             x, y, jvp, shapes, missing = out.unpack(arrays[part])
             if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
@@ -124,6 +130,8 @@ class Feeder:
             elif host is not None and not out.reduced:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
             gone = np.logical_or.reduce([np.asarray(m) > 0 for m in missing]) if missing else None
+            if st.expected_rows is not None and x.shape[0] != n * self.rows_per_example[k]:
+                st.expected_rows = None  # not the rows the shapes promised: the site's halves wait for the end
             st.add(x, y, plan.metrics, scorer, block=block, missing=gone)
             st.add_jvp(n, jvp)
         for st, part, probes in zip(state.stages, plan.stage_slices, plan.stage_probes, strict=True):
@@ -152,3 +160,15 @@ class Feeder:
         state = self.state
         state.network = None if self.network is None else self.network.to_state()
         return state
+
+
+def rows_per_example(site, reduce: str, mask) -> int | None:
+    """The rows one example gives a site: 1, except under reduce="positions", where every position of a rank ≥ 3
+    tensor is a row (None when one of those dims is symbolic); None under a mask, which leaves rows out."""
+    if mask is not None:
+        return None
+    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
+    if reduce != "positions" or rank is None or rank <= 2:
+        return 1
+    dims = [shape[a] for a in range(1, rank) if a != axis] if shape is not None and axis is not None else [None]
+    return math.prod(dims) if all(isinstance(d, int) for d in dims) else None

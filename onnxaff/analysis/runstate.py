@@ -101,6 +101,7 @@ class RunState:
         if live is not None:
             for mine, theirs in zip(state.sites + state.stages, live.sites + live.stages, strict=True):
                 mine.label, mine.jvp_names, mine.intervals = theirs.label, theirs.jvp_names, theirs.intervals
+                mine.expected_rows = theirs.expected_rows
                 mine.observed.note_rounding(theirs.observed.rounding)
         return state
 
@@ -113,7 +114,11 @@ class RunState:
                done: Callable[[], None] | None = None) -> None:
         """The end-of-data scores of every collector (a no-op for finished ones): the one finish path; `done` is
         called after each (a progress bar's step)."""
-        for st, ms in [(st, metrics) for st in self.sites] + [(st, track_metrics) for st in self.stages]:
+        todo = [(st, metrics) for st in self.sites] + [(st, track_metrics) for st in self.stages]
+        ahead = max(1, scorer.workers)  # the next sites' end jobs run beside this one's (not all at once: the bar)
+        for k, (st, ms) in enumerate(todo):
+            for later, later_ms in todo[k:k + 1 + ahead]:
+                later.start_finish(later_ms, scorer)
             st.finish(ms, scorer)
             if done is not None:
                 done()
@@ -166,13 +171,8 @@ class RunState:
         network = network_results(self.network, metrics) if self.network is not None else {}
         sig = assemble({**self.header, "data": data, "runtime": runtime}, self.sites_base,
                        dict(zip(self.indices, self.sites, strict=True)), metrics, network)
-        if self.ragged:  # unreadable files or a fixed batch size left a part short of a chunk boundary
-            causes = ["unreadable files", "dropped batches"]
-            if any(st.observed.masked_rows for st in self.sites):  # a part's kept rows end off the boundary too
-                causes.append("rows masks left out")
-            why = ", ".join(causes[:-1]) + " or " + causes[-1]
-            sig.warnings.append(f"shard(s) {', '.join(self.ragged)} ended between chunk boundaries ({why}): the "
-                                f"merged chunks there differ from one run's")
+        if self.ragged:
+            sig.warnings.append(ragged_warning(self.ragged, self.sites))
         sig.stages = stage_results(self.stages_base, self.stages, track_metrics)
         return sig
 
@@ -187,3 +187,14 @@ class RunState:
             root = Path(data["source"])
             data["skipped"] = [{"file": Path(f).relative_to(root).as_posix(), "reason": r} for f, r in self.skipped]
         return data
+
+
+def ragged_warning(ragged: list[str], sites: list[SiteState]) -> str:
+    """Merged shards that ended between chunk boundaries, and what can put them there: unreadable files, a
+    fixed batch size, and rows masks left out (a part's kept rows then end off the boundary too)."""
+    causes = ["unreadable files", "dropped batches"]
+    if any(st.observed.masked_rows for st in sites):
+        causes.append("rows masks left out")
+    why = ", ".join(causes[:-1]) + " or " + causes[-1]
+    return f"shard(s) {', '.join(ragged)} ended between chunk boundaries ({why}): the merged chunks there differ " \
+           "from one run's"

@@ -65,9 +65,9 @@ ANALYSIS_OPTIONS = [
     configured("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]),
                help="How a site's tensors become [rows, D] features."),
     configured("--device", type=click.Choice(["auto", "cpu", "cuda"])),
-    configured("--intervals", type=click.Choice(["auto", "chunks", "none"]),
-               help="95 % intervals of chunk scores: auto (over chunks; a run's only chunk from 8 half-samples, "
-                    "most of such a run's scoring time), chunks (over chunks only), none."),
+    configured("--intervals", type=click.Choice(["auto", "chunks", "half", "none"]),
+               help="95 % intervals of chunk scores: auto (over chunks; a site's only chunk from half-samples of "
+                    "it), chunks (over chunks only), half (half-samples of the first chunk, every site), none."),
     configured("--reduce-in", "reduce_in", type=click.Choice(["graph", "numpy"]),
                help="numpy: fetch full activations and reduce on the host (naive baseline)."),
     configured("--chunk-workers", type=int,
