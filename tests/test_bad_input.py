@@ -328,7 +328,7 @@ def test_external_data_file_missing(capfd, tmp_path, rng, command):
 
 # 11. Unknown metric and reduction names.
 @pytest.mark.parametrize("metrics,fragment", [
-    ("affinity,affinityy", "unknown metric 'affinityy'; available: affinity, affinity_lw,"),
+    ("affinity,affinityy", "unknown metric 'affinityy'; available: affinity, affinity_bc, affinity_lw,"),
     (" , ", "--metrics ' , ' names no metric"),
 ])
 def test_unknown_metric(capfd, tmp_path, relu_model, metrics, fragment):
