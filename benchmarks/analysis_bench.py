@@ -6,8 +6,10 @@
 
 For each model, on the same preprocessed images (one float32 .npy, memory-mapped by every mode):
   (a) plain   onnxruntime inference of the original model, batch by batch, outputs fetched;
-  (b) onnxaff `onnxaff analyze --metrics affinity --chunk-size 512`: in-graph reduction, chunk scoring;
-  (c) naive   the same command with `--reduce-in numpy`: every activation map fetched, reduced in numpy.
+  (b) onnxaff `onnxaff analyze`: the default metrics (affinity, affinity_lw) and intervals, chunks of 512 rows
+              (the default), in-graph reduction, chunk scoring; `--metrics a,b` runs those metrics instead;
+  (c) naive   the same command with `--reduce-in numpy`: every activation map fetched, reduced in numpy
+              (`--modes plain,onnxaff` leaves it out).
 Each mode is a separate process started the same way (interpreter start-up and imports included), run
 A B C A B C … so drifts in the machine hit all three alike. Wall time is the parent's clock around the
 child; peak memory is the child's maximum resident set size from wait4(2). Medians over the repeats,
@@ -76,9 +78,11 @@ def run_child(cmd: list[str]) -> tuple[float, float]:
 def commands(mode: str, model: Path, data: Path, args, out: Path) -> list[str]:
     if mode == "plain":
         return [sys.executable, __file__, "--child-plain", str(model), str(data), str(args.batch_size), args.device]
-    cmd = [sys.executable, "-m", "onnxaff.cli", "analyze", str(model), "--data", str(data), "--metrics", "affinity",
-           "--chunk-size", "512", "--batch-size", str(args.batch_size), "--device", args.device, "--quiet",
+    cmd = [sys.executable, "-m", "onnxaff.cli", "analyze", str(model), "--data", str(data),
+           "--batch-size", str(args.batch_size), "--device", args.device, "--quiet",
            "--out", str(out / f"{model.stem}.{mode}.json")]
+    cmd += ["--metrics", args.metrics] if args.metrics else []  # else the default metrics
+    cmd += ["--chunk-size", str(args.chunk_size)] if args.chunk_size else []
     return cmd + (["--reduce-in", "numpy"] if mode == "naive" else [])
 
 
@@ -107,8 +111,10 @@ def profile(model: Path, data: Path, args, top: int = 18) -> str:
 
     prof = cProfile.Profile()
     prof.enable()
-    onnxaff.analyze(model, str(data), metrics=["affinity"], chunk_size=512, batch_size=args.batch_size,
-                    device=args.device, progress=False)
+    options = {"metrics": args.metrics.split(",")} if args.metrics else {}
+    if args.chunk_size:
+        options["chunk_size"] = args.chunk_size
+    onnxaff.analyze(model, str(data), batch_size=args.batch_size, device=args.device, progress=False, **options)
     prof.disable()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
@@ -142,8 +148,9 @@ def main() -> int:
         prepare(sys.argv[2].split(","), int(sys.argv[3]), Path(sys.argv[4]))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--child-profile":
-        model, data, batch, device = sys.argv[2:6]
-        print(profile(Path(model), Path(data), argparse.Namespace(batch_size=int(batch), device=device)), end="")
+        model, data, batch, device, metrics, chunk = sys.argv[2:8]
+        ns = argparse.Namespace(batch_size=int(batch), device=device, metrics=metrics, chunk_size=int(chunk))
+        print(profile(Path(model), Path(data), ns), end="")
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet18,vit")
@@ -151,6 +158,10 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--metrics", default="", help="Metrics of (b) and (c), comma-separated [default: onnxaff's "
+                    "default metrics].")
+    ap.add_argument("--chunk-size", type=int, default=0, help="Rows per chunk [default: onnxaff's].")
+    ap.add_argument("--modes", default=",".join(MODES), help="Which of plain,onnxaff,naive to run [default: all].")
     ap.add_argument("--work", default=None, help="Folder for the models and images [default: a temporary one].")
     ap.add_argument("--profile", action="store_true", help="Also profile (b) once per model with cProfile.")
     args = ap.parse_args()
@@ -158,6 +169,9 @@ def main() -> int:
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="onnxaff-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     names = [m for m in args.models.split(",") if m]
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    if "plain" not in modes:
+        raise SystemExit("--modes must include plain: every ratio is to it")
     # Built in a child: on Linux a child's peak RSS starts at its parent's peak (vfork + exec), so this
     # process must never hold the models or the images, or it would floor every measurement below.
     subprocess.run([sys.executable, __file__, "--child-prepare", ",".join(names), str(args.images), str(work)],
@@ -165,13 +179,14 @@ def main() -> int:
     models, data = paths(names, args.images, work)
     print(f"# {time.strftime('%Y-%m-%d')}: {environment(args.device)}")
     print(f"# {' '.join(sys.argv)}; {args.images} images of 3×224×224, batch {args.batch_size}, "
-          f"{args.repeats} repeats, order A B C per repeat; data {data}")
+          f"{args.repeats} repeats, order {' '.join(modes)} per repeat; data {data}")
+    print(f"# load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(f"# this process: {_own_rss_mib():.0f} MiB peak resident (a floor under every child's peak below)")
     results = {}
     for name, model in models.items():
-        times: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
+        times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
         for _ in range(args.repeats):
-            for mode in MODES:
+            for mode in modes:
                 times[mode].append(run_child(commands(mode, model, data, args, work)))
         results[name] = times
         a = statistics.median(t for t, _ in times["plain"])
@@ -179,21 +194,25 @@ def main() -> int:
         print(f"\n### {name}\n")
         print("| mode | wall s (median) | min – max | images/s | ÷ (a) | peak RSS MiB | ÷ (a) |")
         print("|---|---|---|---|---|---|---|")
-        for mode in MODES:
+        for mode in modes:
             ts, ms = [t for t, _ in times[mode]], [m for _, m in times[mode]]
             t, mem = statistics.median(ts), statistics.median(ms)
             print(f"| {LABELS[mode]} | {t:.2f} | {min(ts):.2f} – {max(ts):.2f} | {args.images / t:.1f} | "
                   f"{t / a:.3f} | {mem:.0f} | {mem / a_mem:.3f} |")
-        b = json.loads((work / f"{model.stem}.onnxaff.json").read_text())
-        c = json.loads((work / f"{model.stem}.naive.json").read_text())
-        diff = max(abs(s["metrics"]["affinity"]["mean"] - t["metrics"]["affinity"]["mean"])
-                   for s, t in zip(b["sites"], c["sites"], strict=True))
-        print(f"\n{len(b['sites'])} sites; max |affinity (b) − (c)| = {diff:.2e} (same numbers either way)")
+        print(f"\nload average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+        if "onnxaff" in modes and "naive" in modes:
+            b = json.loads((work / f"{model.stem}.onnxaff.json").read_text())
+            c = json.loads((work / f"{model.stem}.naive.json").read_text())
+            diff = max(abs(s["metrics"][k]["mean"] - t["metrics"][k]["mean"])
+                       for s, t in zip(b["sites"], c["sites"], strict=True) for k in s["metrics"]
+                       if s["metrics"][k].get("mean") is not None and t["metrics"][k].get("mean") is not None)
+            print(f"\n{len(b['sites'])} sites; max |score (b) − (c)| = {diff:.2e} (same numbers either way)")
         if args.profile:
             # In a child too: Linux starts a child's peak RSS at its parent's size, so a parent grown by an
             # in-process analysis would inflate every later measurement.
             text = subprocess.run([sys.executable, __file__, "--child-profile", str(model), str(data),
-                                   str(args.batch_size), args.device], check=True, capture_output=True, text=True)
+                                   str(args.batch_size), args.device, args.metrics, str(args.chunk_size)],
+                                  check=True, capture_output=True, text=True)
             print(f"\n<details><summary>cProfile of (b), {name}</summary>\n\n```\n{text.stdout}```\n</details>")
     (work / "results.json").write_text(json.dumps(results))
     return 0

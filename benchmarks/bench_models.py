@@ -6,6 +6,16 @@
   branches scaled by 0.2 so activations stay O(1) through the depth without normalisation.
 - `vit`: a small ViT at 224×224: 16×16 patches → 196 tokens of width 192, 4 pre-LN blocks
   (3-head attention with Softmax, GELU MLP ×4), mean pool, fc 1000. 8 sites (4 Softmax, 4 GELU).
+- `mobilenetv2`: MobileNetV2 (width 1.0) at 224×224: stem conv 3×3/2 32, 17 inverted residual blocks
+  (expand 1×1 ×6, depthwise 3×3, linear 1×1 projection; skip when stride 1 and widths agree), conv 1×1 1280,
+  global average pool, fc 1000. ReLU6 as Clip(0, 6), BatchNorm folded: 35 relu6 sites, D 32…1280 (32 at the
+  stem, 960 in the last expansions), 0.3 GMACs per image.
+- `pplcnet`: PP-LCNet x1.0's topology at 224×224: stem conv 3×3/2 16, 13 depthwise-separable blocks
+  (depthwise 3×3 or 5×5, pointwise 1×1, each followed by HardSwish), squeeze-and-excitation (ReLU,
+  HardSigmoid, Mul) in the last two, global average pool, conv 1×1 1280 + HardSwish, fc 1000: 28 hard-swish
+  sites (D 16…1280), 32 sites in all, 0.16 GMACs per image.
+- `vit_s`: ViT-S/16's shape: width 384, 6 heads, MLP 1536, 12 blocks (24 sites: 12 Softmax, 12 GELU);
+  `vit_s6` the same with 6 blocks.
 - images: crops of scikit-learn's two sample photos (china, flower), flipped and normalised with
   the ImageNet mean/std as torchvision does, else smooth random images when scikit-learn is absent.
 """
@@ -129,7 +139,81 @@ def vit(seed: int = 0, width: int = 192, depth: int = 4, heads: int = 3) -> onnx
     return g.model("vit_small", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=20)
 
 
-MODELS = {"resnet18": resnet18, "resnet50": resnet50, "vit": vit}
+def _relu6(g: _Graph, x: str) -> str:
+    return g.op("Clip", [x, g.param(np.array(0.0), "lo"), g.param(np.array(6.0), "hi")], "relu6")
+
+
+def _dwconv(g: _Graph, x: str, c: int, k: int, stride: int = 1, gain: float = 1.0) -> str:
+    """Depthwise k×k conv (group = c), He-scaled per channel, bias as a folded BatchNorm leaves it."""
+    w = g.rng.standard_normal((c, 1, k, k)) * math.sqrt(2.0 / (k * k)) * gain
+    b = g.rng.standard_normal(c) * 0.05
+    p = k // 2
+    return g.op("Conv", [x, g.param(w, "w"), g.param(b, "b")], "dwconv", kernel_shape=[k, k], group=c,
+                strides=[stride, stride], pads=[p, p, p, p])
+
+
+def mobilenetv2(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV2 (width 1.0): 35 relu6 sites (Clip 0…6), inverted residuals with linear bottlenecks."""
+    g = _Graph(seed)
+    h = _relu6(g, g.conv("image", 3, 32, 3, stride=2))
+    cin = 32
+    # (expansion t, output channels c, repeats n, first stride s), as in the paper's table 2
+    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1)):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = cin * t
+            r = h if t == 1 else _relu6(g, g.conv(h, cin, hidden, 1))
+            r = _relu6(g, _dwconv(g, r, hidden, 3, stride))
+            skip = stride == 1 and cin == c
+            r = g.conv(r, hidden, c, 1, gain=0.3 if skip else 0.7)  # linear bottleneck
+            h = g.op("Add", [h, r]) if skip else r
+            cin = c
+    h = _relu6(g, g.conv(h, cin, 1280, 1))
+    h = g.op("Flatten", [g.op("GlobalAveragePool", [h])], axis=1)
+    g.linear(h, 1280, 1000, out="logits")
+    return g.model("mobilenetv2_topology", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
+
+
+def pplcnet(seed: int = 0, scale: float = 1.0) -> onnx.ModelProto:
+    """PP-LCNet's topology (x1.0 by default): depthwise-separable blocks with HardSwish, SE in the last two."""
+    g = _Graph(seed)
+
+    def width(c: int) -> int:
+        return max(8, int(c * scale + 4) // 8 * 8)
+
+    h = g.op("HardSwish", [g.conv("image", 3, width(16), 3, stride=2)])
+    cin = width(16)
+    # (depthwise kernel, output channels, stride, squeeze-and-excitation), PaddleClas NET_CONFIG blocks2…6
+    config = ([(3, 32, 1, False), (3, 64, 2, False), (3, 64, 1, False), (3, 128, 2, False), (3, 128, 1, False),
+               (3, 256, 2, False)] + [(5, 256, 1, False)] * 5 + [(5, 512, 2, True), (5, 512, 1, True)])
+    for k, c, stride, se in config:
+        h = g.op("HardSwish", [_dwconv(g, h, cin, k, stride)])
+        if se:
+            s = g.op("GlobalAveragePool", [h])
+            s = g.op("Relu", [g.conv(s, cin, cin // 4, 1)])
+            s = g.op("HardSigmoid", [g.conv(s, cin // 4, cin, 1)], alpha=1.0 / 6, beta=0.5)
+            h = g.op("Mul", [h, s])
+        h = g.op("HardSwish", [g.conv(h, cin, width(c), 1)])
+        cin = width(c)
+    h = g.op("GlobalAveragePool", [h])
+    h = g.op("HardSwish", [g.conv(h, cin, 1280, 1)])
+    h = g.op("Flatten", [h], axis=1)
+    g.linear(h, 1280, 1000, out="logits")
+    return g.model("pplcnet_topology", "image", ["N", 3, 224, 224], "logits", ["N", 1000], opset=17)
+
+
+def vit_s(seed: int = 0, depth: int = 12) -> onnx.ModelProto:
+    """ViT-S/16's shape: width 384, 6 heads, MLP 1536 (GELU sites of d = 1536), `depth` blocks."""
+    return vit(seed, width=384, depth=depth, heads=6)
+
+
+def vit_s6(seed: int = 0) -> onnx.ModelProto:
+    return vit_s(seed, depth=6)
+
+
+MODELS = {"resnet18": resnet18, "resnet50": resnet50, "vit": vit, "mobilenetv2": mobilenetv2, "pplcnet": pplcnet,
+          "vit_s": vit_s, "vit_s6": vit_s6}
 
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
 STD = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]

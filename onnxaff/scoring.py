@@ -9,6 +9,11 @@ for each chunk): a Python thread cannot be killed, so the main thread must never
 plugin. Every wait gives up as soon as the run's `stop` is set (Ctrl-C): chunks whose scores are not done
 then are saved unscored and scored again on resume. The threads are daemons, so a stuck plugin does not
 keep the process alive either.
+
+BLAS: while scoring threads run, the process's BLAS pools (numpy's and scipy's OpenBLAS) compute each call on the
+calling thread alone (threadpoolctl). The scoring threads already take the cores onnxruntime leaves, and a
+multi-threaded BLAS call from a scoring thread spins against onnxruntime's threads: on 2 cores one affinity chunk
+of d = 960 took 2.7 s with 2 BLAS threads against 0.36 s with one (benchmarks/RESULTS.md, issue 28).
 """
 
 from __future__ import annotations
@@ -30,6 +35,30 @@ MAX_WORKERS = 256  # scoring threads; more only multiply the chunks held in memo
 POLL_SECONDS = 0.05  # how often a wait for a metric looks at the stop flag
 _busy_lock = threading.Lock()
 _busy = 0  # scoring threads inside metric code right now (stuck ones stay counted)
+_blas_lock = threading.Lock()
+_blas_users = 0  # scorers whose threads are started: the BLAS pools stay at one thread while any is
+_blas_limit = None  # threadpoolctl's limiter, restored when the last scorer closes
+
+
+def _limit_blas() -> None:
+    global _blas_users, _blas_limit
+    with _blas_lock:
+        _blas_users += 1
+        if _blas_users == 1:
+            try:
+                from threadpoolctl import threadpool_limits
+            except ImportError:  # pragma: no cover - in the cpu/gpu extras; without it the pools keep their size
+                return
+            _blas_limit = threadpool_limits(limits=1, user_api="blas")
+
+
+def _release_blas() -> None:
+    global _blas_users, _blas_limit
+    with _blas_lock:
+        _blas_users = max(0, _blas_users - 1)
+        if _blas_users == 0 and _blas_limit is not None:
+            _blas_limit.restore_original_limits()
+            _blas_limit = None
 
 
 def default_workers() -> int:
@@ -83,6 +112,8 @@ class MetricScorer:
         self._threads: list[threading.Thread] = []
 
     def _start(self) -> None:
+        if not self._threads:
+            _limit_blas()
         while len(self._threads) < max(1, self.workers):
             t = threading.Thread(target=self._work, name=f"onnxaff-chunk-{len(self._threads)}", daemon=True)
             try:
@@ -147,6 +178,8 @@ class MetricScorer:
         """Let the threads finish what is queued and end; waits for none of them (one may be stuck)."""
         for _ in self._threads:
             self._queue.put(None)
+        if self._threads:
+            _release_blas()
         self._threads = []
         self.inflight.clear()
 

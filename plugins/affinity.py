@@ -12,6 +12,9 @@ see `_span_problem`.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 
 from onnxaff.metrics import Chunk, Metric, Needs
@@ -20,10 +23,13 @@ from onnxaff_plugins.linalg import (
     EPS,
     as_rows,
     ledoit_wolf_shrinkage,
+    lower_gram,
     psd_inv_sqrt,
     psd_inv_sqrt_parts,
     psd_sqrt,
     squared_distances,
+    times_lower,
+    times_lower_t,
 )
 from onnxaff_plugins.transport import (
     DENSE_MAX_ROWS,
@@ -68,6 +74,78 @@ def exact_w2_squared(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("ij,ij->", diff, diff) / len(rows))
 
 
+SHARED_BYTES = 64 * 2**20  # per scoring thread: the chunks whose shared work is kept (see `_ChunkWork`)
+
+
+class _ChunkWork:
+    """What every variant computes alike from one chunk: centred rows, their squared norms and, when asked for,
+    the Gram matrix of Y (direct path) and the QR coordinates (span path).
+
+    The metrics of a chunk run one after the other on one scoring thread (affinity, then affinity_lw), each on its
+    own copy of the chunk, so `_chunk_work` finds a chunk again by content (exact equality of X and Y) among the
+    last ones this thread scored, up to SHARED_BYTES: the second variant skips the centring and the O(n²d) QR.
+    The numbers are the same bit for bit as computing them again.
+    """
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x, self.y = x, y
+        self.xc, self.yc = x - x.mean(axis=0), y - y.mean(axis=0)
+        self.yy = float(np.einsum("ij,ij->", self.yc, self.yc))
+        self._xx = self._gram_y = self._r = None
+
+    @property
+    def xx(self) -> float:
+        if self._xx is None:
+            self._xx = float(np.einsum("ij,ij->", self.xc, self.xc))
+        return self._xx
+
+    @property
+    def gram_y(self) -> np.ndarray:
+        if self._gram_y is None:
+            self._gram_y = self.yc.T @ self.yc
+        return self._gram_y
+
+    @property
+    def r(self) -> np.ndarray:
+        if self._r is None:
+            self._r = _span_r(self.xc, self.yc)
+        return self._r
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.x, self.y, self.xc, self.yc, self._gram_y, self._r) if a is not None)
+
+    def matches(self, x: np.ndarray, y: np.ndarray) -> bool:
+        return (x.shape == self.x.shape and y.shape == self.y.shape and np.array_equal(x, self.x)
+                and np.array_equal(y, self.y))
+
+
+def _span_r(xc: np.ndarray, yc: np.ndarray) -> np.ndarray:
+    """R of the Householder QR of [Ycᵀ Xcᵀ] (d × 2n): see `_span_problem`."""
+    # numpy's LAPACK, not scipy's faster-alone geqrt: two OpenBLAS pools in one chunk spin against each other.
+    return np.linalg.qr(np.concatenate([yc, xc]).T, mode="r")
+
+
+_recent = threading.local()
+
+
+def _chunk_work(x: np.ndarray, y: np.ndarray) -> _ChunkWork:
+    """This chunk's shared work, found again if this thread scored the same rows lately (see `_ChunkWork`)."""
+    cache = getattr(_recent, "cache", None)
+    if cache is None:
+        cache = _recent.cache = OrderedDict()
+    for key, work in cache.items():
+        if work.matches(x, y):
+            cache.move_to_end(key)
+            return work
+    # Keep the rows as given when nothing can change them (a read-only chunk owning its memory), else a copy.
+    own = [a if not a.flags.writeable and a.base is None else a.copy() for a in (x, y)]
+    work = _ChunkWork(*own)
+    cache[id(work)] = work
+    while cache and sum(w.nbytes() for w in cache.values()) > SHARED_BYTES:
+        cache.popitem(last=False)  # the oldest first; one too large for the budget is not kept at all
+    return work
+
+
 def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str) -> tuple[float, float]:
     """(c, α) with Σ = c·XcᵀXc + α·I for centred rows `xc` (in any orthonormal coordinates of R^d)."""
     n = xc.shape[0]
@@ -77,16 +155,31 @@ def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str) -> tuple[float, 
     return 1.0 / (n - 1), eps
 
 
-def _root_factor(sigma: np.ndarray) -> np.ndarray:
+class _Root:
     """Any L with L Lᵀ = Σ: Cholesky (a fraction of an eigendecomposition), the symmetric root if Σ is singular.
 
     L (Lᵀ Σ_X L)^{+1/2} Lᵀ = S (S Σ_X S)^{+1/2} S for every such L: L = S·Q with Q orthogonal, and Lᵀ Σ_X L =
-    Qᵀ (S Σ_X S) Q has the same eigenvalues (hence the same pinv cutoff) and rotated eigenvectors.
+    Qᵀ (S Σ_X S) Q has the same eigenvalues (hence the same pinv cutoff) and rotated eigenvectors. Products with a
+    triangular L use trmm and lauum (half, a third of the work of a general product).
     """
-    try:
-        return np.linalg.cholesky(sigma)
-    except np.linalg.LinAlgError:  # Σ_Y singular to working precision: ε = 0, or ε below the data's rounding
-        return psd_sqrt(sigma)
+
+    def __init__(self, sigma: np.ndarray):
+        try:
+            self.factor, self.lower = np.linalg.cholesky(sigma), True
+        except np.linalg.LinAlgError:  # Σ_Y singular to working precision: ε = 0, or ε below the data's rounding
+            self.factor, self.lower = psd_sqrt(sigma), False
+
+    def right(self, a: np.ndarray) -> np.ndarray:
+        """a · L"""
+        return times_lower(a, self.factor) if self.lower else a @ self.factor
+
+    def right_t(self, a: np.ndarray) -> np.ndarray:
+        """a · Lᵀ"""
+        return times_lower_t(a, self.factor) if self.lower else a @ self.factor.T
+
+    def gram(self) -> np.ndarray:
+        """Lᵀ L"""
+        return lower_gram(self.factor) if self.lower else self.factor.T @ self.factor
 
 
 def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: int, floor: float) -> np.ndarray:
@@ -100,18 +193,18 @@ def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: i
     return ((b @ v) * inv) @ v.T
 
 
-def _direct_problem(xc, yc, d, eps, shrinkage):
+def _direct_problem(xc, yc, d, eps, shrinkage, work=None):
     """Mapped X rows and Y rows (both centred) in R^d, with d×d covariances: O(nd² + d³). eps: (ε_X, ε_Y)."""
     cx, ax = _scales(xc, d, eps[0], shrinkage)
     cy, ay = _scales(yc, d, eps[1], shrinkage)
-    sigma_y = cy * (yc.T @ yc)
+    sigma_y = cy * (yc.T @ yc if work is None else work.gram_y)
     sigma_y[np.diag_indices(d)] += ay
-    l_factor = _root_factor(sigma_y)
-    rows = _inv_sqrt_rows(xc @ l_factor, l_factor.T @ l_factor, cx, ax, d, 0.0)
-    return rows @ l_factor.T, yc
+    root = _Root(sigma_y)
+    rows = _inv_sqrt_rows(root.right(xc), root.gram(), cx, ax, d, 0.0)
+    return root.right_t(rows), yc
 
 
-def _span_problem(xc, yc, d, eps, shrinkage):
+def _span_problem(xc, yc, d, eps, shrinkage, work=None):
     """The same mapped rows and Y rows, in orthonormal coordinates of V = span(centred Y rows, centred X rows).
 
     Why it is exact: V has dimension k ≤ 2n; on V⊥ both Σ_X = α_X·I and Σ_Y = α_Y·I, so V and V⊥ are invariant
@@ -136,8 +229,7 @@ def _span_problem(xc, yc, d, eps, shrinkage):
     d < 2n the coordinates are just a rotation of R^d.
     """
     n = xc.shape[0]
-    # numpy's LAPACK, not scipy's faster-alone geqrt: two OpenBLAS pools in one chunk spin against each other.
-    r = np.linalg.qr(np.concatenate([yc, xc]).T, mode="r")  # min(d, 2n) × 2n upper trapezoidal
+    r = _span_r(xc, yc) if work is None else work.r  # min(d, 2n) × 2n upper trapezoidal (the rows are centred already)
     ycoord, xcoord = r[:, :n].T, r[:, n:].T  # rows in the coordinates; Y rows vanish beyond column n
     k = r.shape[0]
     m = min(n, k)
@@ -147,16 +239,16 @@ def _span_problem(xc, yc, d, eps, shrinkage):
     y1 = ycoord[:, :m]
     block = cy * (y1.T @ y1)
     block[np.diag_indices(m)] += ay
-    l1, root_ay = _root_factor(block), np.sqrt(ay)
+    l1, root_ay = _Root(block), np.sqrt(ay)
     b = np.empty((n, k))
-    b[:, :m] = xcoord[:, :m] @ l1
+    b[:, :m] = l1.right(np.ascontiguousarray(xcoord[:, :m]))
     b[:, m:] = root_ay * xcoord[:, m:]
     lt_l = np.zeros((k, k))
-    lt_l[:m, :m] = l1.T @ l1
+    lt_l[:m, :m] = l1.gram()
     lt_l[np.arange(m, k), np.arange(m, k)] = ay
     # Every eigenvalue of S Σ_X S is ≥ α_X·α_Y, the one it has on V⊥: include it in the max like the full matrix.
     rows = _inv_sqrt_rows(b, lt_l, cx, ax, d, ax * ay)
-    rows[:, :m] = rows[:, :m] @ l1.T
+    rows[:, :m] = l1.right_t(np.ascontiguousarray(rows[:, :m]))
     rows[:, m:] *= root_ay
     return rows, ycoord
 
@@ -187,12 +279,13 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
     solver = choose(x.shape[0], x.shape[1], transport)
     n, d = x.shape
-    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
+    work = _chunk_work(x, y)  # shared with the other variants scoring this chunk
+    xc, yc = work.xc, work.yc
     # Distances are translation invariant: mapped = xc·A + m_Y against y is xc·A against yc.
-    yy = float(np.einsum("ij,ij->", yc, yc))
+    yy = work.yy
     scale = n - 1 if shrinkage == "none" else n
     if relative_eps:
-        eps_x = eps * float(np.einsum("ij,ij->", xc, xc)) / scale / d
+        eps_x = eps * work.xx / scale / d
         eps_y = eps * yy / scale / d
         constant = yy <= 1e-12 * float(np.einsum("ij,ij->", y, y))
     else:
@@ -206,7 +299,7 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         if method == "auto":
             method = "span" if 2 * n < d else "direct"
         problem = _span_problem if method == "span" else _direct_problem
-        a, b = problem(xc, yc, d, (eps_x, eps_y), shrinkage)
+        a, b = problem(xc, yc, d, (eps_x, eps_y), shrinkage, work)
         if solver == "sparse":
             w2 = sparse_w2(a, b)[0]
         else:

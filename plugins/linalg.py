@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import blas as _blas
+from scipy.linalg import eigh as _scipy_eigh
+from scipy.linalg import lapack as _lapack
 
 EPS = 1e-6  # the paper's regulariser added to every covariance
 # scipy's linear_sum_assignment on random clouds: 1.2 s for 1,024 rows, ~70 s for 4,096 (cubic; measured).
@@ -17,8 +20,34 @@ def as_rows(a: np.ndarray) -> np.ndarray:
 
 def _eigh_psd(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     m = 0.5 * (m + m.T)  # exact symmetry before eigh: rounding in products breaks it
-    w, v = np.linalg.eigh(m)
+    # LAPACK's divide and conquer (syevd, as numpy's eigh) on a temporary it may overwrite, without the
+    # finiteness pass; 10-15 % less than numpy's eigh at d = 960 (benchmarks/RESULTS.md, issue 28).
+    if m.shape[0] < 64:  # scipy's wrapper costs more than it saves on small matrices
+        w, v = np.linalg.eigh(m)
+    else:
+        w, v = _scipy_eigh(m, driver="evd", overwrite_a=True, check_finite=False)
     return np.clip(w, 0.0, None), v
+
+
+def times_lower(a: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """a @ L for a lower-triangular L (a Cholesky factor): BLAS trmm, half the products of a general matmul.
+
+    Works on the transposes (Lᵀ·aᵀ), which are Fortran-ordered views of the C-ordered arrays: no copy in."""
+    return _blas.dtrmm(1.0, lower.T, a.T, side=0, lower=0, trans_a=0).T
+
+
+def times_lower_t(a: np.ndarray, lower: np.ndarray) -> np.ndarray:
+    """a @ Lᵀ for a lower-triangular L: trmm as `times_lower`."""
+    return _blas.dtrmm(1.0, lower.T, a.T, side=0, lower=0, trans_a=1).T
+
+
+def lower_gram(lower: np.ndarray) -> np.ndarray:
+    """Lᵀ L for a lower-triangular L: LAPACK lauum (a third of the products of Lᵀ @ L), symmetric."""
+    u, info = _lapack.dlauum(lower.T, lower=0)  # Lᵀ as an upper factor U: U·Uᵀ in the upper triangle
+    if info != 0:  # pragma: no cover - only an invalid argument makes lauum fail
+        raise np.linalg.LinAlgError(f"lauum failed ({info})")
+    upper = np.triu(u)
+    return upper + np.triu(upper, 1).T
 
 
 def psd_sqrt(m: np.ndarray) -> np.ndarray:
