@@ -100,7 +100,7 @@ def test_data_that_does_not_fit_a_float_input(capfd, tmp_path, relu_model, array
 
 
 def test_int_data_is_cast_for_a_float_input(capfd, tmp_path, relu_model):
-    """README: values are cast to the input's dtype when nothing essential is lost (int → float)."""
+    """docs/usage.md: values are cast to the input's dtype when nothing essential is lost (int → float)."""
     ints = np.random.default_rng(0).integers(-5, 5, (64, 4))
     np.save(tmp_path / "ints.npy", ints)
     np.save(tmp_path / "floats.npy", ints.astype(np.float32))

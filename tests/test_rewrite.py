@@ -13,7 +13,7 @@ MANIFEST = TORCH_FIXTURES
 
 
 def numpy_reduce(full: np.ndarray, site, mode: str) -> np.ndarray:
-    """Independent reference for the README's reductions (--reduce), written from the spec."""
+    """Independent reference for docs/sites.md's reductions (--reduce), written from the spec."""
     full = full.astype(np.float64)
     if full.ndim == 1:
         return full[:, None]

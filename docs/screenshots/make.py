@@ -1,4 +1,5 @@
-"""Rebuild the report screenshots shown in the README: python docs/screenshots/make.py (needs Chromium).
+"""Rebuild the report screenshots shown in the README and docs/reports.md (needs Chromium):
+python docs/screenshots/make.py.
 
 Four shipped networks analysed on 512 of their digits; each report kind rendered headless at 1280 px wide.
 """
