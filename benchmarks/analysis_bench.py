@@ -61,8 +61,8 @@ def _own_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run_child(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one child process."""
+def child_usage(cmd: list[str]):
+    """(wall seconds, rusage) of one child process; a failed child ends the benchmark with its stderr."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -72,6 +72,12 @@ def run_child(cmd: list[str]) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
+    return wall, usage
+
+
+def run_child(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one child process."""
+    wall, usage = child_usage(cmd)
     return wall, usage.ru_maxrss / 1024.0  # Linux reports KiB
 
 

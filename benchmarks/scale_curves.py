@@ -46,14 +46,9 @@ def plain(model: str, data: str, limit: int, batch: int) -> None:
 
 def child(cmd: list[str]) -> tuple[float, float]:
     """(wall s, CPU s) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
+    from analysis_bench import child_usage
+
+    wall, usage = child_usage(cmd)
     return wall, usage.ru_utime + usage.ru_stime
 
 
