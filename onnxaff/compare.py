@@ -272,8 +272,11 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
             table[group][feat] = {"r2": r2, "pearson_r": r, "slope": slope, "intercept": intercept,
                                   **significance(x, y), "models": len(members),
                                   "flagged_models": sum(own and m["flagged"] > 0 for m in members)}
-    warnings = [w for w in (few_models_warning(len(rows)),) if w]  # the differences: differences.line_of
+    sizes = {g: next(iter(t.values()))["models"] for g, t in table.items() if t}
+    warnings = [f"{'' if g == 'all' else f'group {g}: '}{w}" for g, n in sizes.items()
+                if (w := few_models_warning(n))]  # the differences: differences.line_of
     # a statistic some signature lacks (an older file without model.stats) is left out, and said so
     return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
-            "p_method": method_text(len(rows)), "interval_method": BOOTSTRAP_TEXT,
+            "p_method": method_text(*sorted(set(sizes.values()) or {len(rows)})),
+            "interval_method": BOOTSTRAP_TEXT,
             "differences": [d.as_dict(labels) for d in diffs], "warnings": warnings}

@@ -72,8 +72,9 @@ def _metric_spec(sig, metric: str):
 
 
 def _data_source(sig) -> str:
-    """The data's identity: a text file's sha256, else the source as given (a path, a synthetic spec)."""
-    return sig.data.get("sha256") or str(sig.data.get("source") or "?")
+    """The data's identity: a text file's sha256, an array file's resolved path (the same file named relative or
+    absolute is one; another file of the same name in another folder is not), else the source as given."""
+    return sig.data.get("sha256") or str(sig.data.get("path") or sig.data.get("source") or "?")
 
 
 def _columns(sig, metrics: list[str]) -> list[tuple[str, bool, object, object]]:

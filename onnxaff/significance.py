@@ -79,11 +79,17 @@ def significance(x, y) -> dict:
     return {"p_value": p, "p_method": method, "orderings": orderings, "r_ci95": ci, "bootstrap_resamples": used}
 
 
-def method_text(n: int) -> str:
-    """How the p-values over `n` models were computed, for the reports."""
-    if n <= EXACT_MAX:
-        return f"exact permutation test over all {math.factorial(n):,} orderings of the {n} models"
-    return f"Monte Carlo permutation test, {DRAWS:,} seeded random orderings (seed {SEED})"
+def method_text(*sizes: int) -> str:
+    """How the p-values over tables of these numbers of models were computed, for the reports (groups of
+    several sizes may mix both methods: each table's own is in its `p_method`)."""
+    exact = [n for n in sizes if n <= EXACT_MAX]
+    drawn = f"Monte Carlo permutation test, {DRAWS:,} seeded random orderings (seed {SEED})"
+    if not exact:
+        return drawn
+    if len(exact) == len(sizes) == 1:
+        return f"exact permutation test over all {math.factorial(exact[0]):,} orderings of the {exact[0]} models"
+    text = f"exact permutation test over all n! orderings where a table has n ≤ {EXACT_MAX} models"
+    return text if len(exact) == len(sizes) else f"{text}, else {drawn}"
 
 
 BOOTSTRAP_TEXT = (f"r's 95 % interval: percentile bootstrap, {RESAMPLES:,} seeded resamples of the models "

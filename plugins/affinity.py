@@ -32,7 +32,6 @@ from onnxaff_plugins.linalg import (
     times_lower_t,
 )
 from onnxaff_plugins.transport import (
-    DENSE_MAX_ROWS,
     SPARSE_SECONDS_PER_PASS_ROW2,
     SPARSE_SECONDS_PER_PASS_ROW2_DIM,
     TRANSPORTS,
@@ -263,8 +262,8 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
     method: "direct" works with d×d covariances, O(nd² + d³); "span" works in the span of the centred rows,
     dimension k ≤ 2n, O(n²d + n³); both give the same ρ up to rounding. "auto" takes "span" when 2n < d.
     transport: how W2² is solved (onnxaff_plugins.transport): "dense" (scipy's assignment on the n×n matrix),
-    "sparse" (certified exact on candidate edges, O(n·k) memory), "auto" (sparse above DENSE_MAX_ROWS rows);
-    the same number to rounding.
+    "sparse" (certified exact on candidate edges, O(n·k) memory), "auto" (sparse only where the dense matrix would
+    not fit); the same number to rounding.
     """
     x, y = as_rows(x), as_rows(y)
     if x.shape[0] != y.shape[0]:
@@ -354,8 +353,8 @@ class Affinity(Metric):
         """Which solver gave W2² where it is not the dense assignment (the signature says how each number was made)."""
         if choose(rows, max(dx, dy), self.transport) != "sparse":
             return None
-        why = f"transport=auto, chunks of {rows:,} > {DENSE_MAX_ROWS:,} rows" if self.transport == "auto" else (
-            "transport=sparse")
+        why = (f"transport=auto: the dense matrix of {rows:,} rows would not fit in the memory available"
+               if self.transport == "auto" else "transport=sparse")
         return f"W2² by the certified sparse assignment ({why}): the exact optimum to rounding (docs/metrics.md)"
 
     def compute(self, chunk: Chunk) -> float:

@@ -16,8 +16,11 @@ Both return the optimal assignment's cost (the same number to rounding); they di
   over the full matrix (the kNN pass and one certification pass per round) plus the sparse solve. The passes
   multiply in float32 under a rigorous error bound (`_Strips`); what it leaves in doubt is redone in float64.
 
-`choose(n, d, transport)` names the solver a chunk gets: `auto` takes `dense` up to `DENSE_MAX_ROWS` rows and
-`sparse` above (docs/metrics.md, "The affinity score"; benchmarks/transport_bench.py measured both).
+`choose(n, d, transport)` names the solver a chunk gets: `auto` takes `dense` up to `DENSE_MAX_ROWS` rows, and
+above them while its matrix takes at most half the memory available; `sparse` only where it would not fit
+(docs/metrics.md, "The affinity score"; benchmarks/transport_bench.py measured both). Why dense first: it was
+as fast or faster wherever it fits, and the sparse solver's matching can take minutes on peaked clouds (a
+softmax site's near-one-hot rows: scipy's LAPJVsp on a few thousand candidate edges).
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 TRANSPORTS = ("auto", "dense", "sparse")
-# auto: the dense solver up to this many rows (its matrix is 134 MB there), the certified sparse one above.
+# auto: the dense solver up to this many rows (its matrix is 134 MB there) whatever the memory says, above them
+# while the matrix takes at most DENSE_MEMORY_SHARE of the memory available; the certified sparse one beyond.
 DENSE_MAX_ROWS = 4096
+DENSE_MEMORY_SHARE = 0.5
 # One pass of the sparse path over the n² pairs: float32 products (per pair and feature) and the selections and
 # masks on each pair (benchmarks/RESULTS.md, a quiet 2-core box).
 SPARSE_SECONDS_PER_PASS_ROW2_DIM = 6e-11
@@ -71,8 +76,14 @@ def choose(n: int, d: int, transport: str) -> str:
     if d <= 1:
         return "sorted"
     if transport == "auto":
-        return "dense" if n <= DENSE_MAX_ROWS else "sparse"
+        return "dense" if n <= DENSE_MAX_ROWS or dense_fits(n) else "sparse"
     return transport
+
+
+def dense_fits(n: int) -> bool:
+    """The dense matrix takes at most DENSE_MEMORY_SHARE of the memory available (unknown: it is assumed not to)."""
+    free = available_memory()
+    return free is not None and dense_bytes(n) <= DENSE_MEMORY_SHARE * free
 
 
 def _matched_cost(a: np.ndarray, b: np.ndarray, cols: np.ndarray) -> float:

@@ -212,3 +212,23 @@ def test_a_study_of_models_on_other_data_says_so_and_strict_refuses(tmp_path):
     assert compared["differences"][0]["field"] == "data"
     with pytest.raises(OnnxaffError, match="refusing to compare a, b: data differs"):
         run_study(models, "synthetic:gaussian:n=600", tmp_path / "s", options=options, strict=True)
+
+
+def test_groups_name_their_own_p_method_and_small_groups_warn():
+    """Groups of 4 and 7 models inside 11: their p-values are exact, the whole table's drawn; the report said
+    'Monte Carlo' for every table and warned for none of the groups (a hostile review)."""
+    from onnxaff.compare import correlate
+    from tests.test_compare import fake_signature
+
+    names = [f"m{k:02d}" for k in range(11)]
+    sigs = [fake_signature(n, [0.5 + 0.01 * k, 0.6 + 0.02 * (k % 3)], params=1000 + k) for k, n in enumerate(names)]
+    accuracy = {n: str(0.7 + 0.01 * k) for k, n in enumerate(names)}
+    groups = {n: "g1" if k < 4 else "g2" for k, n in enumerate(names)}
+    result = correlate(sigs, accuracy, groups=groups)
+    assert result["table"]["g1"]["affinity mean"]["p_method"] == "exact"
+    assert result["table"]["all"]["affinity mean"]["p_method"] == "monte_carlo"
+    assert result["p_method"].startswith("exact permutation test over all n! orderings where a table has n ≤ 8")
+    assert "else Monte Carlo" in result["p_method"]
+    assert any(w.startswith("group g1: only 4 models") for w in result["warnings"])
+    assert any(w.startswith("group g2: only 7 models") for w in result["warnings"])
+    assert not any(w.startswith("only 11") for w in result["warnings"])

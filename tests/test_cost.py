@@ -84,3 +84,11 @@ def test_bad_input_is_still_one_line(tmp_path, capfd):
     one_line_error(run_cli(capfd, "analyze", tmp_path / "missing.onnx", "--data", DATA, "--dry-run"), "missing.onnx")
     one_line_error(run_cli(capfd, "analyze", FIXTURES / "res_cnn_op17.onnx", "--data", DATA, "--dry-run",
                            "--chunk-size", "1"), "--chunk-size")
+
+
+def test_a_dry_run_on_data_whose_features_are_nan(tmp_path, capfd, two_widths):
+    """The real run flags such sites (no scores); the preview crashed concatenating no rows (a hostile review)."""
+    np.save(tmp_path / "nan.npy", np.full((64, 8), np.nan, np.float32))
+    code, out, err = run_cli(capfd, "analyze", two_widths, "--data", tmp_path / "nan.npy", "--dry-run", *FAST)
+    assert code == 0, err
+    assert "predicted: wall" in out

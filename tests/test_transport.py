@@ -68,8 +68,14 @@ def test_sparse_matches_exact_w2_on_coinciding_clouds():
     assert transport.sparse_w2(a, b)[0] == pytest.approx(exact_w2_squared(a, b), rel=1e-9)
 
 
-def test_choose():
+def test_choose(monkeypatch):
+    """auto: dense up to DENSE_MAX_ROWS, and above while the matrix takes at most half the memory available."""
+    monkeypatch.setattr(transport, "available_memory", lambda: 10**9)  # 1 GB: a matrix of 7,905 rows fills half
     assert transport.choose(transport.DENSE_MAX_ROWS, 8, "auto") == "dense"
+    assert transport.choose(7_900, 8, "auto") == "dense"
+    assert transport.choose(8_000, 8, "auto") == "sparse"
+    monkeypatch.setattr(transport, "available_memory", lambda: 10**6)
+    assert transport.choose(transport.DENSE_MAX_ROWS, 8, "auto") == "dense"  # small chunks: never the sparse one
     assert transport.choose(transport.DENSE_MAX_ROWS + 1, 8, "auto") == "sparse"
     assert transport.choose(10**6, 1, "auto") == "sorted"
     assert transport.choose(100, 8, "sparse") == "sparse"
@@ -86,12 +92,14 @@ def test_the_dense_path_refuses_a_matrix_that_does_not_fit(monkeypatch):
     assert 0 < affinity_score(x, y, transport="sparse") < 1  # the sparse path holds O(n·k)
 
 
-def test_the_metric_records_the_solver():
+def test_the_metric_records_the_solver(monkeypatch):
+    monkeypatch.setattr(transport, "available_memory", lambda: 10**9)
     (auto,) = resolve(["affinity"])
     assert auto.transport == "auto" and auto.params()["transport"] == "auto"
     assert auto.caveat(transport.DENSE_MAX_ROWS, 64, 64) is None  # the dense assignment: nothing to say
     note = auto.caveat(16384, 4096, 4096)
-    assert note.startswith("W2² by the certified sparse assignment (transport=auto, chunks of 16,384 > 4,096 rows)")
+    assert note.startswith("W2² by the certified sparse assignment (transport=auto: the dense matrix of 16,384 rows "
+                           "would not fit in the memory available)")
     assert auto.caveat(16384, 1, 1) is None  # on the line: a sort
     (sparse,) = resolve(["affinity_lw:transport=sparse"])
     assert sparse.spec == "affinity_lw:transport=sparse" and "(transport=sparse)" in sparse.caveat(64, 8, 8)

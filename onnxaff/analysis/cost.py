@@ -285,6 +285,8 @@ class _Jobs:
         """A metric's scoring at one site: its chunks (or chunk pairs), the half-samples a one-chunk interval
         takes, the end-of-data job on the pooled sums."""
         how = serving(m)
+        if st.observed.nonfinite_rows or st.observed.dims is None:  # flagged (NaN/Inf) or no row kept: no scores
+            return 0.0
         if how.pooled:
             return self._end(m, st)
         jobs = chunks - 1 if how.keeps_previous else chunks
@@ -298,6 +300,8 @@ class _Jobs:
         return seconds
 
     def diagnostic_seconds(self, st, rows: int, metrics) -> float:
+        if st.observed.nonfinite_rows or st.observed.dims is None:  # flagged or nothing kept: no chunk is scored
+            return 0.0
         key = ("diagnostics", rows, st.observed.dims)
         if key not in self.seconds:
             chunk = self._rows(st, rows)

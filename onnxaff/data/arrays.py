@@ -189,7 +189,8 @@ class ArraySource(DataSource):
 
     def describe(self) -> dict:
         return {
-            "source": str(self.path), "kind": "arrays", "samples": self.n, "available": self.total,
+            "source": str(self.path), "path": str(self.path.resolve()), "kind": "arrays", "samples": self.n,
+            "available": self.total,
             "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.arrays.items()},
             "preprocessing": "none (arrays fed as stored, cast to the input dtype)",
         }
