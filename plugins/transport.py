@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxaff.metrics import available_bytes
+
 TRANSPORTS = ("auto", "dense", "sparse")
 # auto: the dense solver up to this many rows (its matrix is 134 MB there) whatever the memory says, above them
 # while the matrix takes at most DENSE_MEMORY_SHARE of the memory available; the certified sparse one beyond.
@@ -45,15 +47,8 @@ TOLERANCE = 1e-12  # per-row slack of the certificate, relative to the largest s
 
 
 def available_memory() -> int | None:
-    """MemAvailable in bytes (Linux), None where the system does not say."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """What a run may still allocate (onnxaff.memory: MemAvailable within `ulimit -v`), None where unknown."""
+    return available_bytes()
 
 
 def dense_bytes(n: int) -> int:

@@ -7,6 +7,7 @@ Parameters are constructor keywords (`--metrics affinity:eps=1e-5`); `Needs` say
 `check_metric(cls)` runs a metric through what the core relies on, for a plugin's own tests.
 """
 
+from onnxaff.memory import available_bytes
 from onnxaff.metrics.base import Metric
 from onnxaff.metrics.check import CheckReport, MetricCheckError, check_metric
 from onnxaff.metrics.loader import (
@@ -28,8 +29,8 @@ from onnxaff.metrics.types import NEEDS, Chunk, ChunkPair, JvpStats, Moments, Ne
 
 __all__ = [
     "ENTRY_POINT_GROUP", "FLOAT32_EPS", "NEEDS", "CheckReport", "Chunk", "ChunkPair", "JvpStats", "Metric",
-    "MetricCheckError", "Moments", "Needs", "Registered", "Tracks", "check_metric", "default_metrics",
-    "file_fingerprint", "load_plugin_file", "metric_info", "parse_spec",
+    "MetricCheckError", "Moments", "Needs", "Registered", "Tracks", "available_bytes", "check_metric",
+    "default_metrics", "file_fingerprint", "load_plugin_file", "metric_info", "parse_spec",
     "parse_value", "plugin_output", "primary_metric", "rank_cutoff", "rank_verdict", "registry",
     "relative_singular_values", "resolve", "stage_metrics",
 ]
