@@ -83,6 +83,7 @@ class AffinityBC(Metric):
     needs = Needs.CHUNK
     equal_dims = True
     default = None
+    min_rows = 8  # order 3's four quarters of 2 rows each (an instance of order 2 needs 4)
     rows_per_dim = 2  # docs/statistics.md: |bias| < 0.05 from n ≥ 2d on the study's grid (every site, GELU included)
     regularised = True
 
@@ -94,6 +95,7 @@ class AffinityBC(Metric):
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
         self.eps, self.order, self.method = eps, order, method
+        self.min_rows = min_rows(order)  # 2 rows in each of its 2**(order - 1) sub-chunks
 
     def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
         if max(dx, dy) <= 1:

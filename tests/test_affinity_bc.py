@@ -121,3 +121,19 @@ def test_registered_beside_affinity_and_not_a_default():
     assert cls is AffinityBC and cls.default is None
     check_metric(cls)
     check_metric(cls, order=2)
+
+
+def test_a_chunk_size_it_cannot_score_is_refused_before_the_run(capfd, tmp_path):
+    """Chunks of 6 rows ran the whole data pass and then failed at every site (a hostile review): affinity_bc
+    declares min_rows, and the plan refuses a smaller chunk size in one line naming the option."""
+    from tests.builders import chain, save
+    from tests.conftest import one_line_error, run_cli
+
+    model = save(chain("Relu"), tmp_path / "m.onnx")
+    one_line_error(run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=60", "--metrics", "affinity_bc",
+                           "--chunk-size", "6", "--out", tmp_path / "s.json"),
+                   "--chunk-size 6: metric affinity_bc needs chunks of at least 8 rows")
+    assert not (tmp_path / "s.json").exists()
+    code, _, err = run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=60", "--metrics",
+                           "affinity_bc:order=2", "--chunk-size", "6", "--out", tmp_path / "s.json", "--quiet")
+    assert code == 0, err

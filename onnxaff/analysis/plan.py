@@ -15,7 +15,7 @@ import onnx
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
-from onnxaff.errors import OnnxaffError, option
+from onnxaff.errors import ConfigError, OnnxaffError, option
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.complexity import model_stats
@@ -99,6 +99,10 @@ class Plan:
         available = registry(config.plugins)
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
         metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))
+        for m in metrics + track_metrics:  # a chunk it cannot score at all: say so before the data pass
+            if config.chunk_size < m.min_rows:
+                raise ConfigError("chunk_size", f"{{option}} {config.chunk_size}: metric {m.spec} needs chunks of at "
+                                  f"least {m.min_rows} rows")
         fingerprints = code_fingerprints(metrics + track_metrics, available)
         inputs = model_inputs(loaded.model, config.batch_axes)
         if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes

@@ -54,6 +54,7 @@ class Metric:
     # The finite-sample rule (docs/statistics.md): rows per chunk per feature dimension for a bias under 0.05
     # (flagged `few_rows` below it; None: just n > d).
     rows_per_dim: ClassVar[float | None] = None
+    min_rows: ClassVar[int] = 2  # the fewest rows a chunk needs at all: a smaller --chunk-size is refused up front
     regularised: ClassVar[bool] = False  # adds an absolute ε to covariances: flagged `eps_dominated` where it bites
     rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
 

@@ -127,6 +127,9 @@ def _declared_values(obj, name: str) -> None:
             _fail("declarations", name, f"declares rows_per_dim {per_dim!r:.60}; it must be None or a positive number")
         if not serving.row_rule:
             _fail("declarations", name, f"declares rows_per_dim, which the core never reads for needs {needs.value!r}")
+    least = obj.min_rows
+    if isinstance(least, bool) or not isinstance(least, numbers.Integral) or least < 1:
+        _fail("declarations", name, f"declares min_rows {least!r:.60}; it must be a whole number of at least 1")
     if obj.stage_default and not serving.stage:
         _fail("declarations", name, f"declares stage_default with needs {needs.value!r}: only metrics that score "
                                     f"residual stages (needs 'tracks') are given to stages")
