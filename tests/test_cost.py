@@ -80,6 +80,16 @@ def test_a_study_dry_run_lists_every_model(tmp_path, capfd):
     assert "predicted for the study: wall" in stdout
 
 
+def test_a_study_dry_run_with_a_model_it_cannot_estimate_exits_as_the_study_would(tmp_path, capfd):
+    """A model that fails gets its one line and the exit status of a study with failures (3), not 0 (review)."""
+    paths = write_models(tmp_path / "m")
+    (tmp_path / "m" / "broken.onnx").write_bytes(b"not a model")
+    code, stdout, err = run_cli(capfd, "study", *paths, tmp_path / "m" / "broken.onnx", "--data",
+                                "synthetic:gaussian:n=600", "--out", tmp_path / "study", *FAST, "--dry-run")
+    assert code == 3 and "failed: broken" in err and "== a" in stdout, err
+    assert not (tmp_path / "study").exists()
+
+
 def test_bad_input_is_still_one_line(tmp_path, capfd):
     one_line_error(run_cli(capfd, "analyze", tmp_path / "missing.onnx", "--data", DATA, "--dry-run"), "missing.onnx")
     one_line_error(run_cli(capfd, "analyze", FIXTURES / "res_cnn_op17.onnx", "--data", DATA, "--dry-run",

@@ -53,8 +53,12 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
         from onnxaff.cli.analyze import print_estimates
         from onnxaff.study.preview import preview_study
 
-        return print_estimates(preview_study(resolve_models(list(models)), data, kwargs, startup=process_age(),
-                                             echo=None if quiet else echo_err))
+        estimates = preview_study(resolve_models(list(models)), data, kwargs, startup=process_age(),
+                                  echo=None if quiet else echo_err)
+        print_estimates(estimates)
+        if any(isinstance(e, str) for e in estimates.values()):  # as the study itself would: some model failed
+            sys.exit(SOME_FAILED)
+        return None
     result = run_study(resolve_models(list(models)), data, out, options=kwargs,
                        accuracy=read_table(accuracy, "accuracy") if accuracy else None,
                        groups=read_table(group_file, "group") if group_file else None, force=force,
