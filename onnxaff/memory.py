@@ -24,12 +24,13 @@ def _meminfo(key: str) -> int | None:
     return None
 
 
-def _mapped() -> int:
-    """Bytes of address space this process maps now (VmSize), 0 where /proc does not say."""
+def status_bytes(key: str) -> int:
+    """A field of /proc/self/status in bytes (VmSize: the address space this process maps; VmRSS, RssFile), 0
+    where /proc does not say."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmSize:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
@@ -46,7 +47,7 @@ def available_bytes() -> int | None:
             free = None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
-        room = max(0, soft - _mapped())
+        room = max(0, soft - status_bytes("VmSize"))
         free = room if free is None else min(free, room)
     return free
 

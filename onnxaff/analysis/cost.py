@@ -29,6 +29,7 @@ from onnxaff.chunks import readonly
 from onnxaff.data import no_usable
 from onnxaff.entries import not_applicable
 from onnxaff.graph.rewrite import feature_dim
+from onnxaff.memory import status_bytes
 from onnxaff.metrics import Chunk
 from onnxaff.metrics.dispatch import serving
 from onnxaff.observations import Observations
@@ -167,7 +168,7 @@ class _Fed:
     def __init__(self, feeder: Feeder):
         plan = feeder.plan
         self.times, self.batches, self.examples, self.cut_chunks = [], [], 0, False
-        files = _status_bytes("RssFile")
+        files = status_bytes("RssFile")
         warm = plan.batch_size if plan.fixed_batch is not None else min(plan.batch_size, WARM_EXAMPLES)
         windows = [(warm, plan.start, min(plan.stop, plan.start + warm)),
                    (plan.batch_size, plan.start + warm, plan.stop)]
@@ -189,8 +190,8 @@ class _Fed:
                 del st.schedule.pending[1:]
         if not self.examples:
             raise no_usable(plan.data, plan.source)
-        self.rss = _status_bytes("VmRSS")
-        self.file_per_example = max(0, _status_bytes("RssFile") - files) / self.examples
+        self.rss = status_bytes("VmRSS")
+        self.file_per_example = max(0, status_bytes("RssFile") - files) / self.examples
 
     @staticmethod
     def extrapolate(times: list[tuple[float, int]], examples: int) -> float:
@@ -212,18 +213,6 @@ class _Fed:
             runner.run(names, batch)
             times.append((time.perf_counter() - clock, n))
         return times
-
-
-def _status_bytes(key: str) -> int:
-    """A field of /proc/self/status in bytes (0 where there is none)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:
