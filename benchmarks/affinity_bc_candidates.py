@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from finite_sample_study import Site, cells, reps_for, sites_for  # noqa: E402
+from finite_sample_study import study_cells  # noqa: E402
 
 from plugins.affinity import affine_ot_map, affinity_score, exact_w2_squared  # noqa: E402
 from plugins.affinity_bc import SEED, _parts, affinity_bc_score  # noqa: E402
@@ -63,29 +63,24 @@ def scores(x: np.ndarray, y: np.ndarray) -> dict:
 def run(max_d: int) -> list[dict]:
     rng = np.random.default_rng(20261204)  # the study's seed: the same sites and chunks
     out = []
-    for d in sorted({d for d, _ in cells(False)}):
-        sites = [Site(s, sp, d, rng) for s, sp in sites_for(d)]
-        for dd, n in cells(False):
-            if dd != d:
-                continue
-            reps = reps_for(d, n, False)
-            t0 = time.perf_counter()
-            for site in sites:
-                vals = {c: [] for c in CANDIDATES}
-                for _ in range(reps):
-                    x, y = site.draw(n, rng)  # drawn even where not scored: keeps the study's stream of draws
-                    if d > max_d or n < 8:
-                        continue
-                    for c, v in scores(x, y).items():
-                        vals[c].append(v)
-                if not vals["aff"]:
+    for d, n, reps, sites in study_cells(rng, False):
+        t0 = time.perf_counter()
+        for site in sites:
+            vals = {c: [] for c in CANDIDATES}
+            for _ in range(reps):
+                x, y = site.draw(n, rng)  # drawn even where not scored: keeps the study's stream of draws
+                if d > max_d or n < 8:
                     continue
-                pop = site.population["affinity"]
-                out.append({"d": d, "n": n, "sigma": site.sigma, "spectrum": site.spectrum, "reps": reps,
-                            "population": pop,
-                            **{c: [float(np.mean(v) - pop), float(np.std(v, ddof=1))] for c, v in vals.items()}})
-            if d <= max_d:
-                print(f"d={d} n={n} {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+                for c, v in scores(x, y).items():
+                    vals[c].append(v)
+            if not vals["aff"]:
+                continue
+            pop = site.population["affinity"]
+            out.append({"d": d, "n": n, "sigma": site.sigma, "spectrum": site.spectrum, "reps": reps,
+                        "population": pop,
+                        **{c: [float(np.mean(v) - pop), float(np.std(v, ddof=1))] for c, v in vals.items()}})
+        if d <= max_d:
+            print(f"d={d} n={n} {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     return out
 
 

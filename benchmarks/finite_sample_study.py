@@ -167,44 +167,49 @@ def half_scores(metric: str, x: np.ndarray, y: np.ndarray, seed: int) -> list:
     return [score(metric, x, y), [score(metric, x[r], y[r]) for r in half_sample_rows(x.shape[0], 8, seed)]]
 
 
-def run(quick: bool, intervals_only: bool = False) -> dict:
-    rng = np.random.default_rng(20261204)
-    out = {"closed_form_gap": check_relu_closed_form(), "cells": []}
+def study_cells(rng: np.random.Generator, quick: bool):
+    """(d, n, reps, sites) of every cell in the study's order: each width's sites are drawn from `rng` before its
+    cells, so a caller that draws its chunks from the same `rng` between them replays the study's stream."""
     for d in sorted({d for d, _ in cells(quick)}):
         sites = [Site(s, sp, d, rng) for s, sp in sites_for(d)]
         for dd, n in cells(quick):
-            if dd != d:
-                continue
-            reps = reps_for(d, n, quick)
-            t0 = time.perf_counter()
-            if intervals_only and not half_cell(d, n):  # drawn (the same random stream), not scored
-                for site in sites:
-                    for _ in range(reps):
-                        site.draw(n, rng)
-                continue
+            if dd == d:
+                yield d, n, reps_for(d, n, quick), sites
+
+
+def run(quick: bool, intervals_only: bool = False) -> dict:
+    rng = np.random.default_rng(20261204)
+    out = {"closed_form_gap": check_relu_closed_form(), "cells": []}
+    for d, n, reps, sites in study_cells(rng, quick):
+        t0 = time.perf_counter()
+        if intervals_only and not half_cell(d, n):  # drawn (the same random stream), not scored
             for site in sites:
-                vals = {m: [] for m in METRICS}
-                halves = {m: [] for m in METRICS}
-                for rep in range(reps):
-                    x, y = site.draw(n, rng)
-                    for m in METRICS:
-                        vals[m].append(score(m, x, y))
-                    if rep < 4 and half_cell(d, n):  # one-chunk CI: half-sampling, on cheap cells
-                        for m in METRICS:
-                            halves[m].append(half_scores(m, x, y, seed=rep))
+                for _ in range(reps):
+                    site.draw(n, rng)
+            continue
+        for site in sites:
+            vals = {m: [] for m in METRICS}
+            halves = {m: [] for m in METRICS}
+            for rep in range(reps):
+                x, y = site.draw(n, rng)
                 for m in METRICS:
-                    v = np.array(vals[m])
-                    if np.isnan(v).any():  # affinity_bc below 8 rows (d = 8, n = 4): not scored
-                        continue
-                    pop = site.population["affinity" if m.startswith("affinity") else m]
-                    out["cells"].append({
-                        "d": d, "n": n, "metric": m, "sigma": site.sigma, "spectrum": site.spectrum, "reps": reps,
-                        "population": pop, "mean": float(v.mean()), "sd": float(v.std(ddof=1)),
-                        "bias": float(v.mean() - pop), "bias_se": float(v.std(ddof=1) / math.sqrt(reps)),
-                        "values": v.tolist(), "halves": halves[m],
-                    })
-            print(f"d={d:5d} n={n:5d} reps={reps:3d} sites={len(sites)} {time.perf_counter() - t0:6.1f} s",
-                  file=sys.stderr, flush=True)
+                    vals[m].append(score(m, x, y))
+                if rep < 4 and half_cell(d, n):  # one-chunk CI: half-sampling, on cheap cells
+                    for m in METRICS:
+                        halves[m].append(half_scores(m, x, y, seed=rep))
+            for m in METRICS:
+                v = np.array(vals[m])
+                if np.isnan(v).any():  # affinity_bc below 8 rows (d = 8, n = 4): not scored
+                    continue
+                pop = site.population["affinity" if m.startswith("affinity") else m]
+                out["cells"].append({
+                    "d": d, "n": n, "metric": m, "sigma": site.sigma, "spectrum": site.spectrum, "reps": reps,
+                    "population": pop, "mean": float(v.mean()), "sd": float(v.std(ddof=1)),
+                    "bias": float(v.mean() - pop), "bias_se": float(v.std(ddof=1) / math.sqrt(reps)),
+                    "values": v.tolist(), "halves": halves[m],
+                })
+        print(f"d={d:5d} n={n:5d} reps={reps:3d} sites={len(sites)} {time.perf_counter() - t0:6.1f} s",
+              file=sys.stderr, flush=True)
     return out
 
 
