@@ -158,6 +158,8 @@ def graph_features(b, tensor: str, site: Site, mode: str, mask: SiteMask, which:
     """(features, missing) of one side: `site` as this side sees it, `source` X (whose values are masked).
     `missing` is a float64 [rows] tensor, 1 for a row with a feature left without positions (mean, reference)
     or with a masked cell (positions, flatten). `b`: the GraphBuilder."""
+    from onnxaff.graph.rewrite import averaged_axes  # rewrite imports this module
+
     key = ("masked", tensor, source, mode, site.rank, site.feature_axis, mask, which)
     if key in b.cache:
         return b.cache[key]
@@ -167,7 +169,7 @@ def graph_features(b, tensor: str, site: Site, mode: str, mask: SiteMask, which:
     one = b.scalar(1.0, _DOUBLE, prefix)
     rank, axis = site.rank, site.feature_axis
     if mode in ("mean", "reference"):
-        axes = [a for a in range(1, rank) if a != axis] if mode == "mean" else list(range(2, rank))
+        axes = averaged_axes(rank, axis, mode)
         zero = b.scalar(0.0, _DOUBLE, prefix)
         x64 = b.node("Cast", [tensor], prefix, to=_DOUBLE)
         total = b.reduce("ReduceSum", b.node("Where", [keep, x64, zero], prefix), axes, prefix)
@@ -221,7 +223,7 @@ def _keep(b, site: Site, mask: SiteMask, which: str, source: str, prefix: str) -
 def numpy_masked(x: np.ndarray, y: np.ndarray, site: Site, mode: str, mask: SiteMask,
                  batch: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What `graph_features` computes, in numpy on the raw tensors: X's and Y's features and the missing rows."""
-    from onnxaff.graph.rewrite import numpy_features
+    from onnxaff.graph.rewrite import averaged_axes, numpy_features
 
     out, missing = [], None
     for which, a in (("x", x), ("y", y)):
@@ -236,7 +238,7 @@ def numpy_masked(x: np.ndarray, y: np.ndarray, site: Site, mode: str, mask: Site
         keep = np.broadcast_to(keep, a.shape)
         rank, feature_axis = a.ndim, side.feature_axis
         if mode in ("mean", "reference"):
-            axes = tuple(d for d in range(1, rank) if d != feature_axis) if mode == "mean" else tuple(range(2, rank))
+            axes = tuple(averaged_axes(rank, feature_axis, mode))
             count = keep.sum(axis=axes, dtype=np.float64)
             features = np.where(keep, a.astype(np.float64), 0.0).sum(axis=axes) / np.maximum(count, 1.0)
             gone = (count == 0).any(axis=1)

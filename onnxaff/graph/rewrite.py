@@ -114,10 +114,9 @@ class GraphBuilder:
             # ReduceMean first needs the whole activation map copied back to NCHW (ReorderOutput).
             out = self.node("Flatten", [self.node("GlobalAveragePool", [x], prefix)], prefix, axis=1)
         elif mode == "mean":
-            out = self._reduce_mean(x, [a for a in range(1, rank) if a != axis], prefix)
+            out = self._reduce_mean(x, averaged_axes(rank, axis, mode), prefix)
         elif mode == "reference":
-            # The reference code's convention: rank 4 averages the last two axes, rank 3 the last.
-            out = self._reduce_mean(x, list(range(2, rank)), prefix)
+            out = self._reduce_mean(x, averaged_axes(rank, axis, mode), prefix)
         elif mode == "positions":
             if axis != rank - 1:
                 perm = [a for a in range(rank) if a != axis] + [axis]
@@ -137,6 +136,14 @@ class GraphBuilder:
         return out
 
 
+def averaged_axes(rank: int, axis: int | None, mode: str) -> list[int]:
+    """The axes a `mean` or `reference` feature averages: every axis but the batch and the feature axis (mean);
+    the reference code's convention, every axis after the second (rank 4: the last two; rank 3: the last)."""
+    if mode == "reference":
+        return list(range(2, rank))
+    return [a for a in range(1, rank) if a != axis]
+
+
 def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
     """What `GraphBuilder.features` computes in the graph, done in numpy on the full tensor.
 
@@ -151,9 +158,8 @@ def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
     if rank == 2:
         return a
     if mode in ("mean", "reference"):
-        axes = tuple(d for d in range(1, rank) if d != axis) if mode == "mean" else tuple(range(2, rank))
         with np.errstate(all="ignore"):  # +Inf and −Inf give NaN: the site is flagged, no NumPy warning
-            return a.mean(axis=axes, dtype=a.dtype)
+            return a.mean(axis=tuple(averaged_axes(rank, axis, mode)), dtype=a.dtype)
     if mode == "positions":
         return np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis])
     if mode == "flatten":
@@ -192,8 +198,7 @@ def positions(site: Site, mode: str, shape=None) -> int | None:
         return None
     if rank <= 2 or mode in ("positions", "flatten"):
         return 1
-    axes = range(2, rank) if mode == "reference" else [a for a in range(1, rank) if a != axis]
-    dims = [shape[a] for a in axes]
+    dims = [shape[a] for a in averaged_axes(rank, axis, mode)]
     return int(np.prod(dims)) if all(isinstance(d, int) for d in dims) else None
 
 
