@@ -46,8 +46,18 @@ def _cpus_per_task(ray, shards: int) -> int:
     return max(1, min(int(min(nodes)) if nodes else 1, int(total // shards)))
 
 
-def _cancel(ray, refs: list) -> None:
-    for ref in refs:
+def _cancel(ray, refs: list, grace_s: float = 1.0) -> None:
+    """Stop the shards still running. Ray (2.60 and earlier) aborts the driver when a cancel races a task's
+    own completion ("Tried to complete task that was not pending", ray-project/ray#54798), which a model's
+    other shards hit when they fail on the same bad input a moment later: those that end within `grace_s`
+    are left to end, and only the ones still running are cancelled."""
+    if not refs:
+        return
+    try:
+        _, running = ray.wait(list(refs), num_returns=len(refs), timeout=grace_s)
+    except Exception:  # the cluster is gone: nothing left to stop
+        return
+    for ref in running:
         try:
             ray.cancel(ref, force=True)
         except Exception:  # finished already, or the cluster is gone: nothing left to stop
