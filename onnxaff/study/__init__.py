@@ -4,14 +4,15 @@ The unit of work is one model. Its signature is written to `DIR/signatures/<labe
 of what produced it (model file hash, data, options), so a rerun skips a model whose signature is up to
 date, continues a model that was interrupted from its checkpoint (`DIR/signatures/<label>.ckpt.npz`),
 and only re-renders the report. A model that fails (unreadable file, unsupported operator, data that does
-not fit it) is recorded with its one-line reason and the others go on. `onnxaff demo` is a study of the
-shipped models.
+not fit it) is recorded with its one-line reason and the others go on. A manifest (a .toml file) names each model
+with its own preprocessing, data, options, accuracy and group. `onnxaff demo` is a study of the shipped models.
 """
 
 
 from onnxaff.study.identity import data_identity, options_identity
-from onnxaff.study.models import StudyModel, resolve_models
+from onnxaff.study.manifest import read_manifest
+from onnxaff.study.models import Manifest, StudyModel, resolve_models
 from onnxaff.study.run import CLUSTERS, StudyResult, run_study
 
-__all__ = ["CLUSTERS", "StudyModel", "StudyResult", "data_identity", "options_identity", "resolve_models",
-           "run_study"]
+__all__ = ["CLUSTERS", "Manifest", "StudyModel", "StudyResult", "data_identity", "options_identity", "read_manifest",
+           "resolve_models", "run_study"]

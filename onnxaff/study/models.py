@@ -1,4 +1,5 @@
-"""Which models a study has: files, LABEL=FILE, folders and model lists, each under a label that names its files."""
+"""Which models a study has: files, LABEL=FILE, folders, model lists and manifests (onnxaff.study.manifest), each
+under a label that names its files."""
 
 from __future__ import annotations
 
@@ -13,9 +14,20 @@ from onnxaff.text import printable
 LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
 
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest's study-level settings (its `data` and `[options]`): what the study's own options, given by the
+    caller, override."""
+
+    path: Path
+    data: str | None = None
+    options: dict = field(default_factory=dict)  # AnalysisConfig fields
+
+
 @dataclass
 class StudyModel:
-    """One model of a study: its label (file name of its signature), file, and optionally its own data."""
+    """One model of a study: its label (file name of its signature), file, and optionally its own data and
+    options (a manifest's model table gives them)."""
 
     label: str
     path: Path
@@ -24,6 +36,13 @@ class StudyModel:
     columns: dict = field(default_factory=dict)  # extra table columns, after the label (framework, ...)
     model_info: dict = field(default_factory=dict)  # merged into the signature's `model`
     correlate: bool = True  # False: a second export of weights another model has (counted once)
+    group: str | None = None
+    options: dict = field(default_factory=dict)  # its own AnalysisConfig fields, over the study's
+    manifest: Manifest | None = None  # the manifest naming it: defaults under the study's own options
+
+    def data_for(self, study_data: str | None) -> str | None:
+        """Its data: its own, else the study's, else its manifest's."""
+        return self.data or study_data or (self.manifest.data if self.manifest else None)
 
 
 def _check_label(label: str, where: str) -> str:
@@ -53,31 +72,35 @@ def _from_list(path: Path) -> list[tuple[str, Path]]:
 
 
 def resolve_models(specs: list[str]) -> list[StudyModel]:
-    """MODEL, LABEL=MODEL, a folder (every .onnx in it, recursively) or a text file listing models."""
-    found: list[tuple[str, Path, str]] = []
-    for spec in specs:
+    """MODEL, LABEL=MODEL, a folder (every .onnx in it, recursively), a text file listing models, or a manifest
+    (.toml: its models with their own data, options, accuracy and group)."""
+    found: list[StudyModel] = []
+    for spec in map(str, specs):
         label, eq, rest = spec.partition("=")
         if eq and label and not os.path.exists(spec):
-            found.append((label, Path(rest), spec))
+            found.append(StudyModel(_check_label(label, spec), Path(rest)))
             continue
         path = Path(spec)
         if path.is_dir():
             files = sorted(path.rglob("*.onnx"))
             if not files:
                 raise OnnxaffError(f"no .onnx file in the folder {path}")
-            found += [(f.stem, f, spec) for f in files]
+            found += [StudyModel(_check_label(f.stem, spec), f) for f in files]
+        elif path.suffix.lower() == ".toml":
+            from onnxaff.study.manifest import read_manifest
+
+            found += read_manifest(path)[0]
         elif path.is_file() and path.suffix.lower() in (".txt", ".list", ".lst"):
-            found += [(lab, p, spec) for lab, p in _from_list(path)]
-        else:
-            found.append((path.stem, path, spec))  # a missing file fails as that model, not the study
+            found += [StudyModel(_check_label(lab, spec), p) for lab, p in _from_list(path)]
+        else:  # a missing file fails as that model, not the study
+            found.append(StudyModel(_check_label(path.stem, spec), path))
     models, seen = [], {}
-    for label, path, spec in found:
-        _check_label(label, spec)
-        if label in seen:
-            raise OnnxaffError(f"two models are labelled '{printable(label)}' ({printable(seen[label])} and "
-                               f"{printable(path)}); label them apart with LABEL=MODEL")
-        seen[label] = path
-        models.append(StudyModel(label, path))
+    for model in found:
+        if model.label in seen:
+            raise OnnxaffError(f"two models are labelled '{printable(model.label)}' ({printable(seen[model.label])} "
+                               f"and {printable(model.path)}); label them apart with LABEL=MODEL")
+        seen[model.label] = model.path
+        models.append(model)
     if not models:
         raise OnnxaffError("the study names no model")
     return models

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +13,7 @@ from onnxaff.analysis.checkpoint import is_checkpoint
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
 from onnxaff.errors import ConfigError, Interrupted, Message, OnnxaffError, first_line, option
 from onnxaff.files import check_writable, exclusive, refuse_overwrite, write_text_atomic
-from onnxaff.metrics import default_metrics, registry, resolve
+from onnxaff.metrics import registry, resolve
 from onnxaff.metrics.loader import code_fingerprints, stage_metrics
 from onnxaff.signature import Signature, read_signature, write_json_atomic
 from onnxaff.study.identity import (
@@ -26,6 +26,7 @@ from onnxaff.study.identity import (
     stale_reason,
 )
 from onnxaff.study.models import StudyModel
+from onnxaff.study.settings import check_data, groups_of, own_names, preprocessing_column, study_configs
 
 CLUSTERS = 3
 
@@ -67,52 +68,55 @@ def _analyse(model: StudyModel, data: str, options: dict, checkpoint: Path, ever
 
 
 def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike, *, options: dict,
-              accuracy: dict[str, str] | None = None, groups: dict[str, str] | None = None, force: bool = False,
-              executor: str = "local", shards: int = 4, ray_address: str | None = None, checkpoint_every: int = 0,
-              clusters: int = CLUSTERS, echo: Callable[[str], None] | None = None, render=None,
-              strict: bool = False) -> StudyResult:
+              given: Collection[str] | None = None, accuracy: dict[str, str] | None = None,
+              groups: dict[str, str] | None = None, force: bool = False, executor: str = "local", shards: int = 4,
+              ray_address: str | None = None, checkpoint_every: int = 0, clusters: int = CLUSTERS,
+              echo: Callable[[str], None] | None = None, render=None, strict: bool = False) -> StudyResult:
     """Analyse every model (skipping up-to-date ones), then write report.html and compare.json into `out`.
 
     `options` are AnalysisConfig fields (metrics first: the first metric heads the tables), checked once before
-    any model is read (a bad value is a ConfigError, not a failure of every model). `accuracy`
-    and `groups` map a label or a model file's sha256 to a value. `render(sigs, comps, corr, rows, metric,
-    failed)` returns the page (default: the study page). Interrupted propagates, the state saved. The signatures
-    are compared after a line naming the options that change the numbers and differ between them (per-model data,
-    signatures of older runs); `strict` refuses that comparison instead (the signatures are kept).
+    any model is read (a bad value is a ConfigError, not a failure of every model). Each model is analysed with
+    its own options over them, and `options` over its manifest's `[options]` where `given` (the fields the caller
+    set, `images.KEY` for image options; default: every key of `options`) names them (onnxaff.study.settings).
+    `accuracy` and `groups` map a label or a model file's sha256 to a value, over the models' own.
+    `render(sigs, comps, corr, rows, metric, failed)` returns the page (default: the study page). Interrupted
+    propagates, the state saved. The signatures are compared after a line naming the options that change the
+    numbers and differ between them (per-model data or options, signatures of older runs); `strict` refuses that
+    comparison instead (the signatures are kept).
     """
-    from onnxaff.analysis import AnalysisConfig
-
     _check_run(models, data, executor, checkpoint_every)
+    options, per_model = study_configs(models, options, given)  # every option checked once, before any model
     available = registry(options.get("plugins") or ())
-    metrics = list(options.get("metrics") or default_metrics(available))
-    options = {**options, "metrics": metrics}
-    AnalysisConfig(**options)  # every option checked once, before any model is read
-    used = resolve(metrics, available=available)  # and every metric spec
+    used = resolve(options["metrics"], available=available)  # and every metric spec
     code = code_identity({**code_fingerprints(used, available),
                           **{name: available[name].fingerprint for name in stage_metrics(available)}})
     _check_data_files(models, data)
     folder = Path(out)
-    refuse_overwrite(study_outputs(folder, models), study_inputs(models, data, options))
+    refuse_overwrite(study_outputs(folder, models), study_inputs(models, data, options, per_model))
     sig_dir = _make_folder(folder / "signatures", folder)
     with exclusive(folder / ".onnxaff-study.lock", f"the study folder {folder}"):
         for _, path in study_outputs(folder, models):
             check_writable(path)  # once, before any model: not after analysing them all
-        return _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, force, executor, shards,
-                           ray_address, checkpoint_every, clusters, echo, (render, strict))
+        return _run_locked(models, data, folder, sig_dir, (options, per_model), code, accuracy, groups, force,
+                           executor, shards, ray_address, checkpoint_every, clusters, echo, (render, strict))
 
 
-def _run_locked(models, data, folder, sig_dir, options, code, accuracy, groups, force, executor, shards,
+def _run_locked(models, data, folder, sig_dir, settings, code, accuracy, groups, force, executor, shards,
                 ray_address, checkpoint_every, clusters, echo, outputs) -> StudyResult:
+    options, per_model = settings
     metrics = options["metrics"]
     digests = {m.label: file_digest(m.path) for m in models}
     accuracies = _accuracies(models, digests, accuracy)
-    run = _Run(models, sig_dir, options, _plan(models, data, sig_dir, digests, options, code, force),
+    groups = groups_of(models, digests, groups)
+    run = _Run(models, sig_dir, per_model, _plan(models, data, sig_dir, digests, options, code, force, per_model),
                checkpoint_every, force, echo or (lambda line: None))
     started = time.perf_counter()
     with _ray_tasks(run, executor, shards, ray_address) as run.pending:
         for k, model in enumerate(models, 1):
             _study_model(run, k, model)
-    rows = [_row(m, run.sigs[m.label], accuracies.get(m.label), metrics[0]) for m in models if m.label in run.sigs]
+    shown = preprocessing_column(models, run.sigs) or {}  # where the models' preprocessing differs
+    rows = [_row(m, run.sigs[m.label], accuracies.get(m.label), metrics[0], shown.get(m.label))
+            for m in models if m.label in run.sigs]
     result = StudyResult(folder, run.sigs, rows, run.failed, run.skipped, metric=metrics[0])
     result.report = _write_outputs(result, models, accuracies, groups, metrics[0], clusters, *outputs, run.echo)
     run.echo(f"{len(run.sigs)} of {len(models)} models in the study ({len(run.skipped)} up to date, "
@@ -128,18 +132,22 @@ def study_outputs(folder: Path, models: list[StudyModel]) -> list[tuple[str, Pat
             *[(f"the checkpoint of {m.label}", sig_dir / f"{m.label}.ckpt.npz") for m in models]]
 
 
-def study_inputs(models: list[StudyModel], data: str | None, options: dict) -> list[tuple[str, str | Path]]:
-    """Every file a study reads (models, data, plugins), as refuse_overwrite takes them."""
-    specs = {m.data or data for m in models} - {None}
-    tokenizer = options.get("tokenizer")
+def study_inputs(models: list[StudyModel], data: str | None, options: dict,
+                 per_model: dict[str, dict] | None = None) -> list[tuple[str, str | Path]]:
+    """Every file a study reads (models, data, plugins, each model's constants and tokenizer), as refuse_overwrite
+    takes them."""
+    specs = {m.data_for(data) for m in models} - {None}
+    mine = [(per_model or {}).get(m.label, options) for m in models]
+    constants = {(k, v) for o in mine for k, v in (o.get("constants") or {}).items() if isinstance(v, str)}
+    tokenizers = {o["tokenizer"] for o in mine if isinstance(o.get("tokenizer"), str)}
     return [*[(f"the model {m.label}", m.path) for m in models], *[("the data", data_path(s)) for s in sorted(specs)],
             *[("the plugin", p) for p in options.get("plugins") or ()],
-            *[(f"the constant of {k}", v) for k, v in (options.get("constants") or {}).items() if isinstance(v, str)],
-            *([("the tokenizer", tokenizer)] if isinstance(tokenizer, str) else [])]
+            *[(f"the constant of {k}", v) for k, v in sorted(constants)],
+            *[("the tokenizer", t) for t in sorted(tokenizers)]]
 
 
 def _check_data_files(models: list[StudyModel], data: str | None) -> None:
-    for spec in {m.data or data for m in models} - {None}:
+    for spec in {m.data_for(data) for m in models} - {None}:
         path = data_path(spec)
         if path is not None and not os.path.exists(path):  # every model would fail alike
             raise OnnxaffError(f"data file not found: {path}")
@@ -162,21 +170,21 @@ def _check_run(models: list[StudyModel], data: str | None, executor: str, checkp
     if executor == "ray" and checkpoint_every:
         raise ConfigError("checkpoint_every", "the ray executor keeps no mid-model checkpoint (a rerun redoes an "
                                               "unfinished model): drop {option}")
-    if data is None and any(m.data is None for m in models):
-        raise ConfigError("data", "the study needs data: give {option}")
+    check_data(models, data)
 
 
 def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: dict, options: dict, code: str,
-          force: bool) -> dict[str, tuple]:
-    """label -> (its data, the identity its signature records, why it must be analysed: None when up to date)."""
-    opt_key = options_identity(options)
+          force: bool, per_model: dict[str, dict] | None = None) -> dict[str, tuple]:
+    """label -> (its data, the identity its signature records, why it must be analysed: None when up to date);
+    each model keyed on its own options (`per_model`, else `options`)."""
     data_keys: dict[str, str] = {}
     plan = {}
     for model in models:
-        model_data = model.data or data
+        model_data = model.data_for(data)
         if model_data not in data_keys:
             data_keys[model_data] = data_identity(model_data)
         identity = model_identity(model.path) if digests[model.label] is not None else None
+        opt_key = options_identity((per_model or {}).get(model.label, options))
         key = {"model_sha256": identity, "data": data_keys[model_data], "options": opt_key, "code": code}
         reason = "unreadable" if identity is None else (
             option("force") if force else stale_reason(sig_dir / f"{model.label}.json", key))
@@ -190,7 +198,7 @@ class _Run:
 
     models: list[StudyModel]
     sig_dir: Path
-    options: dict
+    options: dict[str, dict]  # label -> the options it is analysed with
     plan: dict[str, tuple]
     checkpoint_every: int
     force: bool
@@ -229,7 +237,7 @@ def _ray_tasks(run: _Run, executor: str, shards: int, ray_address: str | None):
     try:
         todo = [m for m in run.models if run.plan[m.label][2] not in (None, "unreadable")]
         pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="onnxaff-study")
-        yield {m.label: pool.submit(run_ray, str(m.path), run.plan[m.label][0], shards, run.options,
+        yield {m.label: pool.submit(run_ray, str(m.path), run.plan[m.label][0], shards, run.options[m.label],
                                     address=ray_address, progress=False) for m in todo}  # run_ray: no bars
     finally:
         if pool is not None:
@@ -272,7 +280,7 @@ def _study_model(run: _Run, k: int, model: StudyModel) -> None:
     run.sigs[model.label] = sig
     seconds = time.perf_counter() - t0
     run.seconds, run.analysed = run.seconds + seconds, run.analysed + 1
-    metric = run.options["metrics"][0]
+    metric = run.options[model.label]["metrics"][0]
     stats = sig.summary().get(metric, {})
     mean = f", {metric} mean {stats['mean']:.4f}" if stats.get("mean") is not None else ""
     run.echo(f"{head}: done in {seconds:.1f} s ({len(sig.sites)} sites{mean}){run.eta(len(run.models) - k)}")
@@ -283,14 +291,15 @@ def _signature_of(run: _Run, model: StudyModel, checkpoint: Path) -> Signature:
     try:
         if run.pending is not None:
             return run.pending[model.label].result()
-        return _analyse(model, run.plan[model.label][0], run.options, checkpoint, run.checkpoint_every, run.echo)
+        return _analyse(model, run.plan[model.label][0], run.options[model.label], checkpoint, run.checkpoint_every,
+                        run.echo)
     except Interrupted as exc:
         raise Interrupted(f"{model.label}: {exc.template.split(' (continue with')[0]}; rerun the same command "
                           "to continue (models done are kept)") from None
     except (KeyboardInterrupt, MemoryError):
         raise
     except OnnxaffError as exc:
-        raise _ModelFailed(exc.template) from None
+        raise _ModelFailed(own_names(model, exc.template)) from None
     except Exception as exc:  # onnxruntime's own errors (unsupported operator, ...) are this model's
         raise _ModelFailed(f"{type(exc).__name__}: {first_line(exc)}") from None
 
@@ -304,7 +313,7 @@ def _start_ray(address: str | None) -> bool:
 
 
 def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] | None) -> dict[str, float]:
-    """Each model's accuracy (its own, or the table's by label or file sha256), checked before any analysis."""
+    """Each model's accuracy (the table's by label or file sha256, else its own), checked before any analysis."""
     from onnxaff.compare import accuracy_value  # scipy only when a table is read
 
     out = {m.label: m.accuracy for m in models if m.accuracy is not None}
@@ -312,6 +321,8 @@ def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] |
         return out
     for m in models:
         key = next((k for k in (m.label, digests.get(m.label)) if k is not None and k in table), None)
+        if key is None and m.accuracy is not None:
+            continue
         if key is None:
             raise OnnxaffError(f"the accuracy file has no row for {m.label} (by label or sha256)")
         out[m.label] = accuracy_value(m.label, table[key])
@@ -324,10 +335,11 @@ def _label(sig: Signature, model: StudyModel) -> Signature:
     return sig
 
 
-def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str) -> dict:
+def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str, preprocessing: str | None) -> dict:
     stats = sig.summary().get(metric, {})
     flags = {m: sig.flag_summary(m) for m in sig.metrics if any(v is not None for v in sig.scores(m))}
-    return {"model": model.label, **model.columns, "sites": len(sig.sites), "accuracy": accuracy,
+    shown = {} if preprocessing is None else {"preprocessing": preprocessing}
+    return {"model": model.label, **model.columns, **shown, "sites": len(sig.sites), "accuracy": accuracy,
             "mean": stats.get("mean"), "min": stats.get("min"), "share_above_0.95": stats.get("share_above_0.95"),
             "flags": flags, "mostly_flagged": sig.mostly_flagged(metric)}
 
