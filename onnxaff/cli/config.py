@@ -38,6 +38,15 @@ def flag_map() -> dict[str, str]:
     return out
 
 
+def given_fields(ctx: click.Context, params) -> set[str]:
+    """The configuration fields (`images.KEY` for image options) whose flags the command line gave: a study's
+    manifest `[options]` fill the others."""
+    from click.core import ParameterSource
+
+    return {FIELD_OF_PARAM.get(name, name) for name in params
+            if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
+
+
 def flag_of(field_name: str) -> str:
     """The flag that sets a configuration field (the field itself where no flag does)."""
     return flag_map().get(field_name, field_name)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from onnxaff.cli.app import cli, echo_err
-from onnxaff.cli.config import analysis_kwargs, flag_of
+from onnxaff.cli.config import analysis_kwargs, flag_of, given_fields
 from onnxaff.cli.options import analysis_options, configured
 from onnxaff.errors import ConfigError, render_options
 from onnxaff.text import printable
@@ -18,7 +18,8 @@ SOME_FAILED = 3
 
 @cli.command()
 @click.argument("models", nargs=-1, required=True)
-@click.option("--data", required=True, help="The data every model is analysed on (as for `analyze`).")
+@click.option("--data", default=None, help="The data every model is analysed on (as for `analyze`) [default: a "
+              "manifest's].")
 @click.option("--out", required=True, help="Study folder: signatures/, report.html, compare.json.")
 @click.option("--accuracy", default=None, type=click.Path(dir_okay=False), help="CSV: label or sha256, accuracy.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: label, group.")
@@ -37,10 +38,12 @@ SOME_FAILED = 3
 @analysis_options
 def study(models, data, out, accuracy, group_file, force, clusters, executor, shards, ray_address, checkpoint_every,
           strict, dry_run, **flags) -> None:
-    """Analyse MODELS (files, LABEL=FILE, folders, or text files listing them) on DATA, then compare them.
+    """Analyse MODELS (files, LABEL=FILE, folders, text files listing them, or .toml manifests naming each model
+    with its own preprocessing, data, options, accuracy and group) on DATA, then compare them.
 
     Writes OUT/signatures/<label>.json, OUT/report.html and OUT/compare.json. A rerun skips the models
     whose signature is up to date and continues an interrupted one. Exit status 3 when some model failed.
+    A flag given here overrides a manifest's [options]; a model's own table overrides both.
     """
     from onnxaff.compare import read_table
     from onnxaff.report.console import models_table
@@ -48,18 +51,19 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
 
     quiet = flags["quiet"]
     kwargs = analysis_kwargs(**flags)
+    given = given_fields(click.get_current_context(), flags)  # the flags a manifest's [options] do not override
     if dry_run:
         from onnxaff.analysis.cost import process_age
         from onnxaff.cli.analyze import print_estimates
         from onnxaff.study.preview import preview_study
 
         estimates = preview_study(resolve_models(list(models)), data, kwargs, startup=process_age(),
-                                  echo=None if quiet else echo_err)
+                                  echo=None if quiet else echo_err, given=given)
         print_estimates(estimates)
         if any(isinstance(e, str) for e in estimates.values()):  # as the study itself would: some model failed
             sys.exit(SOME_FAILED)
         return None
-    result = run_study(resolve_models(list(models)), data, out, options=kwargs,
+    result = run_study(resolve_models(list(models)), data, out, options=kwargs, given=given,
                        accuracy=read_table(accuracy, "accuracy") if accuracy else None,
                        groups=read_table(group_file, "group") if group_file else None, force=force,
                        executor=executor, shards=shards, ray_address=ray_address,
