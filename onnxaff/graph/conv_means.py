@@ -22,7 +22,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 # What onnxruntime's CPU provider fuses into a Conv (ConvActivationFusion): only then is there a fusion to keep.
-FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"})
+FUSED_ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish"})
 CLONE_MACS = 32  # a second convolution costs this many multiply-adds per output value at most
 
 
