@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxaff.graph.conv_means import conv_channel_means
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.masks import graph_features
 from onnxaff.graph.names import Namer, graph_names
@@ -110,9 +111,11 @@ class GraphBuilder:
         elif rank == 2:
             out = self.node("Identity", [x], prefix)
         elif mode == "mean" and axis == 1:
-            # GlobalAveragePool rather than ReduceMean: onnxruntime's NCHWc kernels take it as is, where a
+            # A convolution's output from its input where that keeps the activation fused (graph.conv_means);
+            # else GlobalAveragePool rather than ReduceMean: onnxruntime's NCHWc kernels take it as is, where a
             # ReduceMean first needs the whole activation map copied back to NCHW (ReorderOutput).
-            out = self.node("Flatten", [self.node("GlobalAveragePool", [x], prefix)], prefix, axis=1)
+            out = conv_channel_means(self, tensor, prefix) if x == tensor else None
+            out = out or self.node("Flatten", [self.node("GlobalAveragePool", [x], prefix)], prefix, axis=1)
         elif mode == "mean":
             out = self._reduce_mean(x, averaged_axes(rank, axis, mode), prefix)
         elif mode == "reference":
