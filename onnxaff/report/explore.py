@@ -1,8 +1,9 @@
 """What makes a report explorable, still as one offline file: the page's script (explore.js, written in this
 project) and the data it reads, both inline.
 
-The data (one block per page, beside its signature plots) are the plotted sites of each model in page order (the signature plots' `data-m`): per-chunk scores,
-interval and flags of every metric, op types, parameters and the neighbourhood in the graph. They are JSON in a
+The data (one block per page, beside its signature plots) are the plotted sites of each model in page order (the
+plots' `data-m`): per-chunk scores, interval and flags of every metric, op types, parameters and the
+neighbourhood in the graph. They are JSON in a
 `<script type="application/json">`; every `<`, `>` and `&` in it is a \\u escape, so no name (`</script>`,
 `<!--`) can end the block or start markup, and every string went through `printable` as elsewhere on the page.
 """

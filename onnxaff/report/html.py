@@ -19,7 +19,8 @@ th{background:#f2f2f2;position:sticky;top:0;z-index:1}td.l,th.l{text-align:left}
 .note{color:#666;font-size:13px}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 .warn{background:#fff4e5;border-left:4px solid #e69500;padding:4px 8px}
 .scroll{overflow:auto;max-width:100%;max-height:75vh;margin:1em 0;width:fit-content}
-.scroll.matrix tr>:first-child{position:sticky;left:0;background:#f8f8f8}.scroll.matrix tr:first-child>:first-child{z-index:2}
+.scroll.matrix tr>:first-child{position:sticky;left:0;background:#f8f8f8}
+.scroll.matrix tr:first-child>:first-child{z-index:2}
 svg.sig{width:100%;height:auto;display:block}svg.scatter{display:inline-block;margin:0.3em;vertical-align:top}
 .tools{font-size:12px;color:#555;margin:0.6em 0 0.2em}.tools button{font-size:12px;margin-right:0.8em}
 .legend{cursor:pointer}.legend.off{opacity:0.35}.legend.off text{text-decoration:line-through}g.pt{cursor:pointer}
@@ -213,7 +214,8 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
         parts.append("<h3>Clustering</h3>" + _img(plots.dendrogram(comp.names, comp.linkage, clusters), "dendrogram"))
         rows = "".join(f"<tr><td class='l'>{_esc(n)}</td><td><span style='color:"
                        f"{plots.cluster_colour(clusters[n])}'>■</span> {clusters[n]}</td></tr>" for n in comp.names)
-        parts.append(_scroll(f"<table><tr><th class='l'>model</th><th>cluster (of {k_clusters})</th></tr>{rows}</table>"))
+        parts.append(_scroll(f"<table><tr><th class='l'>model</th><th>cluster (of {k_clusters})</th></tr>{rows}"
+                             "</table>"))
     nb = comp.neighbours()
     parts.append("<h3>Nearest neighbours</h3>" + _table(
         ["model", "nearest", "distance", "second", "distance"],
