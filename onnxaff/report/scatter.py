@@ -1,8 +1,9 @@
 """Accuracy against one statistic as inline SVG, with point labels that do not overlap.
 
-Each label takes the first place around its point, nearest first, where its box meets no other label, no
-point and stays inside the plot; a label placed away from its point gets a leader line. Widths are estimated
-from the character count at a generous 0.62 em per character (the browser test measures the real boxes).
+Each label takes the first place around its point, nearest first (around it, then stacked beside it), where
+its box meets no other label, no point and stays inside the plot; a label placed away from its point gets a
+leader line. Widths are estimated from the character count at a generous 0.62 em per character (the browser
+test measures the real boxes).
 Hovering a point shows the model and its two numbers (an SVG <title>, as the signature plots).
 """
 
@@ -23,6 +24,7 @@ RADIUS = 4
 # (dx, dy) unit directions tried in order at each distance: right, left, above, below, then the diagonals.
 DIRECTIONS = ((1, 0), (-1, 0), (0, -1), (0, 1), (1, -1), (-1, -1), (1, 1), (-1, 1))
 RINGS = (6, 16, 30, 48, 70)
+STACK = 10  # labels stacked above and below a point, each side
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,26 @@ def short(name: str) -> str:
     return text if len(text) <= LABEL_MAX else text[:LABEL_MAX - 1] + "…"
 
 
+def _candidates(px: float, py: float, w: float, h: float) -> list[Box]:
+    """Places for a w×h label around (px, py), nearest first: the eight directions at growing distances, then
+    columns of labels stacked left and right of the point (where a cluster of points puts its names)."""
+    out = []
+    for ring in RINGS:
+        for dx, dy in DIRECTIONS:
+            cx, cy = px + dx * (ring + (w / 2 if dx else 0)), py + dy * (ring + (h / 2 if dy else 0))
+            out.append(Box(cx - w / 2, cy - h / 2, w, h))
+    for k in range(1, STACK + 1):
+        for side in (1, -1):
+            for up in (-1, 1):
+                cx = px + side * (RINGS[0] + w / 2)
+                out.append(Box(cx - w / 2, py + up * k * h - h / 2, w, h))
+
+    def gap(b: Box) -> float:
+        return math.hypot(max(b.x - px, 0, px - b.x - b.w), max(b.y - py, 0, py - b.y - b.h))
+
+    return sorted(out, key=gap)
+
+
 def place_labels(points: list[tuple[float, float]], texts: list[str], area: Box, avoid: tuple[Box, ...] = ()
                  ) -> list[Box]:
     """A box per label, in pixels: greedy, in the points' order, the first free place nearest its point; where
@@ -55,18 +77,13 @@ def place_labels(points: list[tuple[float, float]], texts: list[str], area: Box,
     for (px, py), text in zip(points, texts, strict=True):
         w, h = len(text) * CHAR_W, LABEL_H
         best, best_cost = None, math.inf
-        for ring in RINGS:
-            for dx, dy in DIRECTIONS:
-                cx, cy = px + dx * (ring + (w / 2 if dx else 0)), py + dy * (ring + (h / 2 if dy else 0))
-                box = Box(cx - w / 2, cy - h / 2, w, h)
-                if not box.inside(area):
-                    continue
-                cost = sum(box.overlap(b) for b in placed) + sum(box.overlap(m) for m in marks)
-                if cost < best_cost:
-                    best, best_cost = box, cost
-                if cost == 0:
-                    break
-            if best_cost == 0:
+        for box in _candidates(px, py, w, h):
+            if not box.inside(area):
+                continue
+            cost = sum(box.overlap(b) for b in placed) + sum(box.overlap(m) for m in marks)
+            if cost < best_cost:
+                best, best_cost = box, cost
+            if cost == 0:
                 break
         placed.append(best or Box(px + RADIUS, py - h / 2, w, h))
     return placed
