@@ -78,7 +78,7 @@
     this.view = Object.assign({}, this.home);
     var body = svg.querySelector("g.plot");
     var clip = svg.insertBefore(svgEl("defs", {}), svg.firstChild);
-    svgEl("rect", {x: this.L, y: this.T, width: this.W, height: this.H},
+    svgEl("rect", {x: this.L - 6, y: this.T - 6, width: this.W + 12, height: this.H + 12},  /* edge markers whole */
           svgEl("clipPath", {id: "onnxaff-clip-" + n}, clip));
     body.setAttribute("clip-path", "url(#onnxaff-clip-" + n + ")");
     this.points = [].map.call(svg.querySelectorAll("g.pt"), function (g) {

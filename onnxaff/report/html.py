@@ -23,6 +23,7 @@ th{background:#f2f2f2;position:sticky;top:0;z-index:1}td.l,th.l{text-align:left}
 .scroll.matrix tr:first-child>:first-child{z-index:2}
 svg.sig{width:100%;height:auto;display:block}svg.scatter{display:inline-block;margin:0.3em;vertical-align:top}
 .tools{font-size:12px;color:#555;margin:0.6em 0 0.2em}.tools button{font-size:12px;margin-right:0.8em}
+svg.sig .xaxis,svg.sig .yaxis{pointer-events:none}
 .legend{cursor:pointer}.legend.off{opacity:0.35}.legend.off text{text-decoration:line-through}g.pt{cursor:pointer}
 #onnxaff-tip{position:fixed;pointer-events:none;background:#fffff4;border:1px solid #999;padding:4px 7px;
 font-size:12px;white-space:pre;display:none;z-index:9;box-shadow:1px 1px 4px #aaa}
