@@ -312,3 +312,20 @@ def test_scatter_labels_do_not_overlap_as_the_browser_draws_them(browser, tmp_pa
 def overlap(a, b) -> float:
     return max(0.0, min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])) * \
         max(0.0, min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1]))
+
+
+def test_eleven_models_fit_a_1400_px_window(browser, tmp_path):
+    """The page never runs past the window: the 11×11 DTW matrix of long names scrolls inside its own box."""
+    from tests.test_compare import fake_signature
+
+    rng = np.random.default_rng(0)
+    sigs = [fake_signature(f"a_rather_long_model_name_number_{k}", list(rng.uniform(0.5, 1, 8)), 1000 * (k + 1))
+            for k in range(11)]
+    opened = Opened(browser, tmp_path, comparison_page(sigs, [compare(sigs)], 3), "eleven")
+    page = opened.page
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    matrix = page.locator(".scroll.matrix")
+    assert matrix.evaluate("e => e.scrollWidth > e.clientWidth")  # it scrolls instead
+    assert page.locator('svg.sig g.legend[data-m="10"]').is_visible()
+    assert opened.clean(), (opened.errors, opened.requests)
+    page.close()
