@@ -157,10 +157,30 @@ def check(d) -> None:
     for k, site in enumerate(d["sites"]):
         if site.get("op_types"):
             _items(site["op_types"], "text", f"sites[{k}].op_types")
+        if site.get("neighbourhood") is not None:
+            _check_neighbourhood(site["neighbourhood"], f"sites[{k}].neighbourhood")
     _check_entries(d, "stages", False, {"length": "whole!"}, ranges)
     if (warnings := _field(d, "warnings", "list", "", required=False)) is not None:
         _items(warnings, "text", "warnings")
     _field(d, "network", "object", "", required=False)
+
+
+def _check_neighbourhood(nb, where: str) -> None:
+    """The graph around a site, as the report draws it: named nodes and edges between them (optional: older
+    signatures have none)."""
+    if not isinstance(nb, dict):
+        raise _Bad(where, "expected an object or null")
+    nodes = _field(nb, "nodes", "list", where)
+    for k, node in enumerate(nodes):
+        if not isinstance(node, dict):
+            raise _Bad(f"{where}.nodes[{k}]", "expected an object")
+        for key, kind in (("name", "text"), ("op", "text"), ("at", "whole")):
+            _field(node, key, kind, f"{where}.nodes[{k}]")
+    for k, edge in enumerate(_field(nb, "edges", "list", where)):
+        if not (isinstance(edge, list) and len(edge) == 2 and all(_is_whole(v) and 0 <= v < len(nodes)
+                                                                   for v in edge)):
+            raise _Bad(f"{where}.edges[{k}]", f"expected two node positions below {len(nodes)}")
+    _field(nb, "omitted", "count?", where, required=False)
 
 
 def validate(d, where: str) -> None:

@@ -101,7 +101,7 @@ def test_correlate_exact_linear_statistic(tmp_path):
     del sigs[0].model["stats"]["parameters"]
     assert correlate(sigs, {k: str(v) for k, v in accuracy.items()})["left_out"] == ["parameters"]
     page = correlation_page(result)
-    assert "data:image/png;base64," in page and "http" not in page
+    assert "<svg class=\"scatter\"" in page and "http" not in page  # scatter plots: inline SVG
 
 
 def test_single_model_report_and_cli_formats(tmp_path, capfd):

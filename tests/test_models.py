@@ -96,7 +96,7 @@ def test_demo_writes_signatures_and_report(demo):
     page = (out / "report.html").read_text()
     assert "DTW" in page and "Correlation with accuracy" in page
     assert "src=\"http" not in page and not re.search(r"href=[\"'](?!#)", page)  # offline: only in-page links
-    assert page.count("data:image/png;base64,") >= 10
+    assert page.count("data:image/png;base64,") + page.count("<svg class=\"scatter\"") >= 10  # PNG, SVG scatter
 
 
 def test_demo_subset_and_unknown_model(tmp_path, capfd):

@@ -1,7 +1,8 @@
-"""Rebuild the report screenshots shown in the README and docs/reports.md (needs Chromium):
-python docs/screenshots/make.py.
+"""Rebuild the report screenshots shown in the README and docs/reports.md (needs Chromium, and playwright for
+the explored page: pip install -e '.[browser]'): python docs/screenshots/make.py.
 
-Four shipped networks analysed on 512 of their digits; each report kind rendered headless at 1280 px wide.
+Six shipped networks analysed on 512 of their digits; each report kind rendered headless at 1280 px wide; then the
+comparison explored: one model hidden, a site clicked (explore.png).
 """
 
 from __future__ import annotations
@@ -52,6 +53,25 @@ def main() -> None:
                             "--window-size=1280,1500", f"--screenshot={shot}", path.as_uri()],
                            capture_output=True, timeout=120, check=True)
             print(f"{shot} ({shot.stat().st_size // 1024} kB)")
+        explored(browser, Path(tmp) / "compare.html", HERE / "explore.png")
+
+
+def explored(browser: str, page_path: Path, shot: Path) -> None:
+    """The comparison with one model hidden from the legend and a site of the residual CNN clicked."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=shutil.which(browser), args=["--headless", "--no-sandbox",
+                                                                           "--disable-gpu", "--no-first-run"])
+        page = b.new_page(viewport={"width": 1280, "height": 1100})
+        page.goto(page_path.as_uri())
+        page.locator(f'svg.sig >> nth=0 >> g.legend[data-m="{MODELS.index("sk_mlp_relu")}"]').click()
+        page.locator(f'svg.sig >> nth=0 >> g.series[data-m="{MODELS.index("torch_rescnn_relu")}"] g.pt').nth(4).click()
+        page.locator("svg.sig").first.scroll_into_view_if_needed()
+        page.evaluate("window.scrollBy(0, -40)")
+        page.screenshot(path=str(shot))
+        b.close()
+    print(f"{shot} ({shot.stat().st_size // 1024} kB)")
 
 
 if __name__ == "__main__":

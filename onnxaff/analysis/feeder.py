@@ -59,7 +59,7 @@ class Feeder:
                   for k, probes in enumerate(plan.stage_probes)]
         return RunState(key=self._key(), cursor=plan.start, start=plan.start, stop=plan.stop,
                         shard=plan.config.shard, sites=sites, stages=stages,
-                        sites_base=[s.to_dict() for s in plan.sites], stages_base=plan.stage_bases(),
+                        sites_base=plan.site_bases(), stages_base=plan.stage_bases(),
                         header=self._header())
 
     def _key(self) -> dict:

@@ -22,6 +22,7 @@ from onnxaff.graph.complexity import model_stats
 from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks
+from onnxaff.graph.neighbourhood import site_neighbourhood
 from onnxaff.graph.pairs import tensor_probe
 from onnxaff.graph.sites import Site
 from onnxaff.graph.view import GraphView
@@ -78,6 +79,12 @@ class Plan:
     @property
     def needs_jvp(self) -> bool:
         return any(serving(m).end_input == "jvp" for m in self.metrics)
+
+    def site_bases(self) -> list[dict]:
+        """The sites' discovery entries as a signature records them, each with where it sits in the graph (the
+        nodes before and after it: onnxaff.graph.neighbourhood, for the report's drawing)."""
+        view = self.loaded.view
+        return [s.to_dict() | {"neighbourhood": site_neighbourhood(view, s)} for s in self.sites]
 
     def stage_bases(self) -> list[dict]:
         """The residual stages' discovery entries as a signature records them (without their probe sites)."""

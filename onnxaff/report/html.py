@@ -8,16 +8,27 @@ import math
 from onnxaff.compare import DTW_DESCRIPTION, Comparison
 from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.metrics.dispatch import stage_entry
-from onnxaff.report import plots, svg
+from onnxaff.report import explore, plots, svg
+from onnxaff.report.scatter import scatter_svg
 from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, flagged_share, signature_stats
 from onnxaff.text import printable
 
-STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f2f2f2}td.l,th.l{text-align:left}img{max-width:100%;margin:0.5em 0}.note{color:#666;font-size:13px}
-h2{margin-top:1.6em;border-bottom:1px solid #ddd}
-.warn{background:#fff4e5;border-left:4px solid #e69500;padding:4px 8px}"""
-
+STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1em 1.5em;color:#222}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f2f2f2;position:sticky;top:0;z-index:1}td.l,th.l{text-align:left}img{max-width:100%;margin:0.5em 0}
+.note{color:#666;font-size:13px}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+.warn{background:#fff4e5;border-left:4px solid #e69500;padding:4px 8px}
+.scroll{overflow:auto;max-width:100%;max-height:75vh;margin:1em 0;width:fit-content}
+.scroll.matrix tr>:first-child{position:sticky;left:0;background:#f8f8f8}
+.scroll.matrix tr:first-child>:first-child{z-index:2}
+svg.sig{width:100%;height:auto;display:block}svg.scatter{display:inline-block;margin:0.3em;vertical-align:top}
+.tools{font-size:12px;color:#555;margin:0.6em 0 0.2em}.tools button{font-size:12px;margin-right:0.8em}
+svg.sig .xaxis,svg.sig .yaxis{pointer-events:none}
+.legend{cursor:pointer}.legend.off{opacity:0.35}.legend.off text{text-decoration:line-through}g.pt{cursor:pointer}
+#onnxaff-tip{position:fixed;pointer-events:none;background:#fffff4;border:1px solid #999;padding:4px 7px;
+font-size:12px;white-space:pre;display:none;z-index:9;box-shadow:1px 1px 4px #aaa}
+.detail{border:1px solid #bbb;background:#fcfcfc;padding:0.4em 0.9em;margin:0.5em 0 1em;overflow-x:auto}
+.detail h4{margin:0.3em 0}.detail .chunks{font-size:12px;color:#444;word-break:break-all}"""
 
 def _esc(v) -> str:
     """Any value as HTML text: printable (no lone surrogates, control characters) and escaped."""
@@ -34,13 +45,19 @@ def _fmt(v) -> str:
     return _esc(str(v))
 
 
-def _table(header: list[str], rows: list[list], left: int | set[int] = 1) -> str:
-    """left: the first `left` columns, or this set of columns, hold text (left-aligned); the rest numbers."""
+def _table(header: list[str], rows: list[list], left: int | set[int] = 1, box: str = "") -> str:
+    """left: the first `left` columns, or this set of columns, hold text (left-aligned); the rest numbers. In a
+    box that scrolls (the header row stays in view); `box="matrix"` keeps the first column in view too."""
     lefts = set(range(left)) if isinstance(left, int) else set(left)
     head = "".join(f'<th class="{"l" if i in lefts else ""}">{_esc(h)}</th>' for i, h in enumerate(header))
     body = "".join("<tr>" + "".join(f'<td class="{"l" if i in lefts else ""}">{_fmt(c)}</td>'
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return _scroll(f"<table><tr>{head}</tr>{body}</table>", box)
+
+
+def _scroll(table: str, box: str = "") -> str:
+    """A table in a box of the page's width that scrolls, instead of a page that runs off the window."""
+    return f'<div class="scroll {box}">{table}</div>' if box else f'<div class="scroll">{table}</div>'
 
 
 def fmt_shape(shape) -> str:
@@ -86,8 +103,10 @@ def _fmt_preprocessing(p: dict) -> str:
 
 
 def _page(title: str, body: str) -> str:
+    """The page with its styles and script inline (explore.js: zoom, hide a model, a site's detail)."""
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-            f"<style>{STYLE}</style></head><body><h1>{_esc(title)}</h1>{body}</body></html>\n")
+            f"<style>{STYLE}</style></head><body><h1>{_esc(title)}</h1>{body}{explore.script_block()}"
+            "</body></html>\n")
 
 
 def _warnings(lines) -> list[str]:
@@ -114,6 +133,7 @@ def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters:
     parts += _warnings([differences_line(differences(sigs, [c.metric for c in comps]), comps[0].names)])
     if len(comps) > 1:
         parts.append(_nav([c.metric for c in comps]))
+    parts.append(explore.embed(explore.page_data(zip(comps[0].names, sigs, strict=True))))  # the plots' models
     for comp in comps:
         parts.append(f"<h2 id='m-{_esc(comp.metric)}'>{_esc(comp.metric)}</h2>"
                      + _comparison_section(sigs, comp, k_clusters))
@@ -188,13 +208,15 @@ def _comparison_section(sigs: list[Signature], comp: Comparison, k_clusters: int
                  + (f"<p class='note'>{_esc(DAGGER_NOTE)}</p>" if any(marked.values()) else ""))
     parts.append("<h3>DTW distances</h3>" + _img(plots.heatmap(comp.names, comp.distances, comp.order,
                                                               "DTW distance, ordered by the clustering"), "heatmap"))
-    parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)]))
+    parts.append(_table(["model", *comp.names], [[n, *comp.distances[i]] for i, n in enumerate(comp.names)],
+                        box="matrix"))
     if comp.linkage is not None:
         clusters = comp.clusters(k_clusters)
         parts.append("<h3>Clustering</h3>" + _img(plots.dendrogram(comp.names, comp.linkage, clusters), "dendrogram"))
         rows = "".join(f"<tr><td class='l'>{_esc(n)}</td><td><span style='color:"
                        f"{plots.cluster_colour(clusters[n])}'>■</span> {clusters[n]}</td></tr>" for n in comp.names)
-        parts.append(f"<table><tr><th class='l'>model</th><th>cluster (of {k_clusters})</th></tr>{rows}</table>")
+        parts.append(_scroll(f"<table><tr><th class='l'>model</th><th>cluster (of {k_clusters})</th></tr>{rows}"
+                             "</table>"))
     nb = comp.neighbours()
     parts.append("<h3>Nearest neighbours</h3>" + _table(
         ["model", "nearest", "distance", "second", "distance"],
@@ -223,12 +245,14 @@ def _correlation_body(result: dict, level: int = 2) -> str:
                             [[f, v["r2"], v["pearson_r"], _interval(v.get("r_ci95")), v.get("p_value"), v["slope"],
                               v["intercept"], v["models"], v.get("flagged_models", 0)] for f, v in ranked]))
         members = [r for r in result["rows"] if group == "all" or r["group"] == group]
+        plotted = []
         for feat, fit in ranked[:6]:
             x = [r["features"][feat] for r in members]
             own = feat.startswith(f"{result['metric']} ")  # baselines do not come from site scores
             hollow = [own and r.get("flagged", 0) > 0 for r in members]
-            parts.append(_img(plots.scatter(x, [r["accuracy"] for r in members], [r["model"] for r in members],
-                                            feat, fit, hollow), feat))
+            plotted.append(scatter_svg(x, [r["accuracy"] for r in members], [r["model"] for r in members], feat, fit,
+                                       hollow))
+        parts.append(f"<div>{''.join(plotted)}</div>")
     from onnxaff.report.markdown import flagged_sites
 
     parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
@@ -270,7 +294,7 @@ def single_page(sig: Signature, metric: str | None = None) -> str:
     metrics = [m for m, info in sig.metrics.items() if not stage_entry(info)]
     scored = [m for m in metrics if any(v is not None for v in sig.scores(m))]
     order = [metric, *[m for m in scored if m != metric]] if metric in scored else scored
-    parts = [_nav(order) if len(order) > 1 else ""]
+    parts = [_nav(order) if len(order) > 1 else "", explore.embed(explore.page_data([(name, sig)]))]
     for m in order:
         values = [v for v in sig.scores(m) if v is not None]
         parts.append(f"<h2 id='m-{_esc(m)}'>{_esc(m)}</h2>" + _signature_svg([(name, sig)], m)

@@ -105,38 +105,3 @@ def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None
     ax.set_ylabel("DTW distance")
     ax.set_title("hierarchical clustering of signatures (coloured by the cut)", fontsize=9)
     return _uri(fig)
-
-
-@_plain_text
-def scatter(x: list[float], y: list[float], labels: list[str], xlabel: str, fit: dict,
-            hollow: list[bool] | None = None) -> str:
-    """Accuracy against one statistic; point labels kept inside the axes (placed towards the centre); models
-    whose statistic includes flagged scores drawn hollow."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-
-    fig, ax = plt.subplots(figsize=(4.4, 3.2))
-    hollow = hollow or [False] * len(x)
-    solid = [i for i, h in enumerate(hollow) if not h]
-    empty = [i for i, h in enumerate(hollow) if h]
-    ax.scatter(np.asarray(x)[solid], np.asarray(y)[solid], color="C0")
-    if empty:
-        ax.scatter(np.asarray(x)[empty], np.asarray(y)[empty], facecolors="white", edgecolors="C0",
-                   label="flagged scores")
-    ax.margins(0.12)
-    xmid, ymid = (min(x) + max(x)) / 2, (min(y) + max(y)) / 2
-    for xi, yi, lab in zip(x, y, labels, strict=True):
-        right, high = xi > xmid, yi > ymid
-        ax.annotate(label(lab), (xi, yi), fontsize=7, xytext=(-3 if right else 3, -3 if high else 3),
-                    textcoords="offset points", ha="right" if right else "left", va="top" if high else "bottom",
-                    annotation_clip=True)
-    if np.isfinite(fit.get("slope", np.nan)):
-        xs = np.linspace(min(x), max(x), 10)
-        ax.plot(xs, fit["slope"] * xs + fit["intercept"], color="C3", label=f"R² = {fit['r2']:.3f}")
-    if empty or np.isfinite(fit.get("slope", np.nan)):
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # at most 5 labels: GFLOPs, parameters never run together
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
-    ax.tick_params(axis="x", labelsize=7, labelrotation=30)
-    ax.set_xlabel(label(xlabel, 160), fontsize=8)
-    ax.set_ylabel("accuracy", fontsize=8)
-    return _uri(fig)

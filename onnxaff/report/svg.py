@@ -2,7 +2,10 @@
 
 Plain SVG with a <title> per point: browsers show it as a tooltip with no script and nothing fetched, so a
 report stays one file that opens offline. Each model has its own colour *and* marker (10 colours × 7
-markers: distinct up to 70 models); the legend sits outside the plot area, right of it.
+markers: distinct up to 70 models); the legend sits outside the plot area, right of it. The elements carry
+their data coordinates (`data-x`, `data-y`, `data-xy`, the frame in `data-frame`) and their model (`data-m`,
+`data-s` the site index), which the page's script (explore.js) reads to zoom, pan, hide a model and open a
+site: the drawing itself is complete without it.
 """
 
 from __future__ import annotations
@@ -104,19 +107,28 @@ def _score_range(series: list[tuple[str, list[dict]]]) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
+def _num(v: float) -> str:
+    """A data coordinate for the script: enough digits to zoom far in."""
+    return f"{v:.10g}"
+
+
 def _axes(f: _Frame, metric: str, height: int) -> list[str]:
-    """Title, frame, grid lines with their ticks, and the two axis labels."""
+    """Title, frame, grid lines with their ticks (in `yaxis` and `xaxis` groups: the script redraws them when
+    zooming), and the two axis labels."""
     out = [f'<text x="{f.left + f.plot_w / 2:.0f}" y="16" text-anchor="middle" font-size="13">'
            f'non-linearity signatures ({_esc(metric)}) — hover a point for its site</text>',
-           f'<rect x="{f.left}" y="{f.top}" width="{f.plot_w}" height="{f.plot_h}" fill="white" stroke="#999"/>']
+           f'<rect class="frame" x="{f.left}" y="{f.top}" width="{f.plot_w}" height="{f.plot_h}" fill="white" '
+           'stroke="#999"/><g class="yaxis">']
     for t in nice_ticks(f.lo, f.hi):
         y = f.sy(t)
         out.append(f'<line x1="{f.left}" x2="{f.left + f.plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e4e4e4"/>'
                    f'<text x="{f.left - 5}" y="{y + 4:.1f}" text-anchor="end">{_tick_label(t)}</text>')
+    out.append('</g><g class="xaxis">')
     for k in range(6):
         x = f.sx(k / 5)
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{f.top}" y2="{f.top + f.plot_h}" stroke="#f0f0f0"/>'
                    f'<text x="{x:.1f}" y="{f.top + f.plot_h + 15}" text-anchor="middle">{k / 5:.1f}</text>')
+    out.append("</g>")
     out.append(f'<text x="{f.left + f.plot_w / 2:.0f}" y="{height - 8}" text-anchor="middle">'
                f'normalised depth (site index / last)</text>')
     out.append(f'<text transform="translate(14,{f.top + f.plot_h / 2:.0f}) rotate(-90)" text-anchor="middle">'
@@ -128,29 +140,35 @@ def _series(f: _Frame, k: int, name: str, pts: list[dict], metric: str, bars: bo
     """Series `k`: its line, its points (hollow when flagged or partial, with error bars when `bars`)."""
     colour, marker = style(k)
     good = [p for p in pts if p["y"] is not None and math.isfinite(p["y"])]
-    out = []
+    out = [f'<g class="series" data-m="{k}">']
     if len(good) > 1:
         path = " ".join(f"{f.sx(p['x']):.1f},{f.sy(p['y']):.1f}" for p in good)
-        out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.4" '
+        data = " ".join(f"{_num(p['x'])},{_num(p['y'])}" for p in good)
+        out.append(f'<polyline points="{path}" data-xy="{data}" fill="none" stroke="{colour}" stroke-width="1.4" '
                    f'stroke-dasharray="{"" if k < 10 else "5,3"}" opacity="0.85"/>')
     for p in good:
         ci = p.get("ci95")
         if bars and ci and all(math.isfinite(c) for c in ci):
-            out.append(f'<line x1="{f.sx(p["x"]):.1f}" x2="{f.sx(p["x"]):.1f}" y1="{f.sy(max(ci[0], f.lo)):.1f}" '
+            out.append(f'<line class="bar" data-x="{_num(p["x"])}" data-lo="{_num(ci[0])}" data-hi="{_num(ci[1])}" '
+                       f'x1="{f.sx(p["x"]):.1f}" x2="{f.sx(p["x"]):.1f}" y1="{f.sy(max(ci[0], f.lo)):.1f}" '
                        f'y2="{f.sy(min(ci[1], f.hi)):.1f}" stroke="{colour}" stroke-width="1" opacity="0.7"/>')
         title = html.escape(point_title(name, p, metric))
         hollow = bool(p.get("partial") or p.get("flags"))
-        out.append(f'<g class="pt"><title>{title}</title>'
-                   f'{_marker(marker, f.sx(p["x"]), f.sy(p["y"]), colour, hollow)}</g>')
-    return out
+        x, y = f.sx(p["x"]), f.sy(p["y"])
+        out.append(f'<g class="pt" data-s="{p["index"]}" data-x="{_num(p["x"])}" data-y="{_num(p["y"])}" '
+                   f'data-px="{x:.1f}" data-py="{y:.1f}"><title>{title}</title>{_marker(marker, x, y, colour, hollow)}'
+                   '</g>')
+    return [*out, "</g>"]
 
 
-def _legend_row(x: int, y: float, marker: str, colour: str, hollow: bool, text: str) -> str:
-    return (f'<g class="legend">{_marker(marker, x + 8, y, colour, hollow)}'
+def _legend_row(x: int, y: float, marker: str, colour: str, hollow: bool, text: str, model: int | None = None) -> str:
+    """One legend entry; a model's (`data-m`) is the button that hides and shows it on the page."""
+    which = "" if model is None else f' data-m="{model}"'
+    return (f'<g class="legend"{which}>{_marker(marker, x + 8, y, colour, hollow)}'
             f'<text x="{x + 18}" y="{y + 4}">{text}</text></g>')
 
 
-def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int = 760, height: int = 340) -> str:
+def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int = 1100, height: int = 400) -> str:
     """series: (model label, points) with points {x (normalised depth), y, std, chunks, partial, index, site,
     kind, ops, dim, ci95, flags}. Hollow markers: flagged scores (docs/statistics.md) and partial chunks. With one
     series, each point's 95 % interval over chunks as an error bar."""
@@ -161,11 +179,15 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
     frame = _Frame(left, top, width - left - right, height - top - bottom, *_score_range(series))
     total_w, total_h = width + legend_w, max(height, 30 + 18 * (len(series) + marked))  # + the hollow marker's row
     # inline in HTML5: no namespace attribute needed (and no URL in a page that fetches nothing)
+    box = f"{frame.left} {frame.top} {frame.plot_w} {frame.plot_h} 0 1 {_num(frame.lo)} {_num(frame.hi)}"
     out = [f'<svg class="sig" width="{total_w}" height="{total_h}" viewBox="0 0 {total_w} {total_h}" '
-           f'font-family="sans-serif" font-size="11" role="img">', *_axes(frame, metric, height)]
+           f'data-frame="{box}" data-metric="{_esc(metric)}" font-family="sans-serif" font-size="11" role="img">',
+           *_axes(frame, metric, height), '<g class="plot">']
     for k, (name, pts) in enumerate(series):
         out += _series(frame, k, name, pts, metric, bars=len(series) == 1)
-        out.append(_legend_row(width, top + 6 + 18 * k, style(k)[1], style(k)[0], False, _esc(name)))
+    out.append("</g>")
+    for k, (name, _) in enumerate(series):
+        out.append(_legend_row(width, top + 6 + 18 * k, style(k)[1], style(k)[0], False, _esc(name), k))
     if marked:
         out.append(_legend_row(width, top + 6 + 18 * len(series), "circle", "#777", True, "flagged / partial"))
     out.append("</svg>")

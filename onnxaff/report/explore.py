@@ -1,0 +1,78 @@
+"""What makes a report explorable, still as one offline file: the page's script (explore.js, written in this
+project) and the data it reads, both inline.
+
+The data (one block per page, beside its signature plots) are the plotted sites of each model in page order (the
+plots' `data-m`): per-chunk scores, interval and flags of every metric, op types, parameters and the
+neighbourhood in the graph. They are JSON in a
+`<script type="application/json">`; every `<`, `>` and `&` in it is a \\u escape, so no name (`</script>`,
+`<!--`) can end the block or start markup, and every string went through `printable` as elsewhere on the page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+
+from onnxaff.text import printable
+
+DATA_ID = "onnxaff-data"
+# Characters that must not appear raw inside a <script> element (and two that end a JavaScript line).
+_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_METRIC_KEYS = ("mean", "std", "ci95", "flags", "status", "values", "chunks", "partial", "reason", "pooled_rows")
+
+
+@lru_cache(maxsize=1)
+def script() -> str:
+    """explore.js, shipped beside this module (package data)."""
+    return resources.files("onnxaff.report").joinpath("explore.js").read_text(encoding="utf-8")
+
+
+def _clean(v):
+    """JSON the browser parses: finite numbers (NaN and inf become null), printable text, plain containers."""
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, str):
+        return printable(v)
+    if isinstance(v, dict):
+        return {printable(str(k)): _clean(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_clean(x) for x in v]
+    return printable(str(v))
+
+
+def _site(s: dict) -> dict:
+    metrics = {m: {k: e[k] for k in _METRIC_KEYS if k in e} for m, e in (s.get("metrics") or {}).items() if e}
+    return {"id": s.get("id"), "kind": s.get("kind"), "op_types": s.get("op_types") or [],
+            "nodes": len(s.get("nodes") or []), "params": s.get("params") or {}, "dim": s.get("dim"),
+            "dim_y": s.get("dim_y"), "rows": s.get("rows"), "input_shape": s.get("input_shape"),
+            "input": s.get("input"), "output": s.get("output"), "metrics": metrics,
+            "neighbourhood": s.get("neighbourhood", "absent")}
+
+
+def page_data(named_sigs) -> dict:
+    """{"models": [{"name", "sites": {index: site}}]}: the ok activation sites (those the plots draw)."""
+    models = []
+    for name, sig in named_sigs:
+        sites = {str(s["index"]): _site(s) for s in sig.sites
+                 if s.get("status") == "ok" and s.get("group", "activation") == "activation"}
+        models.append({"name": name, "sites": sites})
+    return {"models": models}
+
+
+def embed(data: dict) -> str:
+    """`data` as a JSON script block that no text inside it can close."""
+    text = json.dumps(_clean(data), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for raw, escaped in _ESCAPES.items():
+        text = text.replace(raw, escaped)
+    return f'<script type="application/json" id="{DATA_ID}">{text}</script>'
+
+
+def script_block() -> str:
+    """The script, for the end of the page's body: it reads the data block of the page's signature plots."""
+    return f'<script id="onnxaff-explore">{script()}</script>'
