@@ -236,3 +236,18 @@ def test_correlate_of_huge_accuracies_does_not_overflow(capfd, tmp_path):
     assert code == 0, err
     fit = json.loads((tmp_path / "corr.json").read_text())["table"]["all"]["affinity mean"]
     assert fit["r2"] == pytest.approx(1.0, abs=1e-9) and math.isfinite(fit["slope"])
+
+
+def test_the_dendrogram_of_identical_signatures_draws_without_a_warning():
+    """Every DTW distance 0 (one model studied twice): scipy warned of a flat y range on the user's terminal."""
+    import warnings
+
+    from scipy.cluster import hierarchy
+
+    from onnxaff.report import plots
+
+    linkage = hierarchy.linkage(np.zeros(3), method="average")  # three signatures, all at distance 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        uri = plots.dendrogram(["a", "b", "c"], linkage, {"a": 0, "b": 0, "c": 0})
+    assert uri.startswith("data:image/png;base64,")

@@ -97,8 +97,12 @@ def dendrogram(names: list[str], linkage, clusters: dict[str, int] | None = None
             return cluster_colour(found.pop()) if len(found) == 1 else "#999999"
 
         kwargs["link_color_func"] = link_colour
-    tree = hierarchy.dendrogram(linkage, labels=[label(name) for name in names], ax=ax, leaf_rotation=90,
-                                **kwargs)
+    with warnings.catch_warnings():  # every distance 0 (the same model twice): scipy warns of a flat y range
+        warnings.filterwarnings("ignore", "Attempting to set identical low and high ylims")
+        tree = hierarchy.dendrogram(linkage, labels=[label(name) for name in names], ax=ax, leaf_rotation=90,
+                                    **kwargs)
+    if not np.asarray(linkage)[:, 2].any():
+        ax.set_ylim(0, 1)
     if clusters is not None:  # by leaf index, not label text: two names may print alike
         for tick, leaf in zip(ax.get_xticklabels(), tree["leaves"], strict=True):
             tick.set_color(cluster_colour(clusters[names[leaf]]))
