@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from dtaidistance import dtw
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
-from onnxaff.differences import Difference, differences, refuse
+from onnxaff.differences import Difference, differences, differences_line, refuse
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
@@ -44,6 +45,12 @@ def distance_matrix(series: list[np.ndarray], normalized: bool = False) -> np.nd
 
 @dataclass
 class Comparison:
+    """DTW distances between signatures of one metric, their clustering, and what their options disagree on.
+
+    `names` label the signatures (the rows and columns of `distances`); `order` is the dendrogram's leaf order
+    (`linkage`: scipy's, None for two signatures); `signatures` are the ones compared (what a report draws).
+    """
+
     names: list[str]
     metric: str
     distances: np.ndarray
@@ -51,6 +58,28 @@ class Comparison:
     order: list[int]
     normalized: bool
     differences: list[Difference] = dataclasses.field(default_factory=list)  # options that change the numbers, unequal
+    signatures: list[Signature] = dataclasses.field(default_factory=list, repr=False)
+
+    def to_pandas(self):
+        """The DTW distance matrix as a DataFrame, one row and one column per signature (needs pandas)."""
+        from onnxaff.tables import frame
+
+        return frame([{"model": n, **dict(zip(self.names, row, strict=True))}
+                      for n, row in zip(self.names, self.distances.tolist(), strict=True)], "model", "Comparison")
+
+    def _repr_html_(self) -> str:  # a notebook shows the matrix, each signature's nearest neighbour, the differences
+        from onnxaff.tables import html_table
+
+        kind = "length-normalised DTW" if self.normalized else "DTW"
+        nearest = "; ".join(f"{n} → {nb[0][0]} ({nb[0][1]:.4f})" for n, nb in self.neighbours(1).items())
+        parts = [f"<p><b>{kind} distances of {html.escape(printable(self.metric))}</b> between {len(self.names)} "
+                 f"signatures. Nearest: {html.escape(printable(nearest))}</p>",
+                 html_table(["", *self.names], [[n, *row] for n, row in zip(self.names, self.distances.tolist(),
+                                                                             strict=True)])]
+        line = differences_line(self.differences, self.names)
+        if line:
+            parts.append(f"<p><b>Warning</b>: {html.escape(printable(line))}</p>")
+        return "\n".join(parts)
 
     def neighbours(self, k: int = 3) -> dict[str, list[tuple[str, float]]]:
         out = {}
@@ -131,12 +160,24 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
     d = distance_matrix(series, normalized)
     linkage = hierarchy.linkage(squareform(d, checks=False), method=method) if len(sigs) > 2 else None
     order = list(hierarchy.leaves_list(linkage)) if linkage is not None else [0, 1]
-    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized, diffs)
+    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized, diffs, list(sigs))
 
 
 def shared_metrics(sigs: list[Signature]) -> list[str]:
     """Metrics with a score in every signature, in the first signature's order."""
     return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
+
+
+def metrics_to_compare(sigs: list[Signature], metric: str) -> list[str]:
+    """`metric`, or with "all" every metric each signature has scores of; a one-line error naming what they
+    share when that is none, or not `metric`."""
+    shared = shared_metrics(sigs)
+    if metric == "all" and not shared:
+        raise OnnxaffError(f"the signatures share no metric with scores ({scored_by_each(sigs)})")
+    if metric != "all" and metric not in shared:
+        raise ConfigError("metric", f"{{option}} {metric!r} is not scored in every signature; they share: "
+                          f"{', '.join(shared) or 'none'} ({unscored(sigs, metric)})")
+    return shared if metric == "all" else [metric]
 
 
 def _scored(sig: Signature) -> list[str]:

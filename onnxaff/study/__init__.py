@@ -11,7 +11,8 @@ shipped models.
 
 from onnxaff.study.identity import data_identity, options_identity
 from onnxaff.study.models import StudyModel, resolve_models
-from onnxaff.study.run import CLUSTERS, StudyResult, run_study
+from onnxaff.study.result import Study, StudyResult
+from onnxaff.study.run import CLUSTERS, run_study
 
-__all__ = ["CLUSTERS", "StudyModel", "StudyResult", "data_identity", "options_identity", "resolve_models",
+__all__ = ["CLUSTERS", "Study", "StudyModel", "StudyResult", "data_identity", "options_identity", "resolve_models",
            "run_study"]
