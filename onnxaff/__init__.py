@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 _HOME = {
     "analyze": "onnxaff.api", "sites": "onnxaff.api", "study": "onnxaff.api", "compare": "onnxaff.api",
-    "correlate": "onnxaff.api", "report": "onnxaff.api", "Correlation": "onnxaff.api", "Sites": "onnxaff.api",
+    "correlate": "onnxaff.api", "report": "onnxaff.api", "Correlation": "onnxaff.compare", "Sites": "onnxaff.api",
     "AnalysisConfig": "onnxaff.analysis.config", "ImagePreprocess": "onnxaff.data.image_preprocess",
     "Signature": "onnxaff.signature", "read_signature": "onnxaff.signature", "Comparison": "onnxaff.compare",
     "Study": "onnxaff.study.result", "OnnxaffError": "onnxaff.errors", "ConfigError": "onnxaff.errors",

@@ -24,6 +24,10 @@ DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the s
                    "along the optimal warping path, no window, no z-normalisation")
 
 
+def _esc(v) -> str:
+    return html.escape(printable(v))
+
+
 def dtw_distance(a, b, normalized: bool = False) -> float:
     """DTW between two signatures of any lengths; normalized divides by the longer length's sqrt
     (so the value is an RMS difference along the path, comparable across depths)."""
@@ -72,13 +76,13 @@ class Comparison:
 
         kind = "length-normalised DTW" if self.normalized else "DTW"
         nearest = "; ".join(f"{n} → {nb[0][0]} ({nb[0][1]:.4f})" for n, nb in self.neighbours(1).items())
-        parts = [f"<p><b>{kind} distances of {html.escape(printable(self.metric))}</b> between {len(self.names)} "
-                 f"signatures. Nearest: {html.escape(printable(nearest))}</p>",
+        parts = [f"<p><b>{kind} distances of {_esc(self.metric)}</b> between {len(self.names)} signatures. "
+                 f"Nearest: {_esc(nearest)}</p>",
                  html_table(["", *self.names], [[n, *row] for n, row in zip(self.names, self.distances.tolist(),
                                                                              strict=True)])]
         line = differences_line(self.differences, self.names)
         if line:
-            parts.append(f"<p><b>Warning</b>: {html.escape(printable(line))}</p>")
+            parts.append(f"<p><b>Warning</b>: {_esc(line)}</p>")
         return "\n".join(parts)
 
     def neighbours(self, k: int = 3) -> dict[str, list[tuple[str, float]]]:
@@ -262,8 +266,41 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
         return r * r, r, float(slope * sy / sx), float(intercept * sy)
 
 
+class Correlation(dict):
+    """What `correlate` returns: a dict (``metric``, ``rows``, ``table`` by group, ``p_method``, ``warnings``, ...)
+    that a notebook shows as its table of the group "all"."""
+
+    def ranked(self, group: str = "all") -> list[tuple[str, dict]]:
+        """The group's (statistic, entry) pairs, highest R² first (an undefined R², NaN, last)."""
+        return sorted(self["table"].get(group, {}).items(),
+                      key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
+
+    def to_pandas(self):
+        """One row per group and statistic: R², Pearson r with its 95 % interval, p-value, fit (needs pandas)."""
+        from onnxaff.tables import frame
+
+        rows = []
+        for group, table in self["table"].items():
+            for statistic, v in table.items():
+                low, high = v.get("r_ci95") or (None, None)
+                rows.append({"statistic": statistic, "group": group, "r2": v["r2"], "pearson_r": v["pearson_r"],
+                             "r_ci95_low": low, "r_ci95_high": high, "p_value": v["p_value"], "slope": v["slope"],
+                             "intercept": v["intercept"], "models": v["models"],
+                             "flagged_models": v["flagged_models"]})
+        return frame(rows, "statistic", "Correlation")
+
+    def _repr_html_(self) -> str:
+        from onnxaff.tables import html_table
+
+        rows = [[f, v["r2"], v["pearson_r"], *(v.get("r_ci95") or (None, None)), v["p_value"]]
+                for f, v in self.ranked()]
+        lines = [f"<p><b>Accuracy against {_esc(self['metric'])} statistics</b>, {len(self['rows'])} models; p: "
+                 f"{_esc(self['p_method'])}</p>", html_table(["statistic", "R²", "r", "r low", "r high", "p"], rows)]
+        return "\n".join(lines + [f"<p><b>Warning</b>: {_esc(w)}</p>" for w in self["warnings"]])
+
+
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
-              groups: dict[str, str] | None = None, strict: bool = False) -> dict:
+              groups: dict[str, str] | None = None, strict: bool = False) -> Correlation:
     """R², Pearson r, its permutation p-value and bootstrap interval (onnxaff.significance) of the accuracy
     against each signature statistic and model baseline, per group; `differences` and `warnings` say what the
     reader must know (options that change the numbers and differ; few models); `strict` refuses the former."""
@@ -317,7 +354,7 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
     warnings = [f"{'' if g == 'all' else f'group {g}: '}{w}" for g, n in sizes.items()
                 if (w := few_models_warning(n))]  # the differences: differences.line_of
     # a statistic some signature lacks (an older file without model.stats) is left out, and said so
-    return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
-            "p_method": method_text(*sorted(set(sizes.values()) or {len(rows)})),
-            "interval_method": BOOTSTRAP_TEXT,
-            "differences": [d.as_dict(labels) for d in diffs], "warnings": warnings}
+    return Correlation({"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
+                        "p_method": method_text(*sorted(set(sizes.values()) or {len(rows)})),
+                        "interval_method": BOOTSTRAP_TEXT,
+                        "differences": [d.as_dict(labels) for d in diffs], "warnings": warnings})

@@ -225,6 +225,8 @@ def test_a_torch_module_without_an_example_input_is_one_line(torch_net, tiny):
     assert info.value.field == "example_input"
     with pytest.raises(ConfigError, match="are for a torch.nn.Module"):
         onnxaff.analyze(tiny[0], tiny[2], example_input=np.zeros((1, 8)), **QUICK)
+    with pytest.raises(OnnxaffError, match="must be an ONNX file, an onnx.ModelProto or a torch.nn.Module, not a"):
+        onnxaff.analyze(object(), tiny[2], **QUICK)
 
 
 # --- sites ----------------------------------------------------------------------------------------
@@ -280,7 +282,10 @@ def test_a_signature_report_is_the_report_commands_page(tmp_path, capfd, tiny):
     sig.write(tmp_path / "s.json")
     assert run_cli(capfd, "report", tmp_path / "s.json", "--out", tmp_path / "cli.html")[0] == 0
     page = onnxaff.report(onnxaff.read_signature(tmp_path / "s.json"), tmp_path / "api.html").read_text()
-    assert page == (tmp_path / "cli.html").read_text()
+    assert page == (tmp_path / "cli.html").read_text() == onnxaff.report(tmp_path / "s.json", tmp_path / "p.html"
+                                                                         ).read_text()
+    with pytest.raises(OnnxaffError, match="is the signature"):
+        onnxaff.report(tmp_path / "s.json", tmp_path / "s.json")
     with pytest.raises(ConfigError, match="no nlc scores; it has: affinity, cka"):
         onnxaff.report(sig, tmp_path / "x.html", metric="nlc")
 

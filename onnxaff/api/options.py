@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from onnxaff.analysis.config import AnalysisConfig, default
 from onnxaff.data.image_preprocess import ImagePreprocess
-from onnxaff.errors import ConfigError
+from onnxaff.errors import ConfigError, OnnxaffError
 
 
 class Default:
@@ -69,6 +69,11 @@ def model_file(model, example_input=None, onnx_path=None):
     first (onnxaff.export.from_torch, with its check of the activations) to `onnx_path`, kept, or else to a
     temporary file removed on the way out."""
     if not is_torch_module(model):
+        import onnx
+
+        if not isinstance(model, str | os.PathLike | onnx.ModelProto):
+            raise OnnxaffError(f"the model must be an ONNX file, an onnx.ModelProto or a torch.nn.Module, not a "
+                               f"{type(model).__name__} (onnxaff.export converts Keras and scikit-learn models)")
         if example_input is not None or onnx_path is not None:
             raise ConfigError("example_input", f"{{option}} and onnx_path are for a torch.nn.Module, which is exported "
                               f"to ONNX first; the model given is a {type(model).__name__}")

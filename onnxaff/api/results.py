@@ -4,57 +4,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from onnxaff.compare import Comparison
+from onnxaff.compare import Comparison, Correlation
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import Signature
 from onnxaff.study.result import Study
-
-
-class Correlation(dict):
-    """The correlation of accuracy with each signature statistic and model baseline (the dict
-    ``onnxaff.compare.correlate`` returns: ``metric``, ``rows``, ``table`` by group, ``p_method``, ``warnings``,
-    ...), shown as its table in a notebook."""
-
-    def to_pandas(self):
-        """One row per group and statistic: R², Pearson r with its 95 % interval, p-value, fit (needs pandas)."""
-        from onnxaff.tables import frame
-
-        rows = []
-        for group, table in self["table"].items():
-            for statistic, v in table.items():
-                low, high = v.get("r_ci95") or (None, None)
-                rows.append({"statistic": statistic, "group": group, "r2": v["r2"], "pearson_r": v["pearson_r"],
-                             "r_ci95_low": low, "r_ci95_high": high, "p_value": v["p_value"], "slope": v["slope"],
-                             "intercept": v["intercept"], "models": v["models"],
-                             "flagged_models": v["flagged_models"]})
-        return frame(rows, "statistic", "Correlation")
-
-    def _repr_html_(self) -> str:
-        from onnxaff.tables import html_table
-
-        table = sorted(self["table"].get("all", {}).items(), key=lambda kv: -_number(kv[1]["r2"]))
-        rows = [[f, v["r2"], v["pearson_r"], *(v.get("r_ci95") or (None, None)), v["p_value"]] for f, v in table]
-        lines = [f"<p><b>Accuracy against {_esc(self['metric'])} statistics</b>, {len(self['rows'])} models; p: "
-                 f"{_esc(self['p_method'])}</p>", html_table(["statistic", "R²", "r", "r low", "r high", "p"], rows)]
-        return "\n".join(lines + [f"<p><b>Warning</b>: {_esc(w)}</p>" for w in self["warnings"]])
-
-
-def _number(v) -> float:
-    return v if isinstance(v, float | int) and not math.isnan(v) else -1.0
-
-
-def _esc(v) -> str:
-    import html
-
-    from onnxaff.text import printable
-
-    return html.escape(printable(v))
 
 
 def signatures_of(signatures, exclude_flagged: bool = False) -> tuple[list[Signature], list[str | os.PathLike]]:
@@ -173,7 +131,7 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
                            groups=None if groups is None else _table(groups, "group"), strict=strict)
     for line in [*result["warnings"], line_of(result["differences"])]:
         _warn(line)
-    return Correlation(result)
+    return result
 
 
 def _table(value, what: str) -> dict[str, str]:
@@ -190,10 +148,10 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
 
     Parameters
     ----------
-    result : Signature, Comparison, list or dict of signatures, Correlation or Study
-        A Signature: its model's page (``onnxaff report``). A Comparison: the comparison page of its metric; a
-        list (or dict label -> signature) of signatures or their files: the page of every metric they share
-        (``onnxaff compare``). A Correlation: ``onnxaff correlate``'s page. A Study: its ``report.html``.
+    result : Signature or path, Comparison, list or dict of signatures, Correlation or Study
+        A Signature (or its file): its model's page (``onnxaff report``). A Comparison: the comparison page of its
+        metric; a list (or dict label -> signature) of signatures or their files: the page of every metric they
+        share (``onnxaff compare``). A Correlation: ``onnxaff correlate``'s page. A Study: its ``report.html``.
     path : str or os.PathLike
         Where to write. Comparisons and correlations take the format from the suffix: ``.md``, ``.csv``,
         ``.json``, else HTML; a signature's page and a study's are HTML. An existing file is replaced, never a
@@ -225,6 +183,11 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
     from onnxaff.metrics import primary_metric
     from onnxaff.report.write import write_comparison, write_correlation, write_single
 
+    if isinstance(result, str | os.PathLike):  # one signature's file
+        from onnxaff.signature import read_signature
+
+        refuse_overwrite([("the report", path)], [("the signature", result)])
+        result = read_signature(result)
     if isinstance(result, Study):
         if result.report is None:
             raise OnnxaffError(f"the study in {result.folder} wrote no report")

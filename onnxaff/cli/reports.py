@@ -110,9 +110,8 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
     from onnxaff.report.write import write_correlation
 
     path = write_correlation(out, result)
-    rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
     click.echo(table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}", _interval(v.get("r_ci95")),
-                       f"{v['p_value']:.4f}" if v["p_value"] == v["p_value"] else "-"] for f, v in rows],
+                       f"{v['p_value']:.4f}" if v["p_value"] == v["p_value"] else "-"] for f, v in result.ranked()],
                      ["statistic", "R²", "r", "r 95 % interval", "p"]))
     click.echo(f"p: {result['p_method']}; {result['interval_method']}")
     from onnxaff.differences import line_of
