@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from onnxaff.data.source import DataSource, InputSpec, cast_for, check_example_shape
+from onnxaff.data.arrays import Arrays
+from onnxaff.data.source import InputSpec, cast_for, check_example_shape
 from onnxaff.errors import OnnxaffError
 
 
@@ -43,8 +44,9 @@ def _kind(data) -> str:
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
-class IterableSource(DataSource):
-    """The examples of `data` (see the module's docstring), at most `limit` of them, read once here."""
+class IterableSource(Arrays):
+    """The examples of `data` (see the module's docstring), at most `limit` of them, read once here and served as
+    an array file's are."""
 
     def __init__(self, data, inputs: list[InputSpec], limit: int | None = None):
         self.kind = _kind(data)
@@ -117,18 +119,6 @@ class IterableSource(DataSource):
             raise OnnxaffError(f"the {self.kind} given gives {name} examples of different shapes "
                                f"({list(a)} and {list(b)}): every example must have the same")
         return parts[0] if whole else np.concatenate(parts)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
-        end = self.n if stop is None else min(stop, self.n)
-        for i in range(start, end, batch_size):
-            j = min(i + batch_size, end)
-            yield {s.name: np.ascontiguousarray(self.arrays[s.name][i:j]) for s in self.inputs}
-
-    def example_shapes(self) -> dict[str, tuple]:
-        return {name: tuple(a.shape[1:]) for name, a in self.arrays.items()}
 
     def sha256(self) -> str:
         """Of the examples held (names, dtypes, shapes and bytes), computed once."""
