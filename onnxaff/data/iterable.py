@@ -55,9 +55,9 @@ class IterableSource(Arrays):
         items = [data] if whole else data
         parts: dict[str, list[np.ndarray]] = {s.name: [] for s in inputs}
         self.items, n = 0, 0
-        self.exhausted = True  # every item read (else: stopped at the limit, the rest left to the caller)
+        self.available = None  # how many examples there are: all read, or the whole array's
         for item in items:
-            arrays = self._arrays(item, self.items, whole)
+            arrays = self._arrays(item, self.items, whole, limit)
             counts = {len(a) for a in arrays.values()}
             if len(counts) != 1:
                 raise OnnxaffError(f"{self._where(self.items, whole)} gives the inputs different numbers of "
@@ -66,10 +66,10 @@ class IterableSource(Arrays):
                 parts[name].append(a)
             self.items, n = self.items + 1, n + counts.pop()
             if limit is not None and n >= limit and not whole:
-                self.exhausted = False
-                break
+                break  # the rest is left to the caller: how many there are is not known
+        else:
+            self.available = self.available or n
         self.unfilled = tuple(name for name, p in parts.items() if not p)
-        self.total = n  # every example read (all there are, when `exhausted`)
         self.n = n if limit is None else min(n, limit)
         if self.n == 0 or len(self.unfilled) == len(inputs):
             raise OnnxaffError(f"the {self.kind} given holds no examples")
@@ -80,8 +80,8 @@ class IterableSource(Arrays):
     def _where(self, k: int, whole: bool) -> str:
         return f"the {self.kind} given" if whole else f"item {k} of the {self.kind} given"
 
-    def _arrays(self, item, k: int, whole: bool) -> dict[str, np.ndarray]:
-        """The item's arrays by input name, each batch-first."""
+    def _arrays(self, item, k: int, whole: bool, limit: int | None) -> dict[str, np.ndarray]:
+        """The item's arrays by input name, each batch-first (the whole data's only as far as `limit`)."""
         where = self._where(k, whole)
         if isinstance(item, Mapping):
             named = {name: item[name] for name in (s.name for s in self.inputs) if name in item}
@@ -108,6 +108,8 @@ class IterableSource(Arrays):
                 one = "" if whole else f" (or one example of rank {rank - 1})"
                 raise OnnxaffError(f"{where} has shape {list(a.shape)} but model input {spec.describe()} takes "
                                    f"batches of rank {rank}{one}, batch first")
+            if whole:  # the examples there are; cut before the cast: a limit of 100 copies 100 examples, not all
+                self.available, a = len(a), a[:limit]
             check_example_shape(spec, a.shape[1:], f"{where} for input {name}")
             out[name] = cast_for(spec, a, f"{where} for input {name}")
         return out
@@ -134,7 +136,7 @@ class IterableSource(Arrays):
     def describe(self) -> dict:
         return {
             "source": f"({self.kind}, {self.n} examples given in Python)", "kind": "python", "type": self.kind,
-            "samples": self.n, "available": self.total if self.exhausted else None, "items_read": self.items,
+            "samples": self.n, "available": self.available, "items_read": self.items,
             "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.arrays.items()},
             "sha256": self.sha256(), "preprocessing": "none (arrays given in Python, cast to the input dtype)",
         }
