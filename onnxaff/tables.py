@@ -52,10 +52,10 @@ def frame(rows: list[dict], index: str, what: str):
     return pd.DataFrame(rows, columns=columns).set_index(index)
 
 
-def html_table(header: list[str], rows: list[list], left: int = 1) -> str:
-    """The notebook view of a table: escaped cells, the first `left` columns text, the others right-aligned."""
+def html_table(header: list[str], rows: list[list]) -> str:
+    """The notebook view of a table: escaped cells, numbers right-aligned, text left-aligned."""
     def td(k, v):
-        return f"<td style='text-align:{'left' if k < left else 'right'}'>{_cell(v)}</td>"
+        return f"<td style='text-align:{'right' if isinstance(v, int | float) else 'left'}'>{_cell(v)}</td>"
 
     return ("<table><thead><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in header) + "</tr></thead><tbody>"
             + "".join("<tr>" + "".join(td(k, v) for k, v in enumerate(r)) + "</tr>" for r in rows)

@@ -172,7 +172,7 @@ class Sites(list):
                  format_params(s.params), s.reason] for s, r in zip(self, self.records(), strict=True)]
         ok = sum(s.ok for s in self)
         return (f"<p>{len(self)} sites ({ok} ok, {len(self) - ok} skipped)</p>"
-                + html_table(["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"], rows, left=5))
+                + html_table(["#", "id", "kind", "status", "shape", "D", "ops", "params", "note"], rows))
 
 
 def sites(model, data=PROBE_DATA, *, layout=DEFAULT.layout, input_shapes=DEFAULT.input_shapes,
