@@ -43,3 +43,11 @@ def manifest() -> dict:
 def shipped_models() -> list[ShippedModel]:
     """Every shipped network, in manifest order."""
     return [ShippedModel(name, HERE / e["file"], HERE / e["data"], e) for name, e in manifest()["models"].items()]
+
+
+def shipped_model(name: str) -> ShippedModel:
+    """One shipped network by name (`shipped_models()` lists them): its `.path` and its held-out `.data`."""
+    found = {m.name: m for m in shipped_models()}
+    if name not in found:
+        raise KeyError(f"no shipped model {name!r}; shipped: {', '.join(found)}")
+    return found[name]

@@ -1,24 +1,69 @@
-"""onnxaff: how non-linear is each non-linearity of an ONNX model, measured by affine optimal transport."""
+"""onnxaff: how non-linear is each non-linearity of an ONNX model, measured by affine optimal transport.
+
+The Python API (``help(onnxaff.analyze)`` and the others have every parameter and an example)::
+
+    import onnxaff
+    sig = onnxaff.analyze("resnet18.onnx", "photos/", preprocess=onnxaff.ImagePreprocess.imagenet())
+    onnxaff.report(sig, "resnet18.html")
+
+- ``analyze(model, data, ...)``: a model's non-linearity signature (a ``Signature``); the model may be a
+  ``torch.nn.Module``, the data an image folder, arrays or a ``DataLoader``.
+- ``sites(model)``: the non-linearities ``analyze`` scores.
+- ``compare(signatures)`` (a ``Comparison``), ``correlate(signatures, accuracy)`` (a ``Correlation``),
+  ``report(result, path)``: DTW distances and clusters, correlation with accuracy, HTML pages.
+- ``study(models, data, out)`` (a ``Study``): all of it over many models, resumable.
+- ``read_signature(path)``, ``AnalysisConfig`` (every option), ``ImagePreprocess`` (how images are read).
+
+Importing onnxaff is cheap: each name is imported when first used.
+"""
+
+import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
 
+_HOME = {
+    "analyze": "onnxaff.api", "sites": "onnxaff.api", "study": "onnxaff.api", "compare": "onnxaff.api",
+    "correlate": "onnxaff.api", "report": "onnxaff.api", "Correlation": "onnxaff.compare", "Sites": "onnxaff.api",
+    "AnalysisConfig": "onnxaff.analysis.config", "ImagePreprocess": "onnxaff.data.image_preprocess",
+    "Signature": "onnxaff.signature", "read_signature": "onnxaff.signature", "Comparison": "onnxaff.compare",
+    "Study": "onnxaff.study.result", "OnnxaffError": "onnxaff.errors", "ConfigError": "onnxaff.errors",
+}
+__all__ = sorted(_HOME, key=lambda n: (n[0].islower(), n))  # the classes, then the functions
 
-def analyze(*args, **kwargs):
-    """Analyse a model on data and return its Signature: `config=AnalysisConfig(...)` and/or its fields as
-    keywords (see onnxaff.analysis.analyze). `data` may be a list of str with `tokenizer=` (text models)."""
-    from onnxaff.analysis import analyze as _analyze
-
-    return _analyze(*args, **kwargs)
-
-
-def discover_sites(*args, **kwargs):
-    """The sites of a model proto, in forward order (see onnxaff.graph.sites.discover_sites)."""
-    from onnxaff.graph.sites import discover_sites as _discover
-
-    return _discover(*args, **kwargs)
+# Submodules of these names (onnxaff/compare.py, onnxaff/report/, onnxaff/study/) would replace the functions
+# on import; the package keeps the functions, and the modules are imported by name (`from onnxaff.compare import`).
+_FUNCTIONS_OVER_MODULES = ("compare", "report", "study")
 
 
-def read_signature(path):
-    from onnxaff.signature import read_signature as _read
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _FUNCTIONS_OVER_MODULES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
 
-    return _read(path)
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    if name not in _HOME:
+        raise AttributeError(f"module 'onnxaff' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def discover_sites(model, layout: str = "auto", infer_shapes: bool = True):
+    """Deprecated: ``onnxaff.sites(model, layout=...)`` lists the sites ``analyze`` scores, which this now returns
+    (`infer_shapes` is ignored); ``onnxaff.graph.discover_sites`` is the graph-level search."""
+    import warnings
+
+    warnings.warn("onnxaff.discover_sites is deprecated: use onnxaff.sites, the sites analyze scores",
+                  DeprecationWarning, stacklevel=2)
+    return __getattr__("sites")(model, layout=layout)

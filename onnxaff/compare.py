@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from dtaidistance import dtw
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
-from onnxaff.differences import Difference, differences, refuse
+from onnxaff.differences import Difference, differences, differences_line, refuse
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics import primary_metric
 from onnxaff.signature import Signature, signature_stats
@@ -21,6 +22,10 @@ from onnxaff.text import printable
 
 DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
                    "along the optimal warping path, no window, no z-normalisation")
+
+
+def _esc(v) -> str:
+    return html.escape(printable(v))
 
 
 def dtw_distance(a, b, normalized: bool = False) -> float:
@@ -44,6 +49,12 @@ def distance_matrix(series: list[np.ndarray], normalized: bool = False) -> np.nd
 
 @dataclass
 class Comparison:
+    """DTW distances between signatures of one metric, their clustering, and what their options disagree on.
+
+    `names` label the signatures (the rows and columns of `distances`); `order` is the dendrogram's leaf order
+    (`linkage`: scipy's, None for two signatures); `signatures` are the ones compared (what a report draws).
+    """
+
     names: list[str]
     metric: str
     distances: np.ndarray
@@ -51,6 +62,28 @@ class Comparison:
     order: list[int]
     normalized: bool
     differences: list[Difference] = dataclasses.field(default_factory=list)  # options that change the numbers, unequal
+    signatures: list[Signature] = dataclasses.field(default_factory=list, repr=False)
+
+    def to_pandas(self):
+        """The DTW distance matrix as a DataFrame, one row and one column per signature (needs pandas)."""
+        from onnxaff.tables import frame
+
+        return frame([{"model": n, **dict(zip(self.names, row, strict=True))}
+                      for n, row in zip(self.names, self.distances.tolist(), strict=True)], "model", "Comparison")
+
+    def _repr_html_(self) -> str:  # a notebook shows the matrix, each signature's nearest neighbour, the differences
+        from onnxaff.tables import html_table
+
+        kind = "length-normalised DTW" if self.normalized else "DTW"
+        nearest = "; ".join(f"{n} → {nb[0][0]} ({nb[0][1]:.4f})" for n, nb in self.neighbours(1).items())
+        parts = [f"<p><b>{kind} distances of {_esc(self.metric)}</b> between {len(self.names)} signatures. "
+                 f"Nearest: {_esc(nearest)}</p>",
+                 html_table(["", *self.names], [[n, *row] for n, row in zip(self.names, self.distances.tolist(),
+                                                                             strict=True)])]
+        line = differences_line(self.differences, self.names)
+        if line:
+            parts.append(f"<p><b>Warning</b>: {_esc(line)}</p>")
+        return "\n".join(parts)
 
     def neighbours(self, k: int = 3) -> dict[str, list[tuple[str, float]]]:
         out = {}
@@ -131,12 +164,24 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
     d = distance_matrix(series, normalized)
     linkage = hierarchy.linkage(squareform(d, checks=False), method=method) if len(sigs) > 2 else None
     order = list(hierarchy.leaves_list(linkage)) if linkage is not None else [0, 1]
-    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized, diffs)
+    return Comparison(names, metric, d, linkage, [int(i) for i in order], normalized, diffs, list(sigs))
 
 
 def shared_metrics(sigs: list[Signature]) -> list[str]:
     """Metrics with a score in every signature, in the first signature's order."""
     return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
+
+
+def metrics_to_compare(sigs: list[Signature], metric: str) -> list[str]:
+    """`metric`, or with "all" every metric each signature has scores of; a one-line error naming what they
+    share when that is none, or not `metric`."""
+    shared = shared_metrics(sigs)
+    if metric == "all" and not shared:
+        raise OnnxaffError(f"the signatures share no metric with scores ({scored_by_each(sigs)})")
+    if metric != "all" and metric not in shared:
+        raise ConfigError("metric", f"{{option}} {metric!r} is not scored in every signature; they share: "
+                          f"{', '.join(shared) or 'none'} ({unscored(sigs, metric)})")
+    return shared if metric == "all" else [metric]
 
 
 def _scored(sig: Signature) -> list[str]:
@@ -221,8 +266,41 @@ def fit_r2(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
         return r * r, r, float(slope * sy / sx), float(intercept * sy)
 
 
+class Correlation(dict):
+    """What `correlate` returns: a dict (``metric``, ``rows``, ``table`` by group, ``p_method``, ``warnings``, ...)
+    that a notebook shows as its table of the group "all"."""
+
+    def ranked(self, group: str = "all") -> list[tuple[str, dict]]:
+        """The group's (statistic, entry) pairs, highest R² first (an undefined R², NaN, last)."""
+        return sorted(self["table"].get(group, {}).items(),
+                      key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
+
+    def to_pandas(self):
+        """One row per group and statistic: R², Pearson r with its 95 % interval, p-value, fit (needs pandas)."""
+        from onnxaff.tables import frame
+
+        rows = []
+        for group, table in self["table"].items():
+            for statistic, v in table.items():
+                low, high = v.get("r_ci95") or (None, None)
+                rows.append({"statistic": statistic, "group": group, "r2": v["r2"], "pearson_r": v["pearson_r"],
+                             "r_ci95_low": low, "r_ci95_high": high, "p_value": v["p_value"], "slope": v["slope"],
+                             "intercept": v["intercept"], "models": v["models"],
+                             "flagged_models": v["flagged_models"]})
+        return frame(rows, "statistic", "Correlation")
+
+    def _repr_html_(self) -> str:
+        from onnxaff.tables import html_table
+
+        rows = [[f, v["r2"], v["pearson_r"], *(v.get("r_ci95") or (None, None)), v["p_value"]]
+                for f, v in self.ranked()]
+        lines = [f"<p><b>Accuracy against {_esc(self['metric'])} statistics</b>, {len(self['rows'])} models; p: "
+                 f"{_esc(self['p_method'])}</p>", html_table(["statistic", "R²", "r", "r low", "r high", "p"], rows)]
+        return "\n".join(lines + [f"<p><b>Warning</b>: {_esc(w)}</p>" for w in self["warnings"]])
+
+
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
-              groups: dict[str, str] | None = None, strict: bool = False) -> dict:
+              groups: dict[str, str] | None = None, strict: bool = False) -> Correlation:
     """R², Pearson r, its permutation p-value and bootstrap interval (onnxaff.significance) of the accuracy
     against each signature statistic and model baseline, per group; `differences` and `warnings` say what the
     reader must know (options that change the numbers and differ; few models); `strict` refuses the former."""
@@ -276,7 +354,7 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
     warnings = [f"{'' if g == 'all' else f'group {g}: '}{w}" for g, n in sizes.items()
                 if (w := few_models_warning(n))]  # the differences: differences.line_of
     # a statistic some signature lacks (an older file without model.stats) is left out, and said so
-    return {"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
-            "p_method": method_text(*sorted(set(sizes.values()) or {len(rows)})),
-            "interval_method": BOOTSTRAP_TEXT,
-            "differences": [d.as_dict(labels) for d in diffs], "warnings": warnings}
+    return Correlation({"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
+                        "p_method": method_text(*sorted(set(sizes.values()) or {len(rows)})),
+                        "interval_method": BOOTSTRAP_TEXT,
+                        "differences": [d.as_dict(labels) for d in diffs], "warnings": warnings})

@@ -71,7 +71,12 @@ def signature_stats(values: list[float], info: dict | None = None) -> dict:
 
 @dataclass
 class Signature:
-    """A network's non-linearity signature: per site, in forward order, every metric's score."""
+    """A network's non-linearity signature: per site, in forward order, every metric's score.
+
+    `scores(metric)` is the signature (one value per ok activation site), `summary()` its statistics,
+    `to_pandas()` the per-site table (a notebook shows it without pandas), `write(path)` the JSON file
+    (docs/signature.md; `read_signature` reads it back).
+    """
 
     model: dict
     data: dict
@@ -175,4 +180,22 @@ def write_json_atomic(path: str | Path, payload: dict) -> Path:
 
 
 def read_signature(path: str | Path) -> Signature:
+    """A signature file read back (what ``onnxaff analyze --out`` and ``Signature.write`` write).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The signature's JSON file.
+
+    Returns
+    -------
+    Signature
+        Checked against the schema every reader relies on (docs/signature.md), as the commands read it.
+
+    Raises
+    ------
+    onnxaff.errors.OnnxaffError
+        No such file, not JSON, or a field missing or of the wrong type (named by its path in the file,
+        e.g. ``sites[3].metrics.affinity.mean``).
+    """
     return Signature.from_dict(load_json(path), str(path))

@@ -11,13 +11,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import onnx
+
 from onnxaff.errors import Message, OnnxaffError
-from onnxaff.graph import augment_model
+from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import find_blocks, residual_stages
-from onnxaff.graph.load import LoadedModel
+from onnxaff.graph.load import LoadedModel, from_proto
 from onnxaff.graph.pairs import block_sites, pair_sites
 from onnxaff.graph.sites import Site, find_sites, settle_shape
 from onnxaff.runtime import Runner
+
+PROBE_DATA = "synthetic:gaussian"  # what a probe run feeds where no data is given
 
 
 @dataclass
@@ -65,6 +69,16 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=(), e
     return SiteList(activations, extra, stages, sites, misses)
 
 
+def sites_of(model, layout: str = "auto", pairs=(), blocks=(), *, data=PROBE_DATA, shapes: dict | None = None,
+             feeding: dict | None = None, explain: bool = False, explicit: bool = False) -> SiteList:
+    """The sites `analyze` scores (`onnxaff sites`, onnxaff.sites): `model` a path or a ModelProto, its sites
+    listed, a rank static inference missed resolved by a probe run on `data` (see resolve_by_probe)."""
+    loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
+    listed = list_sites(loaded, layout, pairs, blocks, explain=explain)
+    resolve_by_probe(loaded, listed, layout, data, shapes=shapes, feeding=feeding, explicit=explicit)
+    return listed
+
+
 def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
                images: dict | None = None, feeding: dict | None = None) -> dict:
     """One example of DATA (or the model's fixed batch) to run the model on once; `feeding`: the per-input and
@@ -77,13 +91,15 @@ def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | 
     inputs = model_inputs(loaded.model, feeding.pop("batch_axes", None))
     count = fixed_batch_of(inputs) or 1
     opts = dict(images or {}, workers=0)
-    source = open_source(data, inputs, limit=None if data.startswith("synthetic:") else count * 4, seed=seed,
+    synthetic = isinstance(data, str) and data.startswith("synthetic:")
+    source = open_source(data, inputs, limit=None if synthetic else count * 4, seed=seed,
                          shapes=shapes, images=opts, hints=input_hints(loaded.view), **feeding)
     for batch in source.batches(count):
         n = examples_in(batch, inputs)
         if n == count:
             return batch
-    raise OnnxaffError(f"no usable example in {data} for the probe run")
+    what = data if isinstance(data, str) else source.describe()["source"]
+    raise OnnxaffError(f"no usable example in {what} for the probe run")
 
 
 def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, layout: str) -> None:
@@ -106,7 +122,7 @@ def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, la
             s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
 
 
-def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: str, *, seed: int = 0,
+def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data, *, seed: int = 0,
                      shapes: dict | None = None, images: dict | None = None, explicit: bool = False,
                      feeding: dict | None = None) -> None:
     """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape
@@ -121,4 +137,5 @@ def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data: st
         if explicit:  # the data or shape the user gave does not run: say so
             raise
         for s in pending:
-            s.reason = Message(f"{s.reason}; a probe run on {data} could resolve it but failed: {exc.template}")
+            what = data if isinstance(data, str) else "the data given"
+            s.reason = Message(f"{s.reason}; a probe run on {what} could resolve it but failed: {exc.template}")

@@ -1,4 +1,5 @@
-"""A signature as a table: one row per site, one column per metric statistic (pandas, or HTML in notebooks)."""
+"""A signature as a table: one row per site, one column per metric statistic (pandas, or HTML in notebooks); the
+plain table helpers the comparison's and the study's notebook views use too."""
 
 from __future__ import annotations
 
@@ -35,15 +36,30 @@ def site_rows(sig) -> list[dict]:
 
 def to_pandas(sig):
     """A pandas DataFrame indexed by site index; pandas is optional (`pip install pandas`)."""
+    return frame(site_rows(sig), "index", "Signature")
+
+
+def frame(rows: list[dict], index: str, what: str):
+    """A DataFrame of plain rows (every row's keys as columns, first-seen order) indexed by `index`; without
+    pandas, one line saying so (`what`.to_pandas needs it)."""
     try:
         import pandas as pd
     except ImportError:
         from onnxaff.errors import OnnxaffError
 
-        raise OnnxaffError("Signature.to_pandas needs pandas: pip install pandas") from None
-    rows = site_rows(sig)
-    columns = list(dict.fromkeys(k for r in rows for k in r))  # every row's keys, first-seen order
-    return pd.DataFrame(rows, columns=columns).set_index("index")
+        raise OnnxaffError(f"{what}.to_pandas needs pandas: pip install pandas") from None
+    columns = list(dict.fromkeys([index, *(k for r in rows for k in r)]))
+    return pd.DataFrame(rows, columns=columns).set_index(index)
+
+
+def html_table(header: list[str], rows: list[list]) -> str:
+    """The notebook view of a table: escaped cells, numbers right-aligned, text left-aligned."""
+    def td(k, v):
+        return f"<td style='text-align:{'right' if isinstance(v, int | float) else 'left'}'>{_cell(v)}</td>"
+
+    return ("<table><thead><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in header) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(td(k, v) for k, v in enumerate(r)) + "</tr>" for r in rows)
+            + "</tbody></table>")
 
 
 def _cell(v) -> str:

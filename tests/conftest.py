@@ -140,10 +140,11 @@ def one_line_error(result, fragment: str, code: int = 2) -> str:
     return lines[0]
 
 
-def refuse_calls(monkeypatch, message: str, *targets: str) -> None:
-    """Make each dotted target fail the test if it is reached: proof that a refusal came before the work."""
+def refuse_calls(monkeypatch, message: str, *targets) -> None:
+    """Make each target, dotted or (module, name), fail the test if it is reached: proof that a refusal came before
+    the work. `onnxaff.compare`, `.report` and `.study` are the API's functions: their modules go as objects."""
     def refuse(*args, **kwargs):
         raise AssertionError(message)
 
     for target in targets:
-        monkeypatch.setattr(target, refuse)
+        monkeypatch.setattr(*((target,) if isinstance(target, str) else target), refuse)

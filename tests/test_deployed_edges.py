@@ -103,9 +103,12 @@ def test_a_loop_whose_state_grows_is_listed_skipped_not_run_to_a_crash():
 
 
 def test_discover_sites_reads_a_deployed_model_as_analyze_does():
-    """The public discover_sites(proto) applies the same expansions (a FastGelu with a bias gave no site), on a
-    copy: the caller's proto is unchanged."""
+    """The public sites(proto) (formerly discover_sites) applies the same expansions (a FastGelu with a bias gave no
+    site), on a copy: the caller's proto is unchanged."""
+    from onnxaff.graph import discover_sites
+
     model = _fast_gelu_model()
     before = model.SerializeToString()
-    assert [(s.id, s.kind) for s in onnxaff.discover_sites(model)] == [("fg", "gelu_tanh")]
+    assert [(s.id, s.kind) for s in onnxaff.sites(model)] == [("fg", "gelu_tanh")]
+    assert [(s.id, s.kind) for s in discover_sites(model)] == [("fg", "gelu_tanh")]
     assert model.SerializeToString() == before

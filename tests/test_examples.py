@@ -94,3 +94,28 @@ def test_random_mlps(mlps):
     deep = [a for a in agg if a["config"] == "ReLU ×1 shifted" and a["layer"] == 3]
     assert deep[0]["affinity_mean"] > 0.99 and deep[0]["flat_share_mean"] == 0.0
     assert result["images"]["Tanh ×6"].shape == (16, 16)
+
+
+def test_notebook_workflow_from_torch_modules_and_photos_to_a_report(tmp_path):
+    """examples/05: three torch modules and a folder of photos to report.html with the top-level API only."""
+    import ast
+
+    import onnxaff
+
+    pytest.importorskip("torch")
+    tree = ast.parse((EXAMPLES / "05_notebook_workflow.py").read_text(encoding="utf-8"))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name) and node.value.id == "onnxaff"}
+    imports = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names] + \
+        [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert used <= set(onnxaff.__all__) and {"analyze", "compare", "report", "ImagePreprocess"} <= used
+    assert not [m for m in imports if m and m.startswith("onnxaff.")]
+    result = load("05_notebook_workflow").run(tmp_path, quick=True)
+    assert [s.kind for s in result["sites"]] == ["gelu", "gelu"]
+    assert len(list((tmp_path / "photos").iterdir())) == 32
+    for label, sig in result["signatures"].items():
+        assert sig.model["name"] == f"cnn_{label}" and sig.model["export"]["exporter"] == "onnxaff.export.from_torch"
+        assert sig.data["samples"] == 32 and sig.data["preprocessing"]["center_crop"] == [64, 64]
+        assert [s["kind"] for s in sig.sites] == [label, label] and all(0 < v <= 1 for v in sig.scores("affinity"))
+    page = result["report"].read_text(encoding="utf-8")
+    assert result["report"] == tmp_path / "report.html" and all(label in page for label in ("relu", "gelu", "silu"))

@@ -12,6 +12,7 @@ from onnx import numpy_helper
 
 from onnxaff.data.images import list_images
 from onnxaff.study import data_identity
+from onnxaff.study import run as study_run
 from tests.conftest import cli_process, one_line_error, parse, refuse_calls, run_cli
 from tests.test_study import DATA, FAST, WEIGHTS, write_models
 
@@ -106,7 +107,7 @@ def test_study_refuses_to_write_over_its_own_inputs(tmp_path, capfd, where, monk
         victim = out / "signatures" / "a.json"
         victim.write_bytes(path.read_bytes())
         args = [f"a={victim}", "--data", DATA]
-    refuse_calls(monkeypatch, "analysed a model before refusing", "onnxaff.study.run._analyse")
+    refuse_calls(monkeypatch, "analysed a model before refusing", (study_run, "_analyse"))
     one_line_error(run_cli(capfd, "study", *args, "--out", out, *FAST), "never replaces an input")
     assert victim.read_bytes() in (b"precious", path.read_bytes())
 
@@ -130,7 +131,7 @@ def test_an_unwritable_study_output_is_refused_before_any_model(tmp_path, capfd,
     paths = write_models(tmp_path / "m")
     out = tmp_path / "s"
     (out / "report.html").mkdir(parents=True)  # the report can never be written there
-    refuse_calls(monkeypatch, "analysed a model before refusing", "onnxaff.study.run._analyse")
+    refuse_calls(monkeypatch, "analysed a model before refusing", (study_run, "_analyse"))
     one_line_error(run_cli(capfd, "study", *paths, "--data", DATA, "--out", out, *FAST), "is a folder")
 
 

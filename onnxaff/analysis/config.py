@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff.data.feeding import check_feeding
+from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError
 from onnxaff.graph.pairs import parse_block_kinds
 from onnxaff.graph.rewrite import REDUCTIONS
@@ -70,10 +71,10 @@ def _choice(name: str, value, choices, what: str) -> str:
 @dataclass(frozen=True)
 class AnalysisConfig:
     """The options of one analysis. Lists become tuples, `shard` "i/n" becomes (i, n), `nlc_directions` an int
-    or "all"; `images` stays a dict of the image-folder options (see onnxaff.data.open_source). Per-input
-    feeding (onnxaff.data.feeding): `batch_axes` {input: axis}, `constants` {input: number, .npy path or array},
-    `input_ranges` {input: (low, high)} of synthetic values, `pad` the largest fraction of a synthetic mask
-    zeroed at its tail."""
+    or "all"; `images` (an onnxaff.ImagePreprocess, or a dict of its options) becomes that dict
+    (ImagePreprocess.options()). Per-input feeding (onnxaff.data.feeding): `batch_axes` {input: axis},
+    `constants` {input: number, .npy path or array}, `input_ranges` {input: (low, high)} of synthetic values,
+    `pad` the largest fraction of a synthetic mask zeroed at its tail."""
 
     metrics: tuple[str, ...] | None = DEFAULT_METRICS
     chunk_size: int = 512
@@ -84,7 +85,7 @@ class AnalysisConfig:
     layout: str = "auto"
     seed: int = 0
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    images: Mapping | None = None
+    images: Mapping | ImagePreprocess | None = None
     plugins: tuple[str, ...] = ()
     progress: bool = True
     reduce_in: str = "graph"
@@ -137,8 +138,13 @@ class AnalysisConfig:
         if not isinstance(self.progress, bool):
             raise ConfigError("progress", f"{{option}} must be true or false, got {self.progress!r}")
         put("input_shapes", _shapes(self.input_shapes))
+        if isinstance(self.images, ImagePreprocess):
+            put("images", self.images.options())
         if self.images is not None and not isinstance(self.images, Mapping):
-            raise ConfigError("images", f"{{option}} must be a mapping of image options, got {self.images!r:.60}")
+            raise ConfigError("images", f"{{option}} must be an ImagePreprocess or a mapping of image options, got "
+                              f"{self.images!r:.60}")
+        if self.images is not None:
+            ImagePreprocess.from_options(self.images)  # every key and value checked (the model's fit: when opened)
         put("images", None if self.images is None else dict(self.images))
         # Absolute: a checkpoint resumed or a part merged from another folder loads the same files.
         put("plugins", tuple(os.path.abspath(p) for p in _texts(self.plugins)))

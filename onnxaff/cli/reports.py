@@ -8,7 +8,6 @@ import click
 
 from onnxaff.cli.app import cli, echo_err
 from onnxaff.cli.options import exclude_flagged
-from onnxaff.errors import OnnxaffError
 from onnxaff.terminal import table
 from onnxaff.text import printable
 
@@ -40,42 +39,6 @@ def read_all(paths, labels=None, exclude_flagged: bool = False):
     return sigs
 
 
-def _metrics_to_compare(sigs, metric: str) -> list[str]:
-    from onnxaff.compare import scored_by_each, shared_metrics, unscored
-
-    shared = shared_metrics(sigs)
-    names = shared if metric == "all" else [metric]
-    if not names:
-        raise OnnxaffError(f"the signatures share no metric with scores ({scored_by_each(sigs)})")
-    if metric != "all" and metric not in shared:
-        raise OnnxaffError(f"--metric {metric!r} is not scored in every signature; they share: "
-                           f"{', '.join(shared) or 'none'} ({unscored(sigs, metric)})")
-    return names
-
-
-def _write_comparison(out: str, fmt: str, sigs, comps, normalized: bool, clusters: int, diffs):
-    from onnxaff.files import write_text_atomic
-    from onnxaff.signature import write_json_atomic
-
-    if fmt == "json":
-        from onnxaff.report.jsondata import comparison_metrics
-
-        return write_json_atomic(out, {"normalized": normalized, "models": comps[0].names,
-                                       "metrics": comparison_metrics(comps, clusters),
-                                       "differences": [d.as_dict(comps[0].names) for d in diffs]})
-    if fmt == "html":
-        from onnxaff.report.html import comparison_page
-
-        return write_text_atomic(out, comparison_page(sigs, comps, clusters))
-    if fmt == "csv":
-        from onnxaff.report.csv import comparison_csv
-
-        return write_text_atomic(out, comparison_csv(comps))
-    from onnxaff.report.markdown import comparison_markdown
-
-    return write_text_atomic(out, comparison_markdown(comps, sigs))
-
-
 @cli.command()
 @click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
 @click.option("--out", default="compare.html", show_default=True, help="Report path.")
@@ -92,7 +55,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
     Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
     (without labels, runs of one model are told apart by their data source)."""
     from onnxaff.compare import compare as run_compare
-    from onnxaff.compare import run_labels
+    from onnxaff.compare import metrics_to_compare, run_labels
     from onnxaff.files import refuse_overwrite
 
     labels, signatures = split_labels(signatures)
@@ -100,39 +63,21 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
     sigs = read_all(signatures, labels, exclude_flagged)
     from onnxaff.differences import differences, differences_line, refuse
 
-    names = _metrics_to_compare(sigs, metric)
+    names = metrics_to_compare(sigs, metric)
     diffs = differences(sigs, names)
     if strict:
         refuse(diffs, run_labels(sigs))
     if diffs:
         echo_err("warning: " + differences_line(diffs, run_labels(sigs)).template)
     comps = [run_compare(sigs, metric=m, normalized=normalized) for m in names]
-    fmt = fmt or {".md": "md", ".csv": "csv", ".json": "json"}.get(os.path.splitext(out)[1], "html")
-    path = _write_comparison(out, fmt, sigs, comps, normalized, clusters, diffs)
+    from onnxaff.report.write import write_comparison
+
+    path = write_comparison(out, sigs, comps, clusters, diffs, fmt)
     comp = comps[0]
     nb = comp.neighbours(1)
     for n in comp.names:
         click.echo(printable(f"{n}: nearest by {comp.metric} {nb[n][0][0]}") + f" (DTW {nb[n][0][1]:.4f})")
     click.echo(printable(f"report written to {path}"))
-
-
-def _write_correlation(out: str, result: dict):
-    from onnxaff.files import write_text_atomic
-    from onnxaff.signature import write_json_atomic
-
-    if out.endswith(".json"):
-        return write_json_atomic(out, result)
-    if out.endswith(".csv"):
-        from onnxaff.report.csv import correlation_csv
-
-        return write_text_atomic(out, correlation_csv(result))
-    if out.endswith(".md"):
-        from onnxaff.report.markdown import correlation_markdown
-
-        return write_text_atomic(out, correlation_markdown(result))
-    from onnxaff.report.html import correlation_page
-
-    return write_text_atomic(out, correlation_page(result))
 
 
 @cli.command()
@@ -162,10 +107,11 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
     result = run_correlate(read_all(signatures, labels, exclude_flagged), read_table(accuracy, "accuracy"),
                            metric=metric, groups=read_table(group_file, "group") if group_file else None,
                            strict=strict)
-    path = _write_correlation(out, result)
-    rows = sorted(result["table"]["all"].items(), key=lambda kv: -(kv[1]["r2"] if kv[1]["r2"] == kv[1]["r2"] else -1))
+    from onnxaff.report.write import write_correlation
+
+    path = write_correlation(out, result)
     click.echo(table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}", _interval(v.get("r_ci95")),
-                       f"{v['p_value']:.4f}" if v["p_value"] == v["p_value"] else "-"] for f, v in rows],
+                       f"{v['p_value']:.4f}" if v["p_value"] == v["p_value"] else "-"] for f, v in result.ranked()],
                      ["statistic", "R²", "r", "r 95 % interval", "p"]))
     click.echo(f"p: {result['p_method']}; {result['interval_method']}")
     from onnxaff.differences import line_of
@@ -187,19 +133,12 @@ def _interval(ci) -> str:
 @click.option("--metric", default=None, help="[default: the first metric that declares itself default]")
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
-    from onnxaff.files import refuse_overwrite, write_text_atomic
+    from onnxaff.files import refuse_overwrite
     from onnxaff.metrics import primary_metric
-    from onnxaff.report.html import single_page
+    from onnxaff.report.write import write_single
     from onnxaff.signature import read_signature
-
-    metric = metric or primary_metric()
 
     out = out or os.path.splitext(signature)[0] + ".html"
     refuse_overwrite([("--out", out)], [("the signature", signature)])
-    sig = read_signature(signature)
-    scored = [m for m in sig.metrics if any(v is not None for v in sig.scores(m))]
-    if metric not in scored:
-        raise OnnxaffError(f"--metric {metric!r}: the signature has no {metric} scores; it has: "
-                           f"{', '.join(scored) or 'none'}")
-    path = write_text_atomic(out, single_page(sig, metric))
+    path = write_single(out, read_signature(signature), metric or primary_metric())
     click.echo(printable(f"report written to {path}"))

@@ -36,18 +36,15 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
     from onnxaff.cli.config import feed_kwargs
     from onnxaff.data import parse_input_shapes
     from onnxaff.data.feeding import check_feeding
-    from onnxaff.graph import load_model
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
     from onnxaff.graph.rewrite import feature_dim
-    from onnxaff.sitelist import list_sites, resolve_by_probe
+    from onnxaff.sitelist import PROBE_DATA, sites_of
 
     source = {k: feed.pop(k) for k in ("sample_rate", "tokenizer", "max_length", "pack")}
     feeding = check_feeding(**feed_kwargs(**feed))  # checked before the model is read, as analyze's
-    loaded = load_model(model)
-    listed = list_sites(loaded, layout, parse_pairs(pairs), parse_block_kinds(blocks), explain=explain)
-    resolve_by_probe(loaded, listed, layout, data, shapes=parse_input_shapes(input_shape),
-                     feeding={**feeding, **source},
-                     explicit=data != "synthetic:gaussian" or bool(input_shape) or any(feed.values()))
+    listed = sites_of(model, layout, parse_pairs(pairs), parse_block_kinds(blocks), data=data,
+                      shapes=parse_input_shapes(input_shape), feeding={**feeding, **source}, explain=explain,
+                      explicit=data != PROBE_DATA or bool(input_shape) or any(feed.values()))
     if fmt == "json":
         found = [s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites]
         if explain:

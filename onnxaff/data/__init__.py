@@ -6,13 +6,15 @@ from pathlib import Path
 
 from onnxaff.data.arrays import ArraySource
 from onnxaff.data.feeding import FedSource, examples_in, split_inputs
+from onnxaff.data.image_preprocess import ImagePreprocess
+from onnxaff.data.iterable import IterableSource, is_given
 from onnxaff.data.source import DataSource, InputSpec, fixed_batch_of, model_inputs, no_usable
 from onnxaff.data.synthetic import SyntheticSource
 from onnxaff.data.text import TextSource, is_text, no_text_options
 from onnxaff.errors import ConfigError, OnnxaffError
 
-__all__ = ["DataSource", "InputSpec", "examples_in", "fixed_batch_of", "model_inputs", "no_usable", "open_source",
-           "parse_input_shapes"]
+__all__ = ["DataSource", "ImagePreprocess", "InputSpec", "examples_in", "fixed_batch_of", "model_inputs", "no_usable",
+           "open_source", "parse_input_shapes"]
 
 
 def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
@@ -35,12 +37,14 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
                 tokenizer=None, max_length: int | None = None, pack: bool = False, constants: dict | None = None,
                 input_ranges: dict | None = None, pad: float = 0.0, hints: dict | None = None) -> FedSource:
     """The source of `spec` for the inputs that are not `constants`, wrapped so that its batches are the model's
-    (onnxaff.data.feeding). images: options for image folders (preprocess, mean, std, resize, crop,
-    interpolation, fit, pad_value, shuffle, workers, draft); `shapes` (--input-shape) also fix an image input's
-    symbolic dims; `sample_rate`: what an audio folder (audio:FOLDER) is resampled to. Text data (`text:FILE`, or
-    a list of str) are tokenized by `tokenizer` (a tokenizer.json path or a tokenizers.Tokenizer) to `max_length`
-    tokens, or packed end to end into windows without padding (`pack`; onnxaff.data.text). `input_ranges`,
-    `pad` and `hints` (onnxaff.graph.inputs: embedding sizes, masks) shape synthetic data."""
+    (onnxaff.data.feeding). `spec` may also be data given in Python (an array, a dict of arrays, an iterable of
+    batches: onnxaff.data.iterable). images: options for image folders (ImagePreprocess.options(): preprocess,
+    mean, std, resize, crop, interpolation, fit, pad_value, scale, offset, channel_order, shuffle, workers,
+    draft); `shapes` (--input-shape) also fix an image input's symbolic dims; `sample_rate`: what an audio folder
+    (audio:FOLDER) is resampled to. Text data (`text:FILE`, or a list of str) are tokenized by `tokenizer` (a
+    tokenizer.json path or a tokenizers.Tokenizer) to `max_length` tokens, or packed end to end into windows
+    without padding (`pack`; onnxaff.data.text). `input_ranges`, `pad` and `hints` (onnxaff.graph.inputs:
+    embedding sizes, masks) shape synthetic data."""
     if limit is not None and limit <= 0:
         raise ConfigError("limit", f"{{option}} must be positive, got {limit}")
     for name in list(shapes or {}) + list(input_ranges or {}):
@@ -56,10 +60,12 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
     if is_text(spec):
         source = TextSource(spec, drawn, tokenizer, max_length=max_length, limit=limit, pack=pack)
         return FedSource(source, inputs, constants or {}, held, shapes)
+    if not isinstance(spec, str) and is_given(spec):  # arrays, a DataLoader: read once, here
+        no_text_options(spec, tokenizer, max_length, pack)
+        return FedSource(IterableSource(spec, drawn, limit=limit), inputs, constants or {}, held, shapes)
     if not isinstance(spec, str):
-        raise OnnxaffError(f"data must be a path, a synthetic: or text: spec, or a list of str (texts); "
-                           f"got {type(spec).__name__}" + (" holding other than str" if isinstance(spec, list | tuple)
-                                                           else ""))
+        raise OnnxaffError(f"data must be a path, a synthetic: or text: spec, a list of str (texts), an array or an "
+                           f"iterable of batches; got {type(spec).__name__}")
     no_text_options(spec, tokenizer, max_length, pack)
     synthetic = {"ranges": dict(input_ranges or {}), "pad": pad, "hints": dict(hints or {})}
     source = _open(spec, drawn, limit, seed, shapes, images, sample_rate, synthetic)
@@ -89,7 +95,8 @@ def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, sampl
             raise OnnxaffError(f"an image folder feeds a single-input model; this one has {len(inputs)} inputs")
         pre = build_preprocess(opts.pop("preprocess", "torchvision"), inputs[0], shape=(shapes or {}).get(
             inputs[0].name), **{k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation", "fit",
-                                                          "pad_value") if k in opts})
+                                                          "pad_value", "scale", "offset", "channel_order")
+                                if k in opts})
         return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
     raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, audio:FOLDER, a .npy/.npz "
                        f"file, synthetic:gaussian|uniform|grid or text:FILE")

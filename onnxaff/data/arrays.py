@@ -141,7 +141,31 @@ class Streamed:
         self._zip = self._stream = None
 
 
-class ArraySource(DataSource):
+class Arrays(DataSource):
+    """Arrays by input name (`arrays`, examples on axis 0, for `inputs`), the first `n` examples served in batches
+    cast to the inputs' dtypes: an array file's (ArraySource) or data given in Python (onnxaff.data.iterable)."""
+
+    arrays: dict[str, np.ndarray]
+    inputs: list[InputSpec]
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
+        end = self.n if stop is None else min(stop, self.n)
+        for i in range(start, end, batch_size):
+            j = min(i + batch_size, end)
+            yield {
+                spec.name: np.ascontiguousarray(cast_for(spec, np.asarray(self.arrays[spec.name][i:j]), spec.name))
+                for spec in self.inputs
+            }
+
+    def example_shapes(self) -> dict[str, tuple]:
+        return {name: tuple(a.shape[1:]) for name, a in self.arrays.items()}
+
+
+class ArraySource(Arrays):
     def __init__(self, path: str | Path, inputs: list[InputSpec], limit: int | None = None):
         self.path = Path(path)
         if not self.path.exists():
@@ -171,21 +195,6 @@ class ArraySource(DataSource):
             check_example_shape(spec, a.shape[1:], f"{self.path.name}[{spec.name}]")
             cast_for(spec, a[:1], f"{self.path.name}[{spec.name}]")  # dtype check up front
         self.n = self.total if limit is None else min(limit, self.total)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def batches(self, batch_size: int, start: int = 0, stop: int | None = None, should_stop=None):
-        end = self.n if stop is None else min(stop, self.n)
-        for i in range(start, end, batch_size):
-            j = min(i + batch_size, end)
-            yield {
-                spec.name: np.ascontiguousarray(cast_for(spec, np.asarray(self.arrays[spec.name][i:j]), spec.name))
-                for spec in self.inputs
-            }
-
-    def example_shapes(self) -> dict[str, tuple]:
-        return {name: tuple(a.shape[1:]) for name, a in self.arrays.items()}
 
     def describe(self) -> dict:
         return {

@@ -136,8 +136,10 @@ def _fix_shape(spec: InputSpec, shape) -> InputSpec:
 
 
 def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=None, crop=None,
-                     interpolation=None, fit=None, pad_value=None, shape=None) -> Preprocess:
-    """The preset fitted to the model input; `shape`: its dims after the batch axis from --input-shape."""
+                     interpolation=None, fit=None, pad_value=None, shape=None, scale=None, offset=None,
+                     channel_order=None) -> Preprocess:
+    """The preset fitted to the model input; `shape`: its dims after the batch axis from --input-shape;
+    `channel_order` "RGB" or "BGR" (onnxaff.data.image_preprocess checks the values)."""
     if name not in PRESETS:
         raise OnnxaffError(f"unknown preprocessing {name!r}; choose one of {', '.join(PRESETS)}")
     if not np.issubdtype(spec.dtype, np.floating):
@@ -146,7 +148,8 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
         spec = _fix_shape(spec, shape)
     layout, channels, hw = image_input_layout(spec)
     crop, resize = parse_size(crop, "images.crop"), parse_size(resize, "images.resize")
-    custom = any(v is not None for v in (mean, std, resize, crop, interpolation, fit, pad_value))
+    custom = any(v is not None for v in (mean, std, resize, crop, interpolation, fit, pad_value, scale, offset,
+                                         channel_order))
     h, w = _crop_size(spec, layout, hw, crop, resize, fit)
     changes = {"layout": layout, "channels": channels, "dtype": spec.dtype.name, "crop": (h, w)}
     changes |= _fit_changes(fit, resize, h, w, pad_value, channels)
@@ -154,7 +157,9 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
         raise ConfigError("images.resize", f"{{option}} {_fmt_size(resize)} is smaller than the {h}x{w} crop")
     if interpolation is not None and interpolation not in INTERPOLATIONS:
         raise OnnxaffError(f"unknown interpolation {interpolation!r}; choose one of {', '.join(INTERPOLATIONS)}")
-    for key, value in (("resize", resize), ("interpolation", interpolation), ("mean", mean), ("std", std)):
+    for key, value in (("resize", resize), ("interpolation", interpolation), ("mean", mean), ("std", std),
+                       ("scale", scale), ("offset", offset), ("bgr", None if channel_order is None else
+                                                               channel_order == "BGR")):
         if value is not None:
             changes[key] = tuple(value) if key in ("mean", "std") else value
     p = replace(PRESETS[name], **changes, name=f"{name}+custom" if custom else name)

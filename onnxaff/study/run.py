@@ -26,26 +26,12 @@ from onnxaff.study.identity import (
     stale_reason,
 )
 from onnxaff.study.models import StudyModel
+from onnxaff.study.result import Study
 from onnxaff.study.settings import check_data, groups_of, own_names, preprocessing_column, study_configs
 
 CLUSTERS = 3
 
 
-@dataclass
-class StudyResult:
-    """Where the study wrote and how each model fared."""
-
-    folder: Path
-    signatures: dict[str, Signature]
-    rows: list[dict]
-    failed: dict[str, str]
-    skipped: list[str]
-    report: Path | None = None
-    metric: str = ""  # the metric heading the tables (the first one asked for, or the first default)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
 
 def _clock(seconds: float) -> str:
@@ -71,7 +57,7 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
               given: Collection[str] | None = None, accuracy: dict[str, str] | None = None,
               groups: dict[str, str] | None = None, force: bool = False, executor: str = "local", shards: int = 4,
               ray_address: str | None = None, checkpoint_every: int = 0, clusters: int = CLUSTERS,
-              echo: Callable[[str], None] | None = None, render=None, strict: bool = False) -> StudyResult:
+              echo: Callable[[str], None] | None = None, render=None, strict: bool = False) -> Study:
     """Analyse every model (skipping up-to-date ones), then write report.html and compare.json into `out`.
 
     `options` are AnalysisConfig fields (metrics first: the first metric heads the tables), checked once before
@@ -102,7 +88,7 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
 
 
 def _run_locked(models, data, folder, sig_dir, settings, code, accuracy, groups, force, executor, shards,
-                ray_address, checkpoint_every, clusters, echo, outputs) -> StudyResult:
+                ray_address, checkpoint_every, clusters, echo, outputs) -> Study:
     options, per_model = settings
     metrics = options["metrics"]
     digests = {m.label: file_digest(m.path) for m in models}
@@ -117,7 +103,7 @@ def _run_locked(models, data, folder, sig_dir, settings, code, accuracy, groups,
     shown = preprocessing_column(models, run.sigs) or {}  # where the models' preprocessing differs
     rows = [_row(m, run.sigs[m.label], accuracies.get(m.label), metrics[0], shown.get(m.label))
             for m in models if m.label in run.sigs]
-    result = StudyResult(folder, run.sigs, rows, run.failed, run.skipped, metric=metrics[0])
+    result = Study(folder, run.sigs, rows, run.failed, run.skipped, metric=metrics[0])
     result.report = _write_outputs(result, models, accuracies, groups, metrics[0], clusters, *outputs, run.echo)
     run.echo(f"{len(run.sigs)} of {len(models)} models in the study ({len(run.skipped)} up to date, "
              f"{len(run.failed)} failed) in {_clock(time.perf_counter() - started)}")
@@ -344,7 +330,7 @@ def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str,
             "flags": flags, "mostly_flagged": sig.mostly_flagged(metric)}
 
 
-def _write_outputs(result: StudyResult, models: list[StudyModel], accuracies: dict, groups, metric: str,
+def _write_outputs(result: Study, models: list[StudyModel], accuracies: dict, groups, metric: str,
                    clusters: int, render, strict: bool, echo) -> Path:
     from onnxaff.compare import compare, correlate, run_labels, shared_metrics
     from onnxaff.differences import differences, differences_line, refuse
