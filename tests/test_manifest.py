@@ -273,3 +273,14 @@ def test_the_documented_manifest_reads_as_documented(tmp_path):
                             "images": {"preprocess": "torchvision", "mean": (0.498,) * 3, "std": (0.502,) * 3}}
     assert lite.data == str(tmp_path / "other_photos")
     assert 127 / 255 == pytest.approx(0.498, abs=5e-4) and 128 / 255 == pytest.approx(0.502, abs=5e-4)
+
+
+def test_the_python_study_takes_a_manifest_alone(folder, tmp_path):
+    """onnxaff.study("study.toml", out=...): the manifest gives the data; a keyword overrides its [options]."""
+    import onnxaff
+
+    result = onnxaff.study([str(manifest(folder, TWO))], out=tmp_path / "out", chunk_size=8, progress=False)
+    assert sorted(result.signatures) == ["centred", "positive"]
+    assert all(s.options["chunk_size"] == 8 and s.data["samples"] == 8 for s in result.signatures.values())
+    with pytest.raises(OnnxaffError, match="needs out"):
+        onnxaff.study([str(manifest(folder, TWO))])

@@ -19,7 +19,7 @@ def _echo(line) -> None:
     print(printable(line), file=sys.stderr)
 
 
-def study(models, data, out, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_size,
+def study(models, data=None, out=None, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_size,
           batch_size=DEFAULT.batch_size, limit=DEFAULT.limit, reduce=DEFAULT.reduce,
           device=DEFAULT.device, preprocess=None, input_shapes=DEFAULT.input_shapes, seed=DEFAULT.seed,
           progress=DEFAULT.progress, intervals=DEFAULT.intervals, accuracy=None, groups=None,
@@ -39,11 +39,12 @@ def study(models, data, out, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chun
         ONNX files, ``LABEL=FILE`` texts, folders (every ``.onnx`` under them) or text files listing models; or a
         dict label -> file, or label -> torch.nn.Module (exported with `example_input` to
         ``OUT/models/<label>.onnx``). Labels name the signature files and the models in every table.
-    data : str or os.PathLike
+    data : str or os.PathLike, optional
         The data every model is analysed on, as for `analyze`, but a path or spec (an image folder, ``.npy`` or
         ``.npz``, ``synthetic:...``, ``text:FILE``): a study reads it again for each model and on each rerun.
+        None where a manifest (a ``.toml`` among `models`, docs/usage.md) gives each model its data.
     out : str or os.PathLike
-        The study's folder.
+        The study's folder (required).
     metrics, chunk_size, batch_size, limit, reduce, device, preprocess, input_shapes, seed, progress, intervals
         As for `analyze`; the first metric heads the tables. `progress` also prints a line per model on stderr.
     accuracy : dict of str to float, or path, optional
@@ -97,7 +98,9 @@ def study(models, data, out, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chun
     from onnxaff.study import resolve_models, run_study
 
     data = data_arg(data)
-    if not isinstance(data, str):
+    if out is None:
+        raise OnnxaffError("study needs out, the folder its signatures, report.html and compare.json go to")
+    if data is not None and not isinstance(data, str):
         raise ConfigError("data", f"a study reads its data again for each model and on each rerun: give {{option}} "
                           f"as a path or spec (save arrays with numpy.save first), not a {type(data).__name__}")
     chosen = given(preprocess, metrics=metrics, chunk_size=chunk_size, batch_size=batch_size, limit=limit,
