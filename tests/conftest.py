@@ -57,6 +57,22 @@ def shipped_demo(tmp_path_factory) -> Path:
     return run_demo(tmp_path_factory.mktemp("demo") / "demo", progress=False).folder
 
 
+REQUIRED_MODULES = set(filter(None, os.environ.get("ONNXAFF_REQUIRE", "").split(",")))
+
+
+def need(module: str):
+    """pytest.importorskip, except for the modules ONNXAFF_REQUIRE names (.ci/run: torch): a test that would
+    skip for want of one fails instead, so CI runs the torch examples the README's command may skip."""
+    if module not in REQUIRED_MODULES:
+        return pytest.importorskip(module)
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        pytest.fail(f"ONNXAFF_REQUIRE names {module}, which does not import: {exc}")
+
+
 def parse(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
     onnx.checker.check_model(model)

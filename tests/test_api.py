@@ -19,7 +19,7 @@ import onnxaff
 from onnxaff.analysis.config import AnalysisConfig, default
 from onnxaff.errors import ConfigError, OnnxaffError
 from tests.builders import mlp, save
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, need, run_cli
 from tests.test_compare import fake_signature
 from tests.test_images import image_model, sample_photos
 
@@ -195,7 +195,7 @@ def test_image_preprocess_refuses_wrong_values_naming_the_field():
 
 @pytest.fixture(scope="module")
 def torch_net():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     torch.manual_seed(0)
     return torch, torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4),
                                       torch.nn.Tanh())

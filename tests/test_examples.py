@@ -6,6 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import need
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -102,7 +104,7 @@ def test_notebook_workflow_from_torch_modules_and_photos_to_a_report(tmp_path):
 
     import onnxaff
 
-    pytest.importorskip("torch")
+    need("torch")
     tree = ast.parse((EXAMPLES / "05_notebook_workflow.py").read_text(encoding="utf-8"))
     used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name) and node.value.id == "onnxaff"}

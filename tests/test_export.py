@@ -16,7 +16,7 @@ import pytest
 from onnxaff.errors import OnnxaffError
 from onnxaff.export import check_sites
 from tests.builders import chain
-from tests.conftest import run
+from tests.conftest import need, run
 
 TOL = dict(rtol=1e-5, atol=1e-5)  # float32 tolerance: the runtime's kernels sum in another order
 
@@ -58,7 +58,7 @@ def test_a_missing_framework_is_one_line(monkeypatch, tmp_path, helper, module):
 # --- PyTorch -----------------------------------------------------------------------------------------
 
 def _torch_net():
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch import nn
 
     torch.manual_seed(0)
@@ -95,7 +95,7 @@ def test_from_torch_round_trips_with_a_dynamic_batch_in_eval_mode(tmp_path):
 
 
 def test_from_torch_functional_activations_are_extra_not_missing(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch import nn
 
     from onnxaff.export import from_torch
@@ -113,7 +113,7 @@ def test_from_torch_functional_activations_are_extra_not_missing(tmp_path):
 
 
 def test_from_torch_exporter_failure_is_one_line(tmp_path):
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from torch import nn
 
     from onnxaff.export import from_torch
