@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from onnxaff.report.markdown import plain_table
+from onnxaff.reports.markdown import plain_table
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "output" / "04_pretrained"

@@ -18,34 +18,17 @@ Importing onnxaff is cheap: each name is imported when first used.
 """
 
 import importlib
-import sys
-import types
 
 __version__ = "0.1.0"
 
 _HOME = {
     "analyze": "onnxaff.api", "sites": "onnxaff.api", "study": "onnxaff.api", "compare": "onnxaff.api",
-    "correlate": "onnxaff.api", "report": "onnxaff.api", "Correlation": "onnxaff.compare", "Sites": "onnxaff.api",
+    "correlate": "onnxaff.api", "report": "onnxaff.api", "Correlation": "onnxaff.comparison", "Sites": "onnxaff.api",
     "AnalysisConfig": "onnxaff.analysis.config", "ImagePreprocess": "onnxaff.data.image_preprocess",
-    "Signature": "onnxaff.signature", "read_signature": "onnxaff.signature", "Comparison": "onnxaff.compare",
-    "Study": "onnxaff.study.result", "OnnxaffError": "onnxaff.errors", "ConfigError": "onnxaff.errors",
+    "Signature": "onnxaff.signature", "read_signature": "onnxaff.signature", "Comparison": "onnxaff.comparison",
+    "Study": "onnxaff.studies.result", "OnnxaffError": "onnxaff.errors", "ConfigError": "onnxaff.errors",
 }
 __all__ = sorted(_HOME, key=lambda n: (n[0].islower(), n))  # the classes, then the functions
-
-# Submodules of these names (onnxaff/compare.py, onnxaff/report/, onnxaff/study/) would replace the functions
-# on import; the package keeps the functions, and the modules are imported by name (`from onnxaff.compare import`).
-_FUNCTIONS_OVER_MODULES = ("compare", "report", "study")
-
-
-class _Package(types.ModuleType):
-    def __setattr__(self, name, value):
-        if name in _FUNCTIONS_OVER_MODULES and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
 
 def __getattr__(name: str):
     if name not in _HOME:

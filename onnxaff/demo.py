@@ -43,8 +43,8 @@ def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int
              force: bool = False) -> DemoRun:
     """Analyse the shipped networks and write signatures and reports into the folder `out`: a study of them
     (so a rerun skips the networks already analysed), rendered as the demo's page."""
-    from onnxaff.report.html import demo_page
-    from onnxaff.study import StudyModel, run_study
+    from onnxaff.reports.html import demo_page
+    from onnxaff.studies import StudyModel, run_study
 
     models = [StudyModel(m.name, m.path, data=str(m.data), accuracy=m.accuracy,
                          columns={"framework": m.framework, "architecture": m.entry["architecture"]},

@@ -158,7 +158,7 @@ def one_line_error(result, fragment: str, code: int = 2) -> str:
 
 def refuse_calls(monkeypatch, message: str, *targets) -> None:
     """Make each target, dotted or (module, name), fail the test if it is reached: proof that a refusal came before
-    the work. `onnxaff.compare`, `.report` and `.study` are the API's functions: their modules go as objects."""
+    the work."""
     def refuse(*args, **kwargs):
         raise AssertionError(message)
 

@@ -13,8 +13,8 @@ from dtaidistance import dtw
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
-from onnxaff.compare import compare, correlate, dtw_distance
-from onnxaff.report.html import comparison_page, correlation_page, single_page
+from onnxaff.comparison import compare, correlate, dtw_distance
+from onnxaff.reports.html import comparison_page, correlation_page, single_page
 from onnxaff.signature import Signature
 from tests.conftest import one_line_error, run_cli
 
@@ -169,8 +169,8 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     import csv
     import io
 
-    from onnxaff.report.csv import correlation_csv
-    from onnxaff.report.markdown import correlation_markdown
+    from onnxaff.reports.csv import correlation_csv
+    from onnxaff.reports.markdown import correlation_markdown
     from onnxaff.signature import read_signature
 
     accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
@@ -244,7 +244,7 @@ def test_the_dendrogram_of_identical_signatures_draws_without_a_warning():
 
     from scipy.cluster import hierarchy
 
-    from onnxaff.report import plots
+    from onnxaff.reports import plots
 
     linkage = hierarchy.linkage(np.zeros(3), method="average")  # three signatures, all at distance 0
     with warnings.catch_warnings():

@@ -10,12 +10,12 @@ import pytest
 import scipy.stats
 
 import onnxaff
-from onnxaff.compare import compare, correlate
+from onnxaff.comparison import compare, correlate
 from onnxaff.differences import differences, differences_line
 from onnxaff.errors import OnnxaffError
-from onnxaff.report.console import models_table
-from onnxaff.report.html import comparison_page, correlation_page
-from onnxaff.report.markdown import comparison_markdown, correlation_markdown
+from onnxaff.reports.console import models_table
+from onnxaff.reports.html import comparison_page, correlation_page
+from onnxaff.reports.markdown import comparison_markdown, correlation_markdown
 from onnxaff.significance import DRAWS, bootstrap_ci, permutation_p
 from tests.conftest import parse, run_cli
 from tests.test_compare import fake_signature, mlp
@@ -198,7 +198,7 @@ def test_a_study_with_an_eps_dominated_model_prints_its_flags_and_marks_it_on_th
 
 
 def test_a_study_of_models_on_other_data_says_so_and_strict_refuses(tmp_path):
-    from onnxaff.study import StudyModel, run_study
+    from onnxaff.studies import StudyModel, run_study
 
     paths = write_models(tmp_path / "m", ("a", "b"))
     models = [StudyModel("a", paths[0]), StudyModel("b", paths[1], data="synthetic:uniform:n=600")]
@@ -217,7 +217,7 @@ def test_a_study_of_models_on_other_data_says_so_and_strict_refuses(tmp_path):
 def test_groups_name_their_own_p_method_and_small_groups_warn():
     """Groups of 4 and 7 models inside 11: their p-values are exact, the whole table's drawn; the report said
     'Monte Carlo' for every table and warned for none of the groups (a hostile review)."""
-    from onnxaff.compare import correlate
+    from onnxaff.comparison import correlate
     from tests.test_compare import fake_signature
 
     names = [f"m{k:02d}" for k in range(11)]

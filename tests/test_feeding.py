@@ -271,7 +271,7 @@ def test_vad_tiny_runs_with_its_sample_rate_and_state_axis(capfd, tmp_path):
 
 
 def test_a_study_sees_a_constant_files_content(tmp_path):
-    from onnxaff.study import options_identity
+    from onnxaff.studies import options_identity
 
     path = tmp_path / "state.npy"
     np.save(path, np.zeros((2, 8), np.float32))

@@ -1,4 +1,4 @@
-"""Study manifests (onnxaff/study/manifest.py, onnxaff/study/settings.py): each model with its own preprocessing,
+"""Study manifests (onnxaff/studies/manifest.py, onnxaff/studies/settings.py): each model with its own preprocessing,
 data, options, accuracy and group; its own options in its up-to-date key; every bad key one line.
 
 The studies here run a one-Relu image model on eight 20×24 PNGs at 16×16, so each analysis takes about a second.
@@ -16,11 +16,11 @@ from PIL import Image
 
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.signature import read_signature
-from onnxaff.study import StudyModel, resolve_models
-from onnxaff.study.manifest import read_manifest
-from onnxaff.study.models import Manifest
-from onnxaff.study.run import _accuracies
-from onnxaff.study.settings import groups_of, model_options, study_options
+from onnxaff.studies import StudyModel, resolve_models
+from onnxaff.studies.manifest import read_manifest
+from onnxaff.studies.models import Manifest
+from onnxaff.studies.run import _accuracies
+from onnxaff.studies.settings import groups_of, model_options, study_options
 from tests.builders import chain
 from tests.conftest import one_line_error, run_cli
 

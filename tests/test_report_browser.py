@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import onnxaff
-from onnxaff.compare import compare, correlate
-from onnxaff.report import svg
-from onnxaff.report.html import comparison_page, correlation_page, demo_page, fmt_preprocessing, fmt_shape, single_page
+from onnxaff.comparison import compare, correlate
+from onnxaff.reports import svg
+from onnxaff.reports.html import comparison_page, correlation_page, demo_page, fmt_preprocessing, fmt_shape, single_page
 from onnxaff_models import shipped_models
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
@@ -285,7 +285,7 @@ def test_hostile_names_and_old_signatures_on_an_explored_page(browser, tmp_path)
 def test_scatter_labels_do_not_overlap_as_the_browser_draws_them(browser, tmp_path):
     """Eleven models in a tight cluster, long names: the labels' real boxes (the browser's font, not the
     estimate the placement used) overlap neither each other nor a point, and stay inside the plot."""
-    from onnxaff.report.scatter import scatter_svg
+    from onnxaff.reports.scatter import scatter_svg
 
     rng = np.random.default_rng(1)
     plots = "".join(scatter_svg(list(0.6 + s * rng.standard_normal(11)), list(0.95 + s * rng.standard_normal(11)),

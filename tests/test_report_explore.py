@@ -12,9 +12,9 @@ import onnxaff
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.load import from_proto
 from onnxaff.graph.neighbourhood import site_neighbourhood
-from onnxaff.report import explore
-from onnxaff.report.html import single_page
-from onnxaff.report.scatter import RADIUS, Box, place_labels, scatter_svg
+from onnxaff.reports import explore
+from onnxaff.reports.html import single_page
+from onnxaff.reports.scatter import RADIUS, Box, place_labels, scatter_svg
 from onnxaff.schema import validate
 from onnxaff.sitelist import list_sites
 from tests.builders import HEADER, mlp

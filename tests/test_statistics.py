@@ -123,7 +123,7 @@ def test_one_chunk_gets_a_half_sampling_interval(rng):
 def test_ci95_is_clipped_to_the_metrics_declared_range(rng):
     """A t interval is symmetric: around an R² of 0.999 from two chunks it reached past 1 ([0.99871, 1.00110] on
     one site), where no R² lies. Every ci95 stays in the metric's range; the other side is left as it was."""
-    from onnxaff.report.console import fmt_score
+    from onnxaff.reports.console import fmt_score
 
     x = gaussian(rng, 4 * 64, 3)
     y = x @ rng.standard_normal((3, 3))

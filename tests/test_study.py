@@ -11,7 +11,7 @@ import pytest
 
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import read_signature
-from onnxaff.study import StudyModel, resolve_models, run_study
+from onnxaff.studies import StudyModel, resolve_models, run_study
 from tests.builders import chain
 from tests.conftest import parse, run_cli, start_cli, stderr_once_ended, wait_for_file
 from tests.test_scale import assert_same

@@ -11,8 +11,8 @@ import pytest
 from onnx import numpy_helper
 
 from onnxaff.data.images import list_images
-from onnxaff.study import data_identity
-from onnxaff.study import run as study_run
+from onnxaff.studies import data_identity
+from onnxaff.studies import run as study_run
 from tests.conftest import cli_process, one_line_error, parse, refuse_calls, run_cli
 from tests.test_study import DATA, FAST, WEIGHTS, write_models
 

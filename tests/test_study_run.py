@@ -1,4 +1,4 @@
-"""onnxaff/study/run.py, function by function: one model's resumable analysis (`_analyse`), what a rerun redoes
+"""onnxaff/studies/run.py, function by function: one model's resumable analysis (`_analyse`), what a rerun redoes
 (`_plan`), the checks before any model is read, the files a study writes and reads, the accuracy table.
 
 tests/test_study.py runs whole studies through the CLI; here each private piece is called on its own, on one
@@ -16,9 +16,9 @@ import pytest
 import onnxaff.analysis
 from onnxaff.analysis.checkpoint import is_checkpoint, load_state, save_state
 from onnxaff.errors import ConfigError, Interrupted, OnnxaffError, option
-from onnxaff.study import StudyModel
-from onnxaff.study.identity import file_digest
-from onnxaff.study.run import _accuracies, _analyse, _check_run, _plan, study_inputs, study_outputs
+from onnxaff.studies import StudyModel
+from onnxaff.studies.identity import file_digest
+from onnxaff.studies.run import _accuracies, _analyse, _check_run, _plan, study_inputs, study_outputs
 from tests.test_scale import assert_same
 from tests.test_study import write_models
 

@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 import onnxaff
-from onnxaff.compare import compare, correlate
-from onnxaff.report.html import comparison_page, correlation_page, demo_page, single_page
+from onnxaff.comparison import compare, correlate
+from onnxaff.reports.html import comparison_page, correlation_page, demo_page, single_page
 from onnxaff_models import shipped_models
 
 HERE = Path(__file__).resolve().parent

@@ -9,17 +9,17 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from onnxaff.compare import Comparison, Correlation
+from onnxaff.comparison import Comparison, Correlation
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import Signature
-from onnxaff.study.result import Study
+from onnxaff.studies.result import Study
 
 
 def signatures_of(signatures, exclude_flagged: bool = False) -> tuple[list[Signature], list[str | os.PathLike]]:
     """(the signatures, the files they were read from): `signatures` a list of Signatures or paths, a dict label ->
     Signature or path (the label names it in tables and plots), or a Study. A Signature given is copied, never
     changed (labels, `exclude_flagged`)."""
-    from onnxaff.compare import label_signature
+    from onnxaff.comparison import label_signature
     from onnxaff.signature import read_signature
     from onnxaff.stats import drop_flagged
 
@@ -83,8 +83,8 @@ def compare(signatures, *, metric: str | None = None, normalized: bool = False, 
     >>> comparison.neighbours(1)["torch_cnn_relu"][0][0]  # the same weights, written with onnx.helper
     'helper_cnn_relu'
     """
-    from onnxaff.compare import compare as run_compare
-    from onnxaff.compare import metrics_to_compare
+    from onnxaff.comparison import compare as run_compare
+    from onnxaff.comparison import metrics_to_compare
     from onnxaff.differences import differences_line
     from onnxaff.metrics import primary_metric
 
@@ -123,7 +123,7 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
         (permutation test), ``slope``, ``intercept``; ``rows`` the models' values, ``warnings`` what to know
         (fewer than ten models). ``to_pandas()`` gives the table.
     """
-    from onnxaff.compare import correlate as run_correlate
+    from onnxaff.comparison import correlate as run_correlate
     from onnxaff.differences import line_of
 
     sigs, _ = signatures_of(signatures, exclude_flagged)
@@ -138,7 +138,7 @@ def _table(value, what: str) -> dict[str, str]:
     """A model -> value table given as a dict, or as a two-column CSV file."""
     if isinstance(value, Mapping):
         return {str(k): repr(v) if isinstance(v, float) else str(v) for k, v in value.items()}
-    from onnxaff.compare import read_table
+    from onnxaff.comparison import read_table
 
     return read_table(value, what)
 
@@ -176,12 +176,12 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
     >>> onnxaff.report(sig, "sk_mlp_tanh.html").read_text().startswith("<!DOCTYPE html>")
     True
     """
-    from onnxaff.compare import compare as run_compare
-    from onnxaff.compare import metrics_to_compare
+    from onnxaff.comparison import compare as run_compare
+    from onnxaff.comparison import metrics_to_compare
     from onnxaff.differences import differences
     from onnxaff.files import refuse_overwrite, write_text_atomic
     from onnxaff.metrics import primary_metric
-    from onnxaff.report.write import write_comparison, write_correlation, write_single
+    from onnxaff.reports.write import write_comparison, write_correlation, write_single
 
     if isinstance(result, str | os.PathLike):  # one signature's file
         from onnxaff.signature import read_signature

@@ -165,7 +165,7 @@ class Sites(list):
 
     def _repr_html_(self) -> str:
         from onnxaff.graph.sites import format_params
-        from onnxaff.report.console import fmt_shape
+        from onnxaff.reports.console import fmt_shape
         from onnxaff.tables import html_table
 
         rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), r["dim"], "+".join(s.op_types),

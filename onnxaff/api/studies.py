@@ -10,7 +10,7 @@ from pathlib import Path
 from onnxaff.api.options import DEFAULT, data_arg, given, is_torch_module
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.study.result import Study
+from onnxaff.studies.result import Study
 
 
 def _echo(line) -> None:
@@ -95,7 +95,7 @@ def study(models, data=None, out=None, *, metrics=DEFAULT.metrics, chunk_size=DE
     import dataclasses
 
     from onnxaff.api.results import _table
-    from onnxaff.study import resolve_models, run_study
+    from onnxaff.studies import resolve_models, run_study
 
     data = data_arg(data)
     if out is None:
@@ -139,7 +139,7 @@ def _export(label: str, module, folder: Path, example_input) -> Path:
     """`module` written to FOLDER/<label>.onnx: the study identifies a model by its file (a rerun's export of the
     same module is the same file, so its signature stays up to date)."""
     from onnxaff.export import from_torch
-    from onnxaff.study.models import LABEL
+    from onnxaff.studies.models import LABEL
 
     if example_input is None:
         raise ConfigError("example_input", f"the torch module {label} is exported to ONNX first, which runs it "

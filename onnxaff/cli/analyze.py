@@ -17,7 +17,7 @@ from onnxaff.text import printable
 def print_summary(sig) -> None:
     """The per-site table and signature statistics a person reads after a run, within 120 columns: scores
     as mean ± the half-width of their 95 % interval, metrics past the width in further blocks."""
-    from onnxaff.report.console import summary_lines
+    from onnxaff.reports.console import summary_lines
 
     click.echo("\n".join(summary_lines(sig)))
     for w in sig.warnings:
@@ -33,7 +33,7 @@ def _estimate(model: str, data: str, config):
 def print_estimates(estimates: dict) -> None:
     """Cost previews (label -> Estimate, or why a model has none): each one's table and notes, then for several a
     line per model and the totals."""
-    from onnxaff.report.console import estimate_lines, estimates_table
+    from onnxaff.reports.console import estimate_lines, estimates_table
 
     for label, est in estimates.items():
         if isinstance(est, str):

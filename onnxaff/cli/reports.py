@@ -27,7 +27,7 @@ def split_labels(args) -> tuple[list[str | None], list[str]]:
 
 
 def read_all(paths, labels=None, exclude_flagged: bool = False):
-    from onnxaff.compare import label_signature
+    from onnxaff.comparison import label_signature
     from onnxaff.signature import read_signature
     from onnxaff.stats import drop_flagged
 
@@ -54,8 +54,8 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
     (without labels, runs of one model are told apart by their data source)."""
-    from onnxaff.compare import compare as run_compare
-    from onnxaff.compare import metrics_to_compare, run_labels
+    from onnxaff.comparison import compare as run_compare
+    from onnxaff.comparison import metrics_to_compare, run_labels
     from onnxaff.files import refuse_overwrite
 
     labels, signatures = split_labels(signatures)
@@ -70,7 +70,7 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
     if diffs:
         echo_err("warning: " + differences_line(diffs, run_labels(sigs)).template)
     comps = [run_compare(sigs, metric=m, normalized=normalized) for m in names]
-    from onnxaff.report.write import write_comparison
+    from onnxaff.reports.write import write_comparison
 
     path = write_comparison(out, sigs, comps, clusters, diffs, fmt)
     comp = comps[0]
@@ -94,8 +94,8 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
     accuracy and group CSVs (which may also key it by model name or sha256)."""
-    from onnxaff.compare import correlate as run_correlate
-    from onnxaff.compare import read_table
+    from onnxaff.comparison import correlate as run_correlate
+    from onnxaff.comparison import read_table
     from onnxaff.files import refuse_overwrite
     from onnxaff.metrics import primary_metric
 
@@ -107,7 +107,7 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
     result = run_correlate(read_all(signatures, labels, exclude_flagged), read_table(accuracy, "accuracy"),
                            metric=metric, groups=read_table(group_file, "group") if group_file else None,
                            strict=strict)
-    from onnxaff.report.write import write_correlation
+    from onnxaff.reports.write import write_correlation
 
     path = write_correlation(out, result)
     click.echo(table([[f, f"{v['r2']:.4f}", f"{v['pearson_r']:.4f}", _interval(v.get("r_ci95")),
@@ -135,7 +135,7 @@ def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
     from onnxaff.files import refuse_overwrite
     from onnxaff.metrics import primary_metric
-    from onnxaff.report.write import write_single
+    from onnxaff.reports.write import write_single
     from onnxaff.signature import read_signature
 
     out = out or os.path.splitext(signature)[0] + ".html"

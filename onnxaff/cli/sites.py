@@ -59,7 +59,7 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
 def _print_sites(listed, model_name: str) -> None:
     from onnxaff.graph.rewrite import feature_dim
     from onnxaff.graph.sites import format_params
-    from onnxaff.report.console import fmt_shape
+    from onnxaff.reports.console import fmt_shape
 
     found = listed.sites
     rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), feature_dim(s, "mean") or "?",

@@ -45,9 +45,9 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
     whose signature is up to date and continues an interrupted one. Exit status 3 when some model failed.
     A flag given here overrides a manifest's [options]; a model's own table overrides both.
     """
-    from onnxaff.compare import read_table
-    from onnxaff.report.console import models_table
-    from onnxaff.study import resolve_models, run_study
+    from onnxaff.comparison import read_table
+    from onnxaff.reports.console import models_table
+    from onnxaff.studies import resolve_models, run_study
 
     quiet = flags["quiet"]
     kwargs = analysis_kwargs(**flags)
@@ -55,7 +55,7 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
     if dry_run:
         from onnxaff.analysis.cost import process_age
         from onnxaff.cli.analyze import print_estimates
-        from onnxaff.study.preview import preview_study
+        from onnxaff.studies.preview import preview_study
 
         estimates = preview_study(resolve_models(list(models)), data, kwargs, startup=process_age(),
                                   echo=None if quiet else echo_err, given=given)
@@ -93,7 +93,7 @@ def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
     from onnxaff.demo import run_demo
     from onnxaff.metrics import default_metrics, registry
-    from onnxaff.report.console import models_table
+    from onnxaff.reports.console import models_table
 
     names = default_metrics(registry()) if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
     if not names:

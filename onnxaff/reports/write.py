@@ -22,38 +22,38 @@ def write_comparison(out: str | os.PathLike, sigs: list[Signature], comps: list,
     suffix of `out`); `diffs`: the options that change the numbers and differ between the signatures."""
     fmt = fmt or comparison_format(out)
     if fmt == "json":
-        from onnxaff.report.jsondata import comparison_metrics
+        from onnxaff.reports.jsondata import comparison_metrics
 
         return write_json_atomic(out, {"normalized": comps[0].normalized, "models": comps[0].names,
                                        "metrics": comparison_metrics(comps, clusters),
                                        "differences": [d.as_dict(comps[0].names) for d in diffs]})
     if fmt == "html":
-        from onnxaff.report.html import comparison_page
+        from onnxaff.reports.html import comparison_page
 
         return write_text_atomic(out, comparison_page(sigs, comps, clusters))
     if fmt == "csv":
-        from onnxaff.report.csv import comparison_csv
+        from onnxaff.reports.csv import comparison_csv
 
         return write_text_atomic(out, comparison_csv(comps))
-    from onnxaff.report.markdown import comparison_markdown
+    from onnxaff.reports.markdown import comparison_markdown
 
     return write_text_atomic(out, comparison_markdown(comps, sigs))
 
 
 def write_correlation(out: str | os.PathLike, result: dict) -> Path:
-    """A correlation with accuracy (onnxaff.compare.correlate) as .json, .csv, .md or else HTML."""
+    """A correlation with accuracy (onnxaff.comparison.correlate) as .json, .csv, .md or else HTML."""
     suffix = os.path.splitext(str(out))[1]
     if suffix == ".json":
         return write_json_atomic(out, dict(result))
     if suffix == ".csv":
-        from onnxaff.report.csv import correlation_csv
+        from onnxaff.reports.csv import correlation_csv
 
         return write_text_atomic(out, correlation_csv(result))
     if suffix == ".md":
-        from onnxaff.report.markdown import correlation_markdown
+        from onnxaff.reports.markdown import correlation_markdown
 
         return write_text_atomic(out, correlation_markdown(result))
-    from onnxaff.report.html import correlation_page
+    from onnxaff.reports.html import correlation_page
 
     return write_text_atomic(out, correlation_page(result))
 
@@ -61,7 +61,7 @@ def write_correlation(out: str | os.PathLike, result: dict) -> Path:
 def write_single(out: str | os.PathLike, sig: Signature, metric: str) -> Path:
     """One model's page (HTML), for a metric the signature has scores of (else a one-line error listing them)."""
     from onnxaff.errors import ConfigError
-    from onnxaff.report.html import single_page
+    from onnxaff.reports.html import single_page
 
     scored = [m for m in sig.metrics if any(v is not None for v in sig.scores(m))]
     if metric not in scored:

@@ -8,8 +8,8 @@ from collections.abc import Callable, Collection
 
 from onnxaff.errors import Message, OnnxaffError
 from onnxaff.metrics import registry, resolve
-from onnxaff.study.models import StudyModel
-from onnxaff.study.settings import check_data, study_configs
+from onnxaff.studies.models import StudyModel
+from onnxaff.studies.settings import check_data, study_configs
 
 
 def preview_study(models: list[StudyModel], data: str | None, options: dict, startup: float = 0.0,

@@ -16,7 +16,7 @@ from onnxaff.files import check_writable, exclusive, refuse_overwrite, write_tex
 from onnxaff.metrics import registry, resolve
 from onnxaff.metrics.loader import code_fingerprints, stage_metrics
 from onnxaff.signature import Signature, read_signature, write_json_atomic
-from onnxaff.study.identity import (
+from onnxaff.studies.identity import (
     code_identity,
     data_identity,
     data_path,
@@ -25,9 +25,9 @@ from onnxaff.study.identity import (
     options_identity,
     stale_reason,
 )
-from onnxaff.study.models import StudyModel
-from onnxaff.study.result import Study
-from onnxaff.study.settings import check_data, groups_of, own_names, preprocessing_column, study_configs
+from onnxaff.studies.models import StudyModel
+from onnxaff.studies.result import Study
+from onnxaff.studies.settings import check_data, groups_of, own_names, preprocessing_column, study_configs
 
 CLUSTERS = 3
 
@@ -63,7 +63,7 @@ def run_study(models: list[StudyModel], data: str | None, out: str | os.PathLike
     `options` are AnalysisConfig fields (metrics first: the first metric heads the tables), checked once before
     any model is read (a bad value is a ConfigError, not a failure of every model). Each model is analysed with
     its own options over them, and `options` over its manifest's `[options]` where `given` (the fields the caller
-    set, `images.KEY` for image options; default: every key of `options`) names them (onnxaff.study.settings).
+    set, `images.KEY` for image options; default: every key of `options`) names them (onnxaff.studies.settings).
     `accuracy` and `groups` map a label or a model file's sha256 to a value, over the models' own.
     `render(sigs, comps, corr, rows, metric, failed)` returns the page (default: the study page). Interrupted
     propagates, the state saved. The signatures are compared after a line naming the options that change the
@@ -300,7 +300,7 @@ def _start_ray(address: str | None) -> bool:
 
 def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] | None) -> dict[str, float]:
     """Each model's accuracy (the table's by label or file sha256, else its own), checked before any analysis."""
-    from onnxaff.compare import accuracy_value  # scipy only when a table is read
+    from onnxaff.comparison import accuracy_value  # scipy only when a table is read
 
     out = {m.label: m.accuracy for m in models if m.accuracy is not None}
     if table is None:
@@ -332,9 +332,9 @@ def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str,
 
 def _write_outputs(result: Study, models: list[StudyModel], accuracies: dict, groups, metric: str,
                    clusters: int, render, strict: bool, echo) -> Path:
-    from onnxaff.compare import compare, correlate, run_labels, shared_metrics
+    from onnxaff.comparison import compare, correlate, run_labels, shared_metrics
     from onnxaff.differences import differences, differences_line, refuse
-    from onnxaff.report.jsondata import comparison_metrics
+    from onnxaff.reports.jsondata import comparison_metrics
 
     ordered = [result.signatures[m.label] for m in models if m.label in result.signatures]
     comps, corr = [], None
@@ -358,7 +358,7 @@ def _write_outputs(result: Study, models: list[StudyModel], accuracies: dict, gr
         payload["correlation"] = {k: corr[k] for k in ("metric", "table", "p_method", "interval_method", "warnings")}
     write_json_atomic(result.folder / "compare.json", payload)
     if render is None:
-        from onnxaff.report.study import study_page
+        from onnxaff.reports.study import study_page
 
         page = study_page(ordered, comps, corr, result.rows, metric, result.failed, clusters)
     else:

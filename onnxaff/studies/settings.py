@@ -10,7 +10,7 @@ from collections.abc import Collection
 
 from onnxaff.errors import ConfigError, OnnxaffError, option, render_options
 from onnxaff.metrics import default_metrics, registry
-from onnxaff.study.models import StudyModel
+from onnxaff.studies.models import StudyModel
 from onnxaff.text import printable
 
 STUDY_WIDE = ("metrics", "plugins")  # one list for the whole study (its tables, its code identity)
@@ -118,7 +118,7 @@ def groups_of(models: list[StudyModel], digests: dict, table: dict[str, str] | N
 def own_names(model: StudyModel, template: str) -> str:
     """A model's failure with the options its own model table set named as the manifest names them
     (`preprocess.crop`), not as the flags it never gave; the others still named by `option`."""
-    from onnxaff.study.manifest import manifest_key
+    from onnxaff.studies.manifest import manifest_key
 
     own = set(model.options) | {f"images.{k}" for k in model.options.get("images") or {}}
     return render_options(template, lambda field: manifest_key(field, own=True) if field in own else option(field))

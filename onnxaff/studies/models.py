@@ -1,4 +1,4 @@
-"""Which models a study has: files, LABEL=FILE, folders, model lists and manifests (onnxaff.study.manifest), each
+"""Which models a study has: files, LABEL=FILE, folders, model lists and manifests (onnxaff.studies.manifest), each
 under a label that names its files."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def resolve_models(specs: list[str]) -> list[StudyModel]:
                 raise OnnxaffError(f"no .onnx file in the folder {path}")
             found += [StudyModel(_check_label(f.stem, spec), f) for f in files]
         elif path.suffix.lower() == ".toml":
-            from onnxaff.study.manifest import read_manifest
+            from onnxaff.studies.manifest import read_manifest
 
             found += read_manifest(path)[0]
         elif path.is_file() and path.suffix.lower() in (".txt", ".list", ".lst"):

@@ -26,7 +26,7 @@ _METRIC_KEYS = ("mean", "std", "ci95", "flags", "status", "values", "chunks", "p
 @lru_cache(maxsize=1)
 def script() -> str:
     """explore.js, shipped beside this module (package data)."""
-    return resources.files("onnxaff.report").joinpath("explore.js").read_text(encoding="utf-8")
+    return resources.files("onnxaff.reports").joinpath("explore.js").read_text(encoding="utf-8")
 
 
 def _clean(v):

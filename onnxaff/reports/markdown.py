@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onnxaff.differences import differences, differences_line, line_of
-from onnxaff.report.csv import correlation_rows
+from onnxaff.reports.csv import correlation_rows
 from onnxaff.signature import DAGGER, DAGGER_NOTE, flagged_share, signature_stats
 from onnxaff.text import md_cell, md_table
 

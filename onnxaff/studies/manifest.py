@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.study.models import LABEL, Manifest, StudyModel
+from onnxaff.studies.models import LABEL, Manifest, StudyModel
 from onnxaff.text import printable
 
 if sys.version_info >= (3, 11):

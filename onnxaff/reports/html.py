@@ -5,11 +5,11 @@ from __future__ import annotations
 import html
 import math
 
-from onnxaff.compare import DTW_DESCRIPTION, Comparison
+from onnxaff.comparison import DTW_DESCRIPTION, Comparison
 from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.metrics.dispatch import stage_entry
-from onnxaff.report import explore, plots, svg
-from onnxaff.report.scatter import scatter_svg
+from onnxaff.reports import explore, plots, svg
+from onnxaff.reports.scatter import scatter_svg
 from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, flagged_share, signature_stats
 from onnxaff.text import printable
 
@@ -166,8 +166,8 @@ def demo_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None,
 
 def networks_table(header: list[str], keys: list[str], rows: list[dict], left: int) -> str:
     """The demo's and the study's table of models: statistics marked † where most of their scores carry flags,
-    and a column of each model's flagged scores by metric and kind (the rows of onnxaff.study)."""
-    from onnxaff.report.console import flag_text
+    and a column of each model's flagged scores by metric and kind (the rows of a study)."""
+    from onnxaff.reports.console import flag_text
 
     def cell(r, k):
         v = r.get(k)
@@ -253,7 +253,7 @@ def _correlation_body(result: dict, level: int = 2) -> str:
             plotted.append(scatter_svg(x, [r["accuracy"] for r in members], [r["model"] for r in members], feat, fit,
                                        hollow))
         parts.append(f"<div>{''.join(plotted)}</div>")
-    from onnxaff.report.markdown import flagged_sites
+    from onnxaff.reports.markdown import flagged_sites
 
     parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
                  "statistics that carry flags (few rows, partial chunk, ...; docs/statistics.md); their models are "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from onnxaff.compare import Comparison
-from onnxaff.report.console import ROW_KEYS
-from onnxaff.report.html import _comparison_body, _correlation_body, _page, _table, networks_table
+from onnxaff.comparison import Comparison
+from onnxaff.reports.console import ROW_KEYS
+from onnxaff.reports.html import _comparison_body, _correlation_body, _page, _table, networks_table
 from onnxaff.signature import Signature
 
 

@@ -1,10 +1,10 @@
 /* onnxaff report explorer: part of onnxaff (Apache-2.0), written for it, no library, nothing fetched.
  *
- * Signature plots (svg.sig, drawn complete by onnxaff/report/svg.py): wheel to zoom (shift: depth only), drag to
+ * Signature plots (svg.sig, drawn complete by onnxaff/reports/svg.py): wheel to zoom (shift: depth only), drag to
  * pan, double-click or "reset zoom" to go back; click a legend entry to hide or show that model in every plot;
  * hover a point for its site; click it for the site's detail (per-chunk scores, op types, parameters, its
  * neighbourhood in the graph drawn). Scatter plots: hover a point. The data are the page's JSON block
- * (onnxaff/report/explore.py); every text goes in as textContent, never as markup.
+ * (onnxaff/reports/explore.py); every text goes in as textContent, never as markup.
  */
 (function () {
   "use strict";

@@ -13,7 +13,7 @@ import html
 import math
 from dataclasses import dataclass
 
-from onnxaff.report.svg import nice_ticks
+from onnxaff.reports.svg import nice_ticks
 from onnxaff.text import printable
 
 FONT = 10  # px, the labels'
