@@ -16,7 +16,7 @@ from tests.conftest import run
 # (name, weight shape, Conv attributes, activation): which way X is computed, per the module's rules
 CASES = {
     "pointwise": ((24, 16, 1, 1), "", "Relu", "Gemm"),
-    "pointwise_no_bias": ((24, 16, 1, 1), "", "Clip", "Gemm"),
+    "pointwise_no_bias": ((24, 16, 1, 1), "", "Clip", "MatMul"),
     "depthwise_s2": ((16, 1, 3, 3), "<group: int = 16, strides: ints = [2, 2], pads: ints = [1, 1, 1, 1]>", "Clip",
                      "Conv"),
     "depthwise_5x5": ((16, 1, 5, 5), "<group: int = 16, pads: ints = [2, 2, 2, 2]>", "Sigmoid", "Conv"),
@@ -73,8 +73,8 @@ def test_x_features_equal_the_mean_of_the_convolution_output(name, rng):
     # the convolution's output keeps one reader (the activation) exactly when a rule applies
     readers = [n.op_type for n in aug.graph.node if "c" in n.input]
     assert readers == ([act] if way else [act, "GlobalAveragePool"])
-    if way == "Gemm":
-        assert added["Gemm"] == 1 and added["Conv"] == 0
+    if way in ("Gemm", "MatMul"):
+        assert added[way] == 1 and added["Conv"] == 0
     elif way == "Conv":
         assert added["Conv"] == 1 and np.prod(shape[1:]) <= CLONE_MACS
     x = rng.standard_normal((5, 16, 12, 10)).astype(np.float32) * 2 + 0.5
@@ -110,3 +110,20 @@ def test_the_activation_stays_fused_in_onnxruntime(name, rng, tmp_path):
         pytest.skip("this onnxruntime build fuses no activation into a Conv")
     aug, _ = augment_model(model, discover_sites(model), "mean")
     assert _fused(aug, tmp_path / "aug.onnx") == plain
+
+
+@pytest.mark.parametrize("opset", [6, 9, 10, 11])
+@pytest.mark.parametrize("bias", [True, False])
+def test_older_opsets_get_a_graph_onnxruntime_loads(opset, bias, rng):
+    """Gemm's C is optional only from opset 11 and broadcasts only from 7: a 1×1 convolution without a bias at
+    opset 10 made the whole augmented model unloadable (review); where no form fits, the output's mean."""
+    model = conv_model(rng, (24, 16, 1, 1), "", "Relu", bias=bias)
+    model.opset_import[0].version = opset
+    sites = discover_sites(model)
+    (site,) = [s for s in sites if s.ok]
+    aug, outs = augment_model(model, sites, "mean")
+    x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
+    got = run(aug, {"x": x})[outs[site.index].x]
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    want = conv2d(x, init["w"], init.get("b")).mean(axis=(2, 3))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
