@@ -53,8 +53,10 @@ def _cancel(ray, refs: list, grace_s: float = 1.0) -> None:
     are left to end, and only the ones still running are cancelled."""
     if not refs:
         return
-    try:
-        _, running = ray.wait(list(refs), num_returns=len(refs), timeout=grace_s)
+    try:  # fetch_local=False: the finished shards' states need not come to the driver to be skipped
+        _, running = ray.wait(list(refs), num_returns=len(refs), timeout=grace_s, fetch_local=False)
+    except KeyboardInterrupt:  # a second Ctrl-C: no grace, every shard is cancelled
+        running = list(refs)
     except Exception:  # the cluster is gone: nothing left to stop
         return
     for ref in running:

@@ -272,3 +272,18 @@ def test_every_module_imports_in_a_fresh_interpreter():
     for name in _module_names():
         r = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True)
         assert r.returncode == 0, (name, r.stderr[-500:])
+
+
+@pytest.mark.parametrize("field, value", [("threads", 99999999999999), ("limit", 10**20), ("batch_size", 2**40),
+                                          ("seed", 2**70)])
+def test_whole_numbers_past_what_the_runtime_holds_are_refused_up_front(field, value):
+    """A manifest or a Python caller could give them: onnxruntime (threads) and numpy (limit) failed with a
+    traceback per model (review)."""
+    with pytest.raises(ConfigError, match="out of range") as info:
+        AnalysisConfig(**{field: value})
+    assert info.value.field == field
+
+
+def test_a_ragged_constant_is_a_config_error():
+    with pytest.raises(ConfigError, match="expected a number, a .npy file or a numeric array"):
+        AnalysisConfig(constants={"x": [[1, 2], [3]]})

@@ -110,3 +110,47 @@ def test_the_activation_stays_fused_in_onnxruntime(name, rng, tmp_path):
         pytest.skip("this onnxruntime build fuses no activation into a Conv")
     aug, _ = augment_model(model, discover_sites(model), "mean")
     assert _fused(aug, tmp_path / "aug.onnx") == plain
+
+
+@pytest.mark.parametrize("opset", [6, 9, 10, 11])
+@pytest.mark.parametrize("bias", [True, False])
+def test_older_opsets_get_a_graph_onnxruntime_loads(opset, bias, rng):
+    """Gemm's C is optional only from opset 11 and broadcasts only from 7: a 1×1 convolution without a bias at
+    opset 10 made the whole augmented model unloadable (review); where no form fits, the output's mean."""
+    model = conv_model(rng, (24, 16, 1, 1), "", "Relu", bias=bias)
+    model.opset_import[0].version = opset
+    sites = discover_sites(model)
+    (site,) = [s for s in sites if s.ok]
+    aug, outs = augment_model(model, sites, "mean")
+    x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
+    got = run(aug, {"x": x})[outs[site.index].x]
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    want = conv2d(x, init["w"], init.get("b")).mean(axis=(2, 3))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ["pointwise", "depthwise_s2"])
+def test_weights_left_on_disk_are_referred_to_not_read(name, rng, tmp_path):
+    """Exporters write external data (torch's dynamo exporter by default): the copies refer to the same bytes on
+    disk, and the features still equal the convolution's mean."""
+    from onnxaff.graph.load import load_model
+
+    shape, attrs, act, way = CASES[name]
+    model = conv_model(rng, shape, attrs, act)
+    init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.data", size_threshold=0)
+    loaded = load_model(tmp_path / "m.onnx")
+    sites = discover_sites(loaded.model)
+    (site,) = [s for s in sites if s.ok]
+    aug, outs = augment_model(loaded.model, sites, "mean")
+    added = collections.Counter(n.op_type for n in aug.graph.node[len(loaded.model.graph.node):])
+    assert added[way] == 1
+    copies = [t for t in aug.graph.initializer if t.name.endswith(".weight")]
+    assert copies and all(t.data_location == onnx.TensorProto.EXTERNAL for t in copies)
+    onnx.save(aug, tmp_path / "aug.onnx")  # beside m.data, which its references name
+    x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
+    sess = ort.InferenceSession(str(tmp_path / "aug.onnx"), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x}), strict=True))
+    want = conv2d(x, init["w"], init.get("b"), attrs).mean(axis=(2, 3))
+    np.testing.assert_allclose(got[outs[site.index].x], want, rtol=0, atol=1e-5 * np.abs(want).max())

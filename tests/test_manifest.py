@@ -284,3 +284,29 @@ def test_the_python_study_takes_a_manifest_alone(folder, tmp_path):
     assert all(s.options["chunk_size"] == 8 and s.data["samples"] == 8 for s in result.signatures.values())
     with pytest.raises(OnnxaffError, match="needs out"):
         onnxaff.study([str(manifest(folder, TWO))])
+
+
+def test_a_models_own_preprocessing_is_all_of_it_scale_offset_and_channel_order_included(folder, tmp_path):
+    """Every ImagePreprocess field but decoding is a model's own preprocessing: the manifest takes scale, offset and
+    channel_order, and the caller's never leak into a model that gives its own (review)."""
+    path = manifest(folder, """
+        [[model]]
+        label = "own"
+        path = "relu.onnx"
+        preprocess = { preset = "raw", scale = 0.5, offset = -1.0, channel_order = "BGR" }
+        """)
+    models, _ = read_manifest(path)
+    assert models[0].options["images"] == {"preprocess": "raw", "scale": 0.5, "offset": -1.0,
+                                           "channel_order": "BGR"}
+    caller = {"images": {"preprocess": "torchvision", "scale": 2.0, "offset": 3.0, "channel_order": "BGR",
+                         "workers": 0}}
+    got = model_options(models[0], caller, {"images.scale", "images.offset", "images.channel_order"})
+    assert got["images"] == {"preprocess": "raw", "scale": 0.5, "offset": -1.0, "channel_order": "BGR", "workers": 0}
+    for bad in ('channel_order = "GBR"', "scale = 0", 'offset = "x"'):
+        with pytest.raises(OnnxaffError, match=r"study.toml.*own.*preprocess\."):
+            read_manifest(manifest(folder, f"""
+                [[model]]
+                label = "own"
+                path = "relu.onnx"
+                preprocess = {{ preset = "raw", {bad} }}
+                """))

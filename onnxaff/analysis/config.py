@@ -59,7 +59,13 @@ def _whole(name: str, value, least: int, what: str, optional: bool = False) -> i
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ConfigError(name, f"{{option}} must be {what}, got {value!r}")
+    if abs(value) > LARGEST.get(name, 2**63):  # past what an int64 (numpy, onnxruntime's thread count: int32) holds
+        raise ConfigError(name, f"{{option}} {value} is out of range (at most {LARGEST.get(name, 2**63)})")
     return int(value)
+
+
+LARGEST = {"threads": 1024, "chunk_workers": 2**31 - 1, "batch_size": 2**31 - 1, "chunk_size": 2**31 - 1,
+           "max_length": 2**31 - 1, "sample_rate": 2**31 - 1, "limit": 2**62, "seed": 2**63}
 
 
 def _choice(name: str, value, choices, what: str) -> str:

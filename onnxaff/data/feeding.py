@@ -108,7 +108,10 @@ def _constant(name, value):
         if not path.is_file():
             raise ConfigError("constants", f"{{option}} {name}={value}: file not found")
         return str(path.resolve())
-    array = np.asarray(value) if isinstance(value, list | tuple | np.ndarray) else None
+    try:
+        array = np.asarray(value) if isinstance(value, list | tuple | np.ndarray) else None
+    except ValueError:  # ragged nested lists
+        array = None
     if array is None or array.dtype.kind not in "biuf":
         raise ConfigError("constants", f"{{option}} {name}: expected a number, a .npy file or a numeric array")
     return array

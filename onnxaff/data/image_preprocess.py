@@ -201,3 +201,7 @@ def _pixels(value) -> tuple[int, ...] | None:
     if not values or not all(_real(v) and v == int(v) and 0 <= v <= 255 for v in values):
         raise ConfigError("images.pad_value", f"{{option}} must be pixel values, whole numbers in 0-255, got {value!r}")
     return tuple(int(v) for v in values)
+
+
+DECODING_FIELDS = ("shuffle", "workers", "fast_decode")  # how images are read, not what the model sees
+PIXEL_FIELDS = tuple(f.name for f in dataclasses.fields(ImagePreprocess) if f.name not in DECODING_FIELDS)

@@ -19,6 +19,7 @@ the mean's own (sqrt(P)·eps, `rewrite.feature_rounding`). Anything else keeps t
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 # What onnxruntime's CPU provider fuses into a Conv (ConvActivationFusion): only then is there a fusion to keep.
@@ -40,11 +41,11 @@ def conv_channel_means(builder, tensor: str, prefix: str) -> str | None:
     if len(users) != 1 or tensor in view.graph_outputs or view.op(users[0]) not in FUSED_ACTIVATIONS:
         return None  # onnxruntime would not fuse it anyway: the mean of the output costs no more
     node = view.nodes[i]
-    w = view.constant(node.input[1]) if len(node.input) > 1 else None
-    if w is None or w.ndim < 3 or view.elem_type(node.input[0]) != TensorProto.FLOAT:
+    weight = _Weight.of(view, node.input[1]) if len(node.input) > 1 else None
+    if weight is None or len(weight.shape) < 3 or view.elem_type(node.input[0]) != TensorProto.FLOAT:
         return None
     attrs = _attrs(node)
-    kernel = w.shape[2:]
+    kernel = weight.shape[2:]
     strides = list(attrs.get("strides", [1] * len(kernel)))
     pads = list(attrs.get("pads", [0] * 2 * len(kernel)))
     auto_pad = attrs.get("auto_pad", b"NOTSET")
@@ -52,10 +53,47 @@ def conv_channel_means(builder, tensor: str, prefix: str) -> str | None:
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
     pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in strides)
     if attrs.get("group", 1) == 1 and pointwise and not any(pads) and auto_pad in ("NOTSET", "VALID"):
-        return _pointwise_mean(builder, node.input[0], w, bias, prefix)
-    if int(np.prod(w.shape[1:])) <= CLONE_MACS:
-        return _clone_mean(builder, node, w, prefix)
+        if builder.opset < 7:  # Gemm's C broadcasts from opset 7
+            return None
+        return _pointwise_mean(builder, node.input[0], weight, bias, prefix)
+    if int(np.prod(weight.shape[1:])) <= CLONE_MACS:
+        return _clone_mean(builder, node, weight, prefix)
     return None
+
+
+class _Weight:
+    """A convolution's weight as a tensor proto: an initializer (its data inline or left on disk: a copy refers to
+    the same bytes) or a constant's value."""
+
+    def __init__(self, proto: onnx.TensorProto):
+        self.proto = proto
+        self.shape = tuple(int(d) for d in proto.dims)
+
+    @classmethod
+    def of(cls, view, name: str) -> _Weight | None:
+        proto = view.initializers.get(name)
+        if proto is None:
+            value = view.constant(name)
+            proto = None if value is None else numpy_helper.from_array(np.asarray(value, np.float32))
+        return cls(proto) if proto is not None and proto.data_type == TensorProto.FLOAT else None
+
+    def add_as(self, builder, prefix: str, shape: tuple[int, ...] | None = None) -> str:
+        """A copy under a fresh name (and `shape`, the same values in the same order)."""
+        copy = onnx.TensorProto()
+        copy.CopyFrom(self.proto)
+        copy.name = builder.namer.fresh(f"{prefix}.weight")
+        if shape is not None:
+            del copy.dims[:]
+            copy.dims.extend(shape)
+        return _add(builder, copy)
+
+
+def _add(builder, proto: onnx.TensorProto) -> str:
+    graph = builder.model.graph
+    graph.initializer.append(proto)
+    if builder.model.ir_version < 4:  # before IR 4 every initializer is also a graph input
+        graph.input.append(helper.make_tensor_value_info(proto.name, proto.data_type, list(proto.dims)))
+    return proto.name
 
 
 def _channel_mean(builder, x: str, prefix: str) -> str:
@@ -65,27 +103,21 @@ def _channel_mean(builder, x: str, prefix: str) -> str:
     return builder.cache[key]
 
 
-def _initializer(builder, array: np.ndarray, prefix: str) -> str:
-    name = builder.namer.fresh(f"{prefix}.weight")
-    graph = builder.model.graph
-    graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
-    if builder.model.ir_version < 4:  # before IR 4 every initializer is also a graph input
-        graph.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(array.shape)))
-    return name
+def _pointwise_mean(builder, x: str, weight: _Weight, bias: str | None, prefix: str) -> str:
+    """mean_p(W x_p + b) = W mean_p(x) + b, as one Gemm with W as it is ([C_out, C_in], transB): a MatMul + Add
+    would be fused into a new node with a higher index, which onnxruntime's ordering visits first
+    (`rewrite._schedule`), running the whole network before any site's reduction and keeping every map alive
+    (MobileNetV2: 3.9 GB instead of 1 GB). Without a bias, C is zeros: it is optional only from opset 11."""
+    matrix = weight.add_as(builder, prefix, weight.shape[:2])
+    if bias is None:
+        zeros = np.zeros(weight.shape[0], np.float32)
+        bias = _add(builder, numpy_helper.from_array(zeros, builder.namer.fresh(f"{prefix}.bias")))
+    return builder.node("Gemm", [_channel_mean(builder, x, prefix), matrix, bias], prefix, transB=1)
 
 
-def _pointwise_mean(builder, x: str, w: np.ndarray, bias: str | None, prefix: str) -> str:
-    """mean_p(W x_p + b) = W mean_p(x) + b, as one Gemm: a MatMul + Add would be fused into a new node with a
-    higher index, which onnxruntime's ordering visits first (`rewrite._schedule`), running the whole network
-    before any site's reduction and keeping every map alive (MobileNetV2: 3.9 GB instead of 1 GB)."""
-    matrix = _initializer(builder, w.reshape(w.shape[0], w.shape[1]).astype(np.float32), prefix)
-    return builder.node("Gemm", [_channel_mean(builder, x, prefix), matrix, *([bias] if bias else [])], prefix,
-                        transB=1)
-
-
-def _clone_mean(builder, node, w: np.ndarray, prefix: str) -> str:
+def _clone_mean(builder, node, weight: _Weight, prefix: str) -> str:
     """The mean of a second, unfused copy of a cheap convolution, whose weights carry another name."""
-    inputs = [node.input[0], _initializer(builder, w.astype(np.float32), prefix), *node.input[2:]]
+    inputs = [node.input[0], weight.add_as(builder, prefix), *node.input[2:]]
     clone = builder.namer.fresh(f"{prefix}.conv")
     builder.new_nodes.append(helper.make_node("Conv", inputs, [clone], name=builder.namer.fresh(f"{prefix}/Conv"),
                                               **_attrs(node)))

@@ -12,6 +12,7 @@ import math
 import sys
 from pathlib import Path
 
+from onnxaff.data.image_preprocess import CHANNEL_ORDERS, DECODING_FIELDS, KEY_OF_FIELD, PIXEL_FIELDS
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.studies.models import LABEL, Manifest, StudyModel
 from onnxaff.text import printable
@@ -22,9 +23,9 @@ else:  # the backport, a dependency on Python 3.10 only
     import tomli as tomllib
 
 MODEL_KEYS = ("label", "path", "accuracy", "group", "data", "preprocess", "input_shapes", "options")
-PREPROCESS_KEYS = ("preset", "mean", "std", "resize", "crop", "fit", "pad_value", "interpolation")
-IMAGE_KEYS = {"preprocess": "preprocess", **{k: k for k in PREPROCESS_KEYS[1:]}, "shuffle": "shuffle",
-              "workers": "workers", "fast_decode": "draft"}  # [options] key -> key of AnalysisConfig.images
+PREPROCESS_KEYS = PIXEL_FIELDS  # a model's own preprocessing: every ImagePreprocess field but decoding (preset first)
+IMAGE_KEYS = {("preprocess" if f == "preset" else f): KEY_OF_FIELD.get(f, f)
+              for f in (*PIXEL_FIELDS, *DECODING_FIELDS)}  # [options] key -> key of AnalysisConfig.images
 STUDY_WIDE = ("metrics", "plugins")  # one list for the whole study: never a model's own
 _NOT_OPTIONS = ("images", "shard", "progress")  # the image keys stand for `images`; the others are no manifest's
 
@@ -217,6 +218,13 @@ def _image_value(fail, key: str, value, name: str):
                      "fit": ("fit", FITS)}.get(key, (None, None))
     if choices is not None and value not in choices:
         fail(name, f"unknown {what} {value!r:.60}; choose one of {', '.join(choices)}")
+    if key == "channel_order" and value not in CHANNEL_ORDERS:
+        fail(name, f"unknown channel order {value!r:.60}; choose one of {', '.join(CHANNEL_ORDERS)}")
+    if key in ("scale", "offset") and (isinstance(value, bool) or not isinstance(value, int | float)
+                                       or not math.isfinite(value) or (key == "scale" and value == 0)):
+        fail(name, f"must be a finite number{' other than 0' if key == 'scale' else ''}, got {value!r:.60}")
+    if key in ("scale", "offset"):
+        return float(value)
     if key in ("mean", "std", "pad_value"):
         values = value if isinstance(value, list) else [value]
         if not values or any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 
+from onnxaff.data.image_preprocess import KEY_OF_FIELD, PIXEL_FIELDS
 from onnxaff.errors import ConfigError, OnnxaffError, option, render_options
 from onnxaff.metrics import default_metrics, registry
 from onnxaff.studies.models import StudyModel
 from onnxaff.text import printable
 
 STUDY_WIDE = ("metrics", "plugins")  # one list for the whole study (its tables, its code identity)
-PREPROCESSING = ("preprocess", "mean", "std", "resize", "crop", "fit", "pad_value", "interpolation")
+PREPROCESSING = tuple(KEY_OF_FIELD.get(f, f) for f in PIXEL_FIELDS)  # the image options a model's own preprocess sets
 
 
 def given_keys(options: dict, given: Collection[str] | None) -> set[str]:
