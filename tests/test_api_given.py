@@ -1,0 +1,54 @@
+"""The Python API given what a notebook holds: a config with a manifest, numpy and pandas accuracies, a torch
+module in training mode or a wrong example input, tensors and tuples as data, image options with arrays, and
+signatures scored only with metrics that are not the defaults. Each test reproduced a review finding first."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import onnxaff
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.signature import Signature
+from tests.builders import HEADER, mlp, save
+from tests.conftest import need, parse, run_cli
+from tests.test_compare import fake_signature
+
+QUICK = dict(metrics=["cka"], chunk_size=16, progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A two-site MLP on [N, 8], 64 examples of its input as .npy, and the arrays themselves."""
+    folder = tmp_path_factory.mktemp("tiny")
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    np.save(folder / "x.npy", x)
+    return save(mlp(np.random.default_rng(1)), folder / "mlp.onnx"), folder / "x.npy", x
+
+
+def _scores(sig):
+    return {m: [s["metrics"][m].get("mean") for s in sig.sites] for m in sig.metrics}
+
+
+def _one_line(info) -> str:
+    text = str(info.value)
+    assert "\n" not in text
+    return text
+
+
+# --- a study given a config keeps its manifest's [options] ---------------------------------------------
+
+
+def test_a_study_given_a_config_keeps_the_manifests_options_the_config_does_not_set(tmp_path, tiny):
+    path, npy, _ = tiny
+    (tmp_path / "s.toml").write_text(f'data = "{npy}"\n[options]\nmetrics = ["cka"]\nlimit = 32\nchunk_size = 16\n'
+                                     f'[[model]]\nlabel = "m"\npath = "{path}"\n')
+
+    def run(out, **kwargs):
+        sig = onnxaff.study([tmp_path / "s.toml"], out=tmp_path / out, **kwargs).signatures["m"]
+        return list(sig.metrics), sig.data["samples"], sig.options["seed"]
+
+    assert run("plain", progress=False) == (["cka"], 32, 0)
+    assert run("config", config=AnalysisConfig(seed=3, progress=False)) == (["cka"], 32, 3)  # was the defaults
+    assert run("set", config=AnalysisConfig(limit=16, progress=False), metrics=["affinity"]) == (["affinity"], 16, 0)
