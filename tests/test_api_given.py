@@ -52,3 +52,26 @@ def test_a_study_given_a_config_keeps_the_manifests_options_the_config_does_not_
     assert run("plain", progress=False) == (["cka"], 32, 0)
     assert run("config", config=AnalysisConfig(seed=3, progress=False)) == (["cka"], 32, 3)  # was the defaults
     assert run("set", config=AnalysisConfig(limit=16, progress=False), metrics=["affinity"]) == (["affinity"], 16, 0)
+
+
+# --- accuracy as numpy or pandas values ------------------------------------------------------------
+
+
+def test_accuracy_as_numpy_numbers_a_pandas_series_or_a_dict_gives_the_same_correlation():
+    pd = need("pandas")
+    accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81}
+    sigs = {k: fake_signature(k, [2 * acc - 1 + d for d in (-0.05, 0.05, 0.02 * i)], params=1000 * (i + 1))
+            for i, (k, acc) in enumerate(accuracy.items())}
+
+    def r2(table):
+        with pytest.warns(UserWarning, match="only 4 models"):
+            return onnxaff.correlate(sigs, table)["table"]["all"]["affinity mean"]["r2"]
+
+    want = r2(accuracy)
+    assert r2({k: np.float64(v) for k, v in accuracy.items()}) == want  # was "accuracy of a is not a number"
+    assert r2(pd.Series(accuracy)) == want  # was a TypeError traceback
+    assert r2({k: np.float32(v) for k, v in accuracy.items()}) == pytest.approx(want, abs=1e-6)
+    with pytest.raises(OnnxaffError, match="accuracy must be a dict of model -> accuracy, a pandas Series or a "
+                                           "two-column CSV file's path, not a list") as info:
+        onnxaff.correlate(sigs, [0.7, 0.74, 0.79, 0.81])
+    _one_line(info)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import os
 import warnings
 from collections.abc import Mapping
@@ -105,11 +106,12 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
     ----------
     signatures : list of Signature or path, dict of str to Signature or path, or Study
         At least three models.
-    accuracy : dict of str to float, or path
-        Each model's accuracy by label (or model name, or model file sha256); or a two-column CSV of them.
+    accuracy : dict of str to float, pandas.Series, or path
+        Each model's accuracy by label (or model name, or model file sha256), numbers of any kind (numpy's
+        too); or a two-column CSV of them.
     metric : str, optional
         Whose statistics are correlated. Default: the first metric that declares itself default.
-    groups : dict of str to str, or path, optional
+    groups : dict of str to str, pandas.Series, or path, optional
         A group per model: each group is correlated on its own too.
     strict : bool
         Refuse signatures whose options that change the numbers differ.
@@ -135,12 +137,26 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
 
 
 def _table(value, what: str) -> dict[str, str]:
-    """A model -> value table given as a dict, or as a two-column CSV file."""
-    if isinstance(value, Mapping):
-        return {str(k): repr(v) if isinstance(v, float) else str(v) for k, v in value.items()}
+    """A model -> value table given as a dict (any mapping, or an object with ``items()`` such as a pandas Series),
+    or as a two-column CSV file. Numbers of any kind (numpy's, Python's) as their float's full text."""
+    if isinstance(value, Mapping) or (hasattr(value, "items") and not isinstance(value, str | os.PathLike)):
+        return {str(k): _cell(v) for k, v in value.items()}
+    if not isinstance(value, str | os.PathLike):
+        raise OnnxaffError(f"{what} must be a dict of model -> {what}, a pandas Series or a two-column CSV file's "
+                           f"path, not a {type(value).__name__}")
     from onnxaff.comparison import read_table
 
     return read_table(value, what)
+
+
+def _cell(value) -> str:
+    """A table value as its text: a real number (np.float32, np.float64, float) as repr of its float, an integer
+    as its digits, anything else as str."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return repr(float(value))
+    return str(value)
 
 
 def report(result, path: str | os.PathLike, *, metric: str | None = None, clusters: int = 2) -> Path:

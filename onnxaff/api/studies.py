@@ -47,10 +47,10 @@ def study(models, data=None, out=None, *, metrics=DEFAULT.metrics, chunk_size=DE
         The study's folder (required).
     metrics, chunk_size, batch_size, limit, reduce, device, preprocess, input_shapes, seed, progress, intervals
         As for `analyze`; the first metric heads the tables. `progress` also prints a line per model on stderr.
-    accuracy : dict of str to float, or path, optional
-        Each model's accuracy by label (or model file sha256), or a two-column CSV: the report correlates the
-        signature statistics with it (at least three models).
-    groups : dict of str to str, or path, optional
+    accuracy : dict of str to float, pandas.Series, or path, optional
+        Each model's accuracy by label (or model file sha256), numbers of any kind, or a two-column CSV: the
+        report correlates the signature statistics with it (at least three models).
+    groups : dict of str to str, pandas.Series, or path, optional
         A group per model, correlated on its own too.
     example_input : torch.Tensor, optional
         For torch modules among `models`: one batch they take.
