@@ -75,3 +75,43 @@ def test_accuracy_as_numpy_numbers_a_pandas_series_or_a_dict_gives_the_same_corr
                                            "two-column CSV file's path, not a list") as info:
         onnxaff.correlate(sigs, [0.7, 0.74, 0.79, 0.81])
     _one_line(info)
+
+
+# --- torch modules: the training mode kept, a wrong example input in one line --------------------------
+
+
+def _torch_net():
+    torch = need("torch")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                              torch.nn.Dropout(0.5), torch.nn.Linear(16, 4))
+    net.train()
+    net[1].eval()  # a frozen batch norm, as in fine-tuning: it stays frozen
+    return torch, net
+
+
+def test_a_torch_module_comes_back_in_the_training_mode_it_was_given_in(tmp_path, tiny):
+    torch, net = _torch_net()
+    modes = [m.training for m in net.modules()]
+    onnxaff.analyze(net, tiny[2], example_input=torch.zeros(2, 8), **QUICK)
+    assert [m.training for m in net.modules()] == modes  # was every module in eval mode
+    from onnxaff.export import from_torch
+
+    with pytest.raises(ConfigError):
+        from_torch(net, torch.zeros(2, 3), tmp_path / "bad.onnx")
+    assert [m.training for m in net.modules()] == modes  # also when the export fails
+    net.eval()
+    assert from_torch(net, torch.zeros(2, 8), tmp_path / "e.onnx").ok and not net.training
+
+
+def test_a_wrong_example_input_is_one_line_naming_it_and_a_numpy_array_is_its_tensor(tmp_path, tiny):
+    torch, net = _torch_net()
+    for wrong, fragment in [(torch.zeros(1, 3), r"Tensor of shape \[1, 3\], float32\): RuntimeError: mat1 and mat2"),
+                            (np.zeros((1, 8)), r"float64\): RuntimeError: mat1 and mat2 must have the same dtype"),
+                            ([[0.0] * 8], r"\(a list\): TypeError")]:
+        with pytest.raises(ConfigError, match=f"the module does not run on example_input .*{fragment}") as info:
+            onnxaff.analyze(net, tiny[2], example_input=wrong, **QUICK)
+        assert info.value.field == "example_input"
+        _one_line(info)
+    from_numpy = onnxaff.analyze(net, tiny[2], example_input=np.zeros((2, 8), np.float32), **QUICK)
+    assert _scores(from_numpy) == _scores(onnxaff.analyze(net, tiny[2], example_input=torch.zeros(2, 8), **QUICK))
