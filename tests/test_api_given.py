@@ -115,3 +115,49 @@ def test_a_wrong_example_input_is_one_line_naming_it_and_a_numpy_array_is_its_te
         _one_line(info)
     from_numpy = onnxaff.analyze(net, tiny[2], example_input=np.zeros((2, 8), np.float32), **QUICK)
     assert _scores(from_numpy) == _scores(onnxaff.analyze(net, tiny[2], example_input=torch.zeros(2, 8), **QUICK))
+
+
+# --- data given in Python ----------------------------------------------------------------------------
+
+
+def test_a_bfloat16_tensor_is_read_as_float32(tiny):
+    torch = need("torch")
+    path, _, x = tiny
+    tensor = torch.from_numpy(x).bfloat16()
+    sig = onnxaff.analyze(path, tensor, **QUICK)  # was TypeError: Got unsupported ScalarType BFloat16
+    assert sig.data["arrays"]["x"]["dtype"] == "float32"
+    assert _scores(sig) == _scores(onnxaff.analyze(path, tensor.float().numpy(), **QUICK))
+    batches = [tensor[i:i + 16] for i in range(0, 64, 16)]
+    assert _scores(onnxaff.analyze(path, batches, **QUICK)) == _scores(sig)
+
+
+TWO_INPUTS = HEADER + " g (float[N, 8] a, float[N, 8] b) => (float[N, 8] y) { s = Add(a, b)  y = Relu(s) }"
+
+
+@pytest.mark.parametrize(("items", "message"), [
+    ([{"a": 1, "b": 1}, {"a": 1}], "item 1 of the list given has no input b (item 0 gives a, b): every item must "
+                                   "give the same inputs"),
+    ([{"a": 1}, {"a": 1}, {"a": 1, "b": 1}], "item 2 of the list given gives input b (item 0 gives a)"),
+])
+def test_dict_items_must_name_the_inputs_the_first_item_names(tmp_path, items, message):
+    path = save(parse(TWO_INPUTS), tmp_path / "two.onnx")
+    x = np.ones((4, 8), np.float32)
+    with pytest.raises(OnnxaffError) as info:  # were examples silently paired with another item's
+        onnxaff.analyze(path, [{k: x for k in item} for item in items], **QUICK)
+    assert message in _one_line(info)
+
+
+def test_a_tuple_of_inputs_and_labels_is_the_inputs(tiny):
+    path, npy, x = tiny
+    sig = onnxaff.analyze(path, (x, np.arange(len(x))), **QUICK)  # was two items, a misleading shape error
+    assert sig.data["samples"] == 64 and sig.data["type"] == "tuple (x, y)"
+    assert _scores(sig) == _scores(onnxaff.analyze(path, npy, **QUICK))
+    batches = onnxaff.analyze(path, (x[:32], x[32:]), **QUICK)  # two batches of as many examples: x[:32]
+    assert batches.data["samples"] == 32
+
+
+def test_an_empty_list_is_no_examples(tiny):
+    for empty in ([], ()):
+        with pytest.raises(OnnxaffError, match="no examples in the data given") as info:  # was "need a tokenizer"
+            onnxaff.analyze(tiny[0], empty, **QUICK)
+        _one_line(info)

@@ -51,6 +51,8 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
         if name not in {i.name for i in inputs}:
             field = "input_shapes" if name in (shapes or {}) else "input_ranges"
             raise ConfigError(field, f"{{option}} names {name!r}, which is not a model input")
+    if isinstance(spec, list | tuple) and not spec and tokenizer is None:  # with a tokenizer: "no text given"
+        raise OnnxaffError("no examples in the data given (an empty list)")
     drawn, held = split_inputs(inputs, constants or {}, shapes)
     synthetic_spec = isinstance(spec, str) and spec.startswith("synthetic:")
     for field, given in (("input_ranges", input_ranges), ("pad", pad)):
