@@ -161,3 +161,35 @@ def test_an_empty_list_is_no_examples(tiny):
         with pytest.raises(OnnxaffError, match="no examples in the data given") as info:  # was "need a tokenizer"
             onnxaff.analyze(tiny[0], empty, **QUICK)
         _one_line(info)
+
+
+# --- image options are for image folders ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("data", "kwargs", "field", "what"), [
+    ("array", dict(preprocess="inception"), "images.preprocess", "data given in Python"),
+    ("array", dict(preprocess=onnxaff.ImagePreprocess()), "images.preprocess", "data given in Python"),
+    ("batches", dict(images={"crop": 3}), "images.crop", "data given in Python"),
+    ("npy", dict(images={"mean": 0.5}), "images.mean", "a .npy/.npz file's arrays"),
+    ("npy", dict(config=AnalysisConfig(images={"preprocess": "raw"})), "images.preprocess", "a .npy/.npz file's"),
+    ("synthetic:gaussian", dict(images={"std": 2.0}), "images.std", "synthetic data"),
+])
+def test_image_options_with_data_that_are_no_image_folder_are_refused(tiny, data, kwargs, field, what):
+    path, npy, x = tiny
+    given = {"array": x, "batches": [x[:32], x[32:]], "npy": npy}.get(data, data)
+    with pytest.raises(ConfigError, match=f"{field} is how an image folder is read; {what}") as info:
+        onnxaff.analyze(path, given, **kwargs, **QUICK)  # were ignored: "preprocessing: none (arrays ...)"
+    assert info.value.field == field
+    _one_line(info)
+    onnxaff.analyze(path, npy, config=AnalysisConfig(images={"workers": 2}), **QUICK)  # speed only: no refusal
+
+
+def test_the_command_line_refuses_image_flags_with_array_data(tmp_path, capfd, tiny):
+    code, _, err = run_cli(capfd, "analyze", tiny[0], "--data", tiny[1], "--preprocess", "inception", "--out",
+                           tmp_path / "s.json", "--quiet")
+    assert code == 2 and err.strip().splitlines() == [
+        "onnxaff: error: --preprocess is how an image folder is read; a .npy/.npz file's arrays are fed as they "
+        "are: leave the image options out"]
+    code, _, err = run_cli(capfd, "analyze", tiny[0], "--data", tiny[1], "--metrics", "cka", "--chunk-size", "16",
+                           "--out", tmp_path / "s.json", "--quiet")
+    assert code == 0, err  # the flags' defaults are no image options given
