@@ -193,3 +193,31 @@ def test_the_command_line_refuses_image_flags_with_array_data(tmp_path, capfd, t
     code, _, err = run_cli(capfd, "analyze", tiny[0], "--data", tiny[1], "--metrics", "cka", "--chunk-size", "16",
                            "--out", tmp_path / "s.json", "--quiet")
     assert code == 0, err  # the flags' defaults are no image options given
+
+
+# --- signatures of other metrics than the defaults ---------------------------------------------------------
+
+
+def _renamed(sig: Signature, metric: str) -> Signature:
+    sites = [{**s, "metrics": {metric: s["metrics"]["affinity"]}} for s in sig.sites]
+    return Signature(model=sig.model, data={}, options={}, runtime={}, metrics={metric: {}}, sites=sites)
+
+
+def test_compare_correlate_and_report_default_to_a_metric_the_signatures_have(tmp_path, capfd, tiny):
+    sig = onnxaff.analyze(tiny[0], tiny[1], **QUICK)  # cka only
+    page = onnxaff.report(sig, tmp_path / "a.html").read_text()  # was "the signature has no affinity scores"
+    assert page == onnxaff.report(sig, tmp_path / "b.html", metric="cka").read_text()
+    sig.write(tmp_path / "s.json")
+    assert run_cli(capfd, "report", tmp_path / "s.json", "--out", tmp_path / "cli.html")[0] == 0
+    assert (tmp_path / "cli.html").read_text() == page
+    other = onnxaff.analyze(tiny[0], tiny[2][:48], **QUICK)
+    assert onnxaff.compare([sig, other]).metric == "cka"
+    both = onnxaff.analyze(tiny[0], tiny[1], metrics=["cka", "affinity"], chunk_size=16, progress=False)
+    assert onnxaff.compare([both, both]).metric == "affinity"  # a declared default first, where all have it
+    accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81}
+    sigs = {k: _renamed(fake_signature(k, [2 * v - 1 + d for d in (-0.05, 0.05, 0.02 * i)], 1000 * (i + 1)), "cka")
+            for i, (k, v) in enumerate(accuracy.items())}
+    with pytest.warns(UserWarning, match="only 4 models"):
+        assert onnxaff.correlate(sigs, accuracy)["metric"] == "cka"
+    with pytest.raises(ConfigError, match="'affinity' is not scored in every signature; they share: none"):
+        onnxaff.compare([sig, fake_signature("f", [0.1, 0.2], 10)])  # nothing shared: what each has

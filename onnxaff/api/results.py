@@ -57,7 +57,8 @@ def compare(signatures, *, metric: str | None = None, normalized: bool = False, 
         At least two. A dict's keys label the signatures in tables, plots and files (else: the model names, runs
         of one model told apart by their data source).
     metric : str, optional
-        The metric compared. Default: the first metric that declares itself default (affinity).
+        The metric compared. Default: the first metric that declares itself default (affinity) if every signature
+        has its scores, else the first metric they all have scores of.
     normalized : bool
         Length-normalised DTW: divided by the square root of the longer signature's length.
     strict : bool
@@ -85,13 +86,12 @@ def compare(signatures, *, metric: str | None = None, normalized: bool = False, 
     'helper_cnn_relu'
     """
     from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import metrics_to_compare
+    from onnxaff.comparison import default_metric, metrics_to_compare
     from onnxaff.differences import differences_line
-    from onnxaff.metrics import primary_metric
 
     sigs, _ = signatures_of(signatures, exclude_flagged)
-    metric = metric or primary_metric()
     if len(sigs) >= 2:
+        metric = metric or default_metric(sigs)
         metrics_to_compare(sigs, metric)  # one line naming what they have, when some lack it
     comparison = run_compare(sigs, metric=metric, normalized=normalized, strict=strict)
     _warn(differences_line(comparison.differences, comparison.names))
@@ -110,7 +110,8 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
         Each model's accuracy by label (or model name, or model file sha256), numbers of any kind (numpy's
         too); or a two-column CSV of them.
     metric : str, optional
-        Whose statistics are correlated. Default: the first metric that declares itself default.
+        Whose statistics are correlated. Default: as for `compare`, the first default metric every signature has
+        scores of, else the first metric they share.
     groups : dict of str to str, pandas.Series, or path, optional
         A group per model: each group is correlated on its own too.
     strict : bool
@@ -173,8 +174,8 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
         ``.json``, else HTML; a signature's page and a study's are HTML. An existing file is replaced, never a
         signature being read.
     metric : str, optional
-        A signature's page: the metric shown first (default: the first default metric). A list of signatures:
-        compare only this metric (default: every metric they share).
+        A signature's page: the metric shown first (default: the first default metric it has scores of, else its
+        first scored metric). A list of signatures: compare only this metric (default: every metric they share).
     clusters : int
         Clusters the comparison's dendrogram is cut into.
 
@@ -193,10 +194,9 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
     True
     """
     from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import metrics_to_compare
+    from onnxaff.comparison import default_metric, metrics_to_compare
     from onnxaff.differences import differences
     from onnxaff.files import refuse_overwrite, write_text_atomic
-    from onnxaff.metrics import primary_metric
     from onnxaff.reports.write import write_comparison, write_correlation, write_single
 
     if isinstance(result, str | os.PathLike):  # one signature's file
@@ -209,7 +209,7 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
             raise OnnxaffError(f"the study in {result.folder} wrote no report")
         return write_text_atomic(path, Path(result.report).read_text(encoding="utf-8"))
     if isinstance(result, Signature):
-        return write_single(path, result, metric or primary_metric())
+        return write_single(path, result, metric or default_metric([result]))
     if isinstance(result, Comparison):
         if not result.signatures:
             raise OnnxaffError("this Comparison holds no signatures to draw (onnxaff.compare's do)")
