@@ -16,7 +16,7 @@ from scipy.spatial.distance import squareform
 
 from onnxaff.differences import Difference, differences, differences_line, refuse
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.metrics import primary_metric
+from onnxaff.metrics import default_metrics, primary_metric, registry
 from onnxaff.signature import Signature, signature_stats
 from onnxaff.text import printable
 
@@ -150,7 +150,7 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
     numbers and differ between them (onnxaff.differences), and `strict` refuses to compare such signatures."""
     if len(sigs) < 2:
         raise OnnxaffError("compare needs at least two signatures")
-    metric = metric or primary_metric()
+    metric = metric or default_metric(sigs)
     names = run_labels(sigs)
     diffs = differences(sigs, [metric])
     if strict:
@@ -170,6 +170,16 @@ def compare(sigs: list[Signature], metric: str | None = None, normalized: bool =
 def shared_metrics(sigs: list[Signature]) -> list[str]:
     """Metrics with a score in every signature, in the first signature's order."""
     return [m for m in sigs[0].metrics if all(any(v is not None for v in s.scores(m)) for s in sigs)]
+
+
+def default_metric(sigs: list[Signature]) -> str:
+    """The metric compare, correlate and report show unless told: the first of the declared default metrics (in
+    their declared order) that every signature has scores of, else the first metric they share (in the first
+    signature's order); where they share none, the first default metric (the caller's check names what each has)."""
+    shared = shared_metrics(sigs) if sigs else []
+    if not shared:
+        return primary_metric()
+    return next((m for m in default_metrics(registry()) if m in shared), shared[0])
 
 
 def metrics_to_compare(sigs: list[Signature], metric: str) -> list[str]:
@@ -306,7 +316,7 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
     reader must know (options that change the numbers and differ; few models); `strict` refuses the former."""
     from onnxaff.significance import BOOTSTRAP_TEXT, few_models_warning, method_text, significance
 
-    metric = metric or primary_metric()
+    metric = metric or default_metric(sigs)
     if not all(any(v is not None for v in s.scores(metric)) for s in sigs):
         have = ", ".join(shared_metrics(sigs)) or "none shared"
         raise ConfigError("metric", f"{{option}} {metric!r}: not every signature has {metric} scores (they share: "

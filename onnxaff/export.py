@@ -118,25 +118,66 @@ def from_torch(module, example_input, path: str | os.PathLike, *, opset: int = O
 
     `dynamo=False` (default) uses the TorchScript exporter, as the shipped networks do: it needs nothing
     beyond torch and writes GELU as Div/Erf/Add/Mul/Mul below opset 20, which onnxaff recognises.
-    `dynamo=True` uses torch.export (needs onnxscript). `example_input` is a tensor or a tuple of them.
+    `dynamo=True` uses torch.export (needs onnxscript). `example_input` is a tensor or a tuple of them (a numpy
+    array is read as its tensor); one the module cannot run on is a ConfigError naming it. The module (and each
+    of its submodules) is left in the training mode it was given in.
     """
     torch = _need("torch", "torch")
-    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
+    inputs = _torch_inputs(torch, example_input)
+    modes = [(m, m.training) for m in module.modules()]
     module.eval()  # dropout off, batch-norm statistics frozen: the network a user evaluates
-    declared = torch_site_kinds(module, inputs)
+    try:
+        declared = _declared(module, inputs)
+        _export_torch(torch, module, inputs, path, opset, dynamic_batch, input_names, output_names, dynamo)
+    finally:  # the caller's module as it was given (a notebook trains it on)
+        module.train(modes[0][1])
+        for m, training in modes:  # and each submodule's own mode: a frozen batch norm stays frozen
+            m.training = training
+    return check_sites(path, declared, strict)
+
+
+def _torch_inputs(torch, example_input) -> tuple:
+    """`example_input` as the tuple of arguments the module is called with (a numpy array as its tensor)."""
+    inputs = example_input if isinstance(example_input, tuple) else (example_input,)
+    import numpy as np
+
+    return tuple(torch.from_numpy(x) if isinstance(x, np.ndarray) else x for x in inputs)
+
+
+def _declared(module, inputs: tuple) -> list[str]:
+    """The module's activation kinds, from one run on the example input; an input it cannot take in one line."""
+    from onnxaff.errors import ConfigError
+
+    try:
+        return torch_site_kinds(module, inputs)
+    except Exception as exc:  # a wrong shape or type: torch's message, without its traceback
+        shapes = ", ".join(_described(x) for x in inputs)
+        raise ConfigError("example_input", f"the module does not run on {{option}} ({shapes}): "
+                                           f"{type(exc).__name__}: {first_line(exc)}") from None
+
+
+def _described(value) -> str:
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return f"a {type(value).__name__}"
+    return f"{type(value).__name__} of shape {list(shape)}, {str(dtype).removeprefix('torch.')}"
+
+
+def _export_torch(torch, module, inputs: tuple, path, opset: int, dynamic_batch: bool, input_names, output_names,
+                  dynamo: bool) -> None:
+    """torch.onnx.export with the helper's settings; its failure in one line."""
     names_in, names_out = list(input_names), list(output_names)
     if len(names_in) != len(inputs):
         names_in = [f"input{k}" for k in range(len(inputs))]
     axes = {n: {0: "batch"} for n in [*names_in, *names_out]} if dynamic_batch else None
     try:
-        with warnings.catch_warnings():  # the TorchScript exporter is chosen knowingly (see above)
+        with warnings.catch_warnings():  # the TorchScript exporter is chosen knowingly (see from_torch)
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
             warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*TorchScript-based ONNX export")
             torch.onnx.export(module, inputs, str(path), opset_version=opset, dynamo=dynamo, input_names=names_in,
                               output_names=names_out, dynamic_axes=axes)
     except Exception as exc:  # the exporter's messages are pages long: the first line says what it could not do
         raise OnnxaffError(f"torch.onnx.export failed: {type(exc).__name__}: {first_line(exc)}") from None
-    return check_sites(path, declared, strict)
 
 
 # --- scikit-learn ------------------------------------------------------------------------------------

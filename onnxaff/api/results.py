@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import os
 import warnings
 from collections.abc import Mapping
@@ -56,7 +57,8 @@ def compare(signatures, *, metric: str | None = None, normalized: bool = False, 
         At least two. A dict's keys label the signatures in tables, plots and files (else: the model names, runs
         of one model told apart by their data source).
     metric : str, optional
-        The metric compared. Default: the first metric that declares itself default (affinity).
+        The metric compared. Default: the first metric that declares itself default (affinity) if every signature
+        has its scores, else the first metric they all have scores of.
     normalized : bool
         Length-normalised DTW: divided by the square root of the longer signature's length.
     strict : bool
@@ -84,13 +86,12 @@ def compare(signatures, *, metric: str | None = None, normalized: bool = False, 
     'helper_cnn_relu'
     """
     from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import metrics_to_compare
+    from onnxaff.comparison import default_metric, metrics_to_compare
     from onnxaff.differences import differences_line
-    from onnxaff.metrics import primary_metric
 
     sigs, _ = signatures_of(signatures, exclude_flagged)
-    metric = metric or primary_metric()
     if len(sigs) >= 2:
+        metric = metric or default_metric(sigs)
         metrics_to_compare(sigs, metric)  # one line naming what they have, when some lack it
     comparison = run_compare(sigs, metric=metric, normalized=normalized, strict=strict)
     _warn(differences_line(comparison.differences, comparison.names))
@@ -105,11 +106,13 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
     ----------
     signatures : list of Signature or path, dict of str to Signature or path, or Study
         At least three models.
-    accuracy : dict of str to float, or path
-        Each model's accuracy by label (or model name, or model file sha256); or a two-column CSV of them.
+    accuracy : dict of str to float, pandas.Series, or path
+        Each model's accuracy by label (or model name, or model file sha256), numbers of any kind (numpy's
+        too); or a two-column CSV of them.
     metric : str, optional
-        Whose statistics are correlated. Default: the first metric that declares itself default.
-    groups : dict of str to str, or path, optional
+        Whose statistics are correlated. Default: as for `compare`, the first default metric every signature has
+        scores of, else the first metric they share.
+    groups : dict of str to str, pandas.Series, or path, optional
         A group per model: each group is correlated on its own too.
     strict : bool
         Refuse signatures whose options that change the numbers differ.
@@ -135,12 +138,26 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
 
 
 def _table(value, what: str) -> dict[str, str]:
-    """A model -> value table given as a dict, or as a two-column CSV file."""
-    if isinstance(value, Mapping):
-        return {str(k): repr(v) if isinstance(v, float) else str(v) for k, v in value.items()}
+    """A model -> value table given as a dict (any mapping, or an object with ``items()`` such as a pandas Series),
+    or as a two-column CSV file. Numbers of any kind (numpy's, Python's) as their float's full text."""
+    if isinstance(value, Mapping) or (hasattr(value, "items") and not isinstance(value, str | os.PathLike)):
+        return {str(k): _cell(v) for k, v in value.items()}
+    if not isinstance(value, str | os.PathLike):
+        raise OnnxaffError(f"{what} must be a dict of model -> {what}, a pandas Series or a two-column CSV file's "
+                           f"path, not a {type(value).__name__}")
     from onnxaff.comparison import read_table
 
     return read_table(value, what)
+
+
+def _cell(value) -> str:
+    """A table value as its text: a real number (np.float32, np.float64, float) as repr of its float, an integer
+    as its digits, anything else as str."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return repr(float(value))
+    return str(value)
 
 
 def report(result, path: str | os.PathLike, *, metric: str | None = None, clusters: int = 2) -> Path:
@@ -157,8 +174,8 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
         ``.json``, else HTML; a signature's page and a study's are HTML. An existing file is replaced, never a
         signature being read.
     metric : str, optional
-        A signature's page: the metric shown first (default: the first default metric). A list of signatures:
-        compare only this metric (default: every metric they share).
+        A signature's page: the metric shown first (default: the first default metric it has scores of, else its
+        first scored metric). A list of signatures: compare only this metric (default: every metric they share).
     clusters : int
         Clusters the comparison's dendrogram is cut into.
 
@@ -177,10 +194,9 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
     True
     """
     from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import metrics_to_compare
+    from onnxaff.comparison import default_metric, metrics_to_compare
     from onnxaff.differences import differences
     from onnxaff.files import refuse_overwrite, write_text_atomic
-    from onnxaff.metrics import primary_metric
     from onnxaff.reports.write import write_comparison, write_correlation, write_single
 
     if isinstance(result, str | os.PathLike):  # one signature's file
@@ -193,7 +209,7 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
             raise OnnxaffError(f"the study in {result.folder} wrote no report")
         return write_text_atomic(path, Path(result.report).read_text(encoding="utf-8"))
     if isinstance(result, Signature):
-        return write_single(path, result, metric or primary_metric())
+        return write_single(path, result, metric or default_metric([result]))
     if isinstance(result, Comparison):
         if not result.signatures:
             raise OnnxaffError("this Comparison holds no signatures to draw (onnxaff.compare's do)")

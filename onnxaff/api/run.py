@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from onnxaff.api.options import DEFAULT, data_arg, given, model_file
 from onnxaff.signature import Signature
 from onnxaff.sitelist import PROBE_DATA
@@ -47,7 +49,8 @@ def analyze(model, data, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_si
         Where onnxruntime runs the model.
     preprocess : ImagePreprocess, str or dict, optional
         How an image folder is read: an ``onnxaff.ImagePreprocess``, a preset's name (``"inception"``), or a
-        dict of image options. Default: torchvision's ImageNet preprocessing at the model's input size.
+        dict of image options. Default: torchvision's ImageNet preprocessing at the model's input size. Given
+        with data that are no image folder (fed as they are), a ConfigError.
     input_shapes : dict of str to tuple of int, optional
         Dims after the batch axis for inputs with symbolic dims (synthetic data, image and audio folders).
     seed : int
@@ -133,6 +136,13 @@ def analyze(model, data, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_si
                    reduce=reduce, device=device, input_shapes=input_shapes, seed=seed, progress=progress,
                    intervals=intervals, pairs=pairs, blocks=blocks, plugins=plugins, tokenizer=tokenizer,
                    max_length=max_length, **options)
+    if "images" in chosen:  # said in so many words: refused for data no image option applies to, even a default
+        from onnxaff.data import ImagePreprocess, refuse_image_options
+
+        images = chosen["images"]
+        images = images.options() if isinstance(images, ImagePreprocess) else images
+        if isinstance(images, Mapping):  # anything else: AnalysisConfig says what it takes
+            refuse_image_options(data_arg(data), images, explicit=True)
     with model_file(model, example_input, onnx_path) as (path, export):
         sig = run(path, data_arg(data), config=config, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                   resume=resume, **chosen)

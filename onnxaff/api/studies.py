@@ -47,10 +47,10 @@ def study(models, data=None, out=None, *, metrics=DEFAULT.metrics, chunk_size=DE
         The study's folder (required).
     metrics, chunk_size, batch_size, limit, reduce, device, preprocess, input_shapes, seed, progress, intervals
         As for `analyze`; the first metric heads the tables. `progress` also prints a line per model on stderr.
-    accuracy : dict of str to float, or path, optional
-        Each model's accuracy by label (or model file sha256), or a two-column CSV: the report correlates the
-        signature statistics with it (at least three models).
-    groups : dict of str to str, or path, optional
+    accuracy : dict of str to float, pandas.Series, or path, optional
+        Each model's accuracy by label (or model file sha256), numbers of any kind, or a two-column CSV: the
+        report correlates the signature statistics with it (at least three models).
+    groups : dict of str to str, pandas.Series, or path, optional
         A group per model, correlated on its own too.
     example_input : torch.Tensor, optional
         For torch modules among `models`: one batch they take.
@@ -106,16 +106,31 @@ def study(models, data=None, out=None, *, metrics=DEFAULT.metrics, chunk_size=DE
     chosen = given(preprocess, metrics=metrics, chunk_size=chunk_size, batch_size=batch_size, limit=limit,
                    reduce=reduce, device=device, input_shapes=input_shapes, seed=seed, progress=progress,
                    intervals=intervals, **options)
-    if config is not None:
-        chosen = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)} | chosen
     if isinstance(chosen.get("images"), ImagePreprocess):  # the study digests its options as a dict
         chosen["images"] = chosen["images"].options()
+    explicit = _explicit(chosen, config)  # what a manifest's [options] do not override
+    if config is not None:
+        chosen = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)} | chosen
     specs = _model_specs(models, Path(out), example_input)
-    return run_study(resolve_models(specs), data, out, options=chosen,
+    return run_study(resolve_models(specs), data, out, options=chosen, given=explicit,
                      accuracy=None if accuracy is None else _table(accuracy, "accuracy"),
                      groups=None if groups is None else _table(groups, "group"), force=force, executor=executor,
                      shards=shards, ray_address=ray_address, checkpoint_every=checkpoint_every, clusters=clusters,
                      echo=_echo if chosen.get("progress", True) else None, strict=strict)
+
+
+def _explicit(chosen: dict, config) -> set[str]:
+    """The fields the caller set (`images.KEY` for image options): the keywords given, and the fields of `config`
+    that are not AnalysisConfig's defaults; a manifest's `[options]` fill the others."""
+    import dataclasses
+
+    from onnxaff.analysis.config import AnalysisConfig
+
+    if config is not None:
+        base = AnalysisConfig()
+        chosen = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                  if getattr(config, f.name) != getattr(base, f.name)} | chosen
+    return set(chosen) | {f"images.{key}" for key in chosen.get("images") or {}}
 
 
 def _model_specs(models, out: Path, example_input) -> list[str]:

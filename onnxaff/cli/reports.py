@@ -84,7 +84,8 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
 @click.argument("signatures", nargs=-1, required=True, metavar="[LABEL=]SIGNATURE...")
 @click.option("--accuracy", required=True, type=click.Path(dir_okay=False), help="CSV: model name or sha256, top-1.")
 @click.option("--group", "group_file", default=None, type=click.Path(dir_okay=False), help="CSV: model, group.")
-@click.option("--metric", default=None, help="[default: the first metric that declares itself default]")
+@click.option("--metric", default=None, help="[default: the first default metric they all have scores of, else "
+              "the first they share]")
 @click.option("--out", default="correlate.html", show_default=True, help="Report path: .html, .json, .csv or .md.")
 @exclude_flagged
 @click.option("--strict", is_flag=True, help="Refuse signatures whose options that change the numbers differ.")
@@ -97,9 +98,6 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
     from onnxaff.comparison import correlate as run_correlate
     from onnxaff.comparison import read_table
     from onnxaff.files import refuse_overwrite
-    from onnxaff.metrics import primary_metric
-
-    metric = metric or primary_metric()
 
     labels, signatures = split_labels(signatures)
     refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
@@ -130,15 +128,17 @@ def _interval(ci) -> str:
 @cli.command()
 @click.argument("signature", type=click.Path(dir_okay=False))
 @click.option("--out", default=None, help="HTML path [default: SIGNATURE with .html].")
-@click.option("--metric", default=None, help="[default: the first metric that declares itself default]")
+@click.option("--metric", default=None, help="[default: the first default metric it has scores of, else its "
+              "first]")
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
+    from onnxaff.comparison import default_metric
     from onnxaff.files import refuse_overwrite
-    from onnxaff.metrics import primary_metric
     from onnxaff.reports.write import write_single
     from onnxaff.signature import read_signature
 
     out = out or os.path.splitext(signature)[0] + ".html"
     refuse_overwrite([("--out", out)], [("the signature", signature)])
-    path = write_single(out, read_signature(signature), metric or primary_metric())
+    sig = read_signature(signature)
+    path = write_single(out, sig, metric or default_metric([sig]))
     click.echo(printable(f"report written to {path}"))

@@ -14,7 +14,7 @@ from onnxaff.data.text import TextSource, is_text, no_text_options
 from onnxaff.errors import ConfigError, OnnxaffError
 
 __all__ = ["DataSource", "ImagePreprocess", "InputSpec", "examples_in", "fixed_batch_of", "model_inputs", "no_usable",
-           "open_source", "parse_input_shapes"]
+           "open_source", "parse_input_shapes", "refuse_image_options"]
 
 
 def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
@@ -51,6 +51,9 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
         if name not in {i.name for i in inputs}:
             field = "input_shapes" if name in (shapes or {}) else "input_ranges"
             raise ConfigError(field, f"{{option}} names {name!r}, which is not a model input")
+    if isinstance(spec, list | tuple) and not spec and tokenizer is None:  # with a tokenizer: "no text given"
+        raise OnnxaffError("no examples in the data given (an empty list)")
+    refuse_image_options(spec, images)
     drawn, held = split_inputs(inputs, constants or {}, shapes)
     synthetic_spec = isinstance(spec, str) and spec.startswith("synthetic:")
     for field, given in (("input_ranges", input_ranges), ("pad", pad)):
@@ -70,6 +73,36 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
     synthetic = {"ranges": dict(input_ranges or {}), "pad": pad, "hints": dict(hints or {})}
     source = _open(spec, drawn, limit, seed, shapes, images, sample_rate, synthetic)
     return FedSource(source, inputs, constants or {}, held, shapes)
+
+
+def refuse_image_options(spec, images: dict | None, explicit: bool = False) -> None:
+    """A ConfigError naming the first image option `images` says where `spec` is data those options do not apply
+    to (arrays, synthetic, audio or text data: fed as they are). Said: a value other than the default (the command
+    line always sends its defaults; `workers`, how many processes decode, changes nothing), or with `explicit`
+    (the caller gave the options themselves), any."""
+    what = _fed_as_they_are(spec)
+    if images is None or what is None:
+        return
+    said = [k for k in (images if explicit else ImagePreprocess.from_options(images).options()) if k != "workers"]
+    if not explicit and images.get("preprocess", ImagePreprocess().preset) == ImagePreprocess().preset:
+        said = [k for k in said if k != "preprocess"]
+    if said:
+        raise ConfigError(f"images.{said[0]}", f"{{option}} is how an image folder is read; {what} are fed "
+                                                        "as they are: leave the image options out")
+
+
+def _fed_as_they_are(spec) -> str | None:
+    """What `spec` is where it is data no image option applies to; None for an image folder (or a path that is not
+    there: the source says so)."""
+    if is_text(spec):
+        return "text data"
+    if not isinstance(spec, str):
+        return "data given in Python" if is_given(spec) else None
+    if spec.startswith("synthetic:"):
+        return "synthetic data"
+    if spec.startswith("audio:"):
+        return "an audio folder's clips"
+    return "a .npy/.npz file's arrays" if Path(spec).suffix.lower() in (".npy", ".npz") else None
 
 
 def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, sample_rate, synthetic: dict) -> DataSource:

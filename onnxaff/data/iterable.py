@@ -7,7 +7,9 @@ cursor). What was read is held in memory, cast to the inputs' dtypes, and served
 
 An item of the iterable is a batch (its rank is the input's) or one example (one less); a tuple or list is
 `(x, y, ...)`, of which x feeds a single-input model (labels are not the model's); a dict feeds the inputs it
-names. torch tensors are read with `.detach().cpu().numpy()` (torch itself is never imported).
+names, and every item names the same ones. The whole data given as a tuple `(x, y)` of two arrays of as many
+examples is x (with its labels), not two items. torch tensors are read with `.detach().cpu().numpy()` (bfloat16
+as float32; torch itself is never imported).
 """
 
 from __future__ import annotations
@@ -33,10 +35,24 @@ def is_given(data) -> bool:
     return not isinstance(data, str | bytes) and (is_array(data) or isinstance(data, Mapping | Iterable))
 
 
-def _numpy(value) -> np.ndarray:
+def _numpy(value, what: str) -> np.ndarray:
     if hasattr(value, "detach"):  # torch: off the autograd graph and the device first
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16 of torch's: float32 holds it exactly
+            value = value.float()
+        try:
+            value = value.numpy()
+        except TypeError as exc:
+            raise OnnxaffError(f"{what} is a tensor of dtype {value.dtype}, which numpy cannot hold ({exc}): "
+                               "convert it with .float() first") from None
     return np.asarray(value)
+
+
+def labelled(data) -> bool:
+    """`(x, y)`: a tuple of two arrays of as many examples, the inputs and their labels (as a DataLoader's item, or
+    scikit-learn's `return_X_y`); batches are given as a list or a generator."""
+    return (isinstance(data, tuple) and len(data) == 2 and all(is_array(a) and len(a.shape) >= 1 for a in data)
+            and data[0].shape[0] == data[1].shape[0])
 
 
 def _kind(data) -> str:
@@ -51,6 +67,8 @@ class IterableSource(Arrays):
     def __init__(self, data, inputs: list[InputSpec], limit: int | None = None):
         self.kind = _kind(data)
         self.inputs = inputs
+        if labelled(data):
+            self.kind, data = "tuple (x, y)", data[0]  # the labels are not the model's
         whole = is_array(data) or isinstance(data, Mapping)
         items = [data] if whole else data
         parts: dict[str, list[np.ndarray]] = {s.name: [] for s in inputs}
@@ -58,6 +76,7 @@ class IterableSource(Arrays):
         self.available = None  # how many examples there are: all read, or the whole array's
         for item in items:
             arrays = self._arrays(item, self.items, whole, limit)
+            self._same_inputs(arrays, parts, self.items)
             counts = {len(a) for a in arrays.values()}
             if len(counts) != 1:
                 raise OnnxaffError(f"{self._where(self.items, whole)} gives the inputs different numbers of "
@@ -76,6 +95,19 @@ class IterableSource(Arrays):
         self.arrays = {name: self._join(name, p, whole)[:self.n] for name, p in parts.items() if p}
         self.inputs = [s for s in inputs if s.name in self.arrays]
         self._sha256 = None
+
+    def _same_inputs(self, arrays: dict, parts: dict, k: int) -> None:
+        """Every item gives the inputs the first gave: an input missing from some items would pair the examples
+        of one item with another's."""
+        if k == 0:
+            return
+        first = [name for name, p in parts.items() if p]
+        differ = [name for name in first if name not in arrays] or [name for name in arrays if name not in first]
+        if differ:
+            name = differ[0]
+            how = "has no" if name in first else "gives"
+            raise OnnxaffError(f"item {k} of the {self.kind} given {how} input {name} (item 0 gives "
+                               f"{', '.join(first)}): every item must give the same inputs")
 
     def _where(self, k: int, whole: bool) -> str:
         return f"the {self.kind} given" if whole else f"item {k} of the {self.kind} given"
@@ -100,7 +132,7 @@ class IterableSource(Arrays):
             spec = next(s for s in self.inputs if s.name == name)
             if not is_array(value) and not isinstance(value, list | tuple | int | float):
                 raise OnnxaffError(f"{where} gives {name} a {type(value).__name__}, not an array")
-            a = _numpy(value)
+            a = _numpy(value, f"{where} for input {name}")
             rank = len(spec.shape)
             if a.ndim == rank - 1 and not whole:  # one example
                 a = a[None]
