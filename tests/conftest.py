@@ -73,6 +73,17 @@ def need(module: str):
         pytest.fail(f"ONNXAFF_REQUIRE names {module}, which does not import: {exc}")
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A two-site MLP, 64 examples of its input as .npy, and the arrays themselves (the Python API's tests)."""
+    from tests.builders import mlp, save
+
+    folder = tmp_path_factory.mktemp("tiny")
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    np.save(folder / "x.npy", x)
+    return save(mlp(np.random.default_rng(1)), folder / "mlp.onnx"), folder / "x.npy", x
+
+
 def parse(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
     onnx.checker.check_model(model)

@@ -18,22 +18,13 @@ import pytest
 import onnxaff
 from onnxaff.analysis.config import AnalysisConfig, default
 from onnxaff.errors import ConfigError, OnnxaffError
-from tests.builders import mlp, save
+from tests.builders import save
 from tests.conftest import FIXTURES, need, run_cli
 from tests.test_compare import fake_signature
 from tests.test_images import image_model, sample_photos
 
 API = ("analyze", "sites", "study", "compare", "correlate", "report")
 QUICK = dict(metrics=["affinity", "cka"], chunk_size=16, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A two-site MLP, 64 examples of its input as .npy, and the arrays themselves."""
-    folder = tmp_path_factory.mktemp("tiny")
-    x = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
-    np.save(folder / "x.npy", x)
-    return save(mlp(np.random.default_rng(1)), folder / "mlp.onnx"), folder / "x.npy", x
 
 
 def test_the_api_is_listed_and_importing_it_stays_cheap():

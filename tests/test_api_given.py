@@ -11,20 +11,11 @@ import onnxaff
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.signature import Signature
-from tests.builders import HEADER, mlp, save
+from tests.builders import HEADER, save
 from tests.conftest import need, parse, run_cli
 from tests.test_compare import fake_signature
 
 QUICK = dict(metrics=["cka"], chunk_size=16, progress=False)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A two-site MLP on [N, 8], 64 examples of its input as .npy, and the arrays themselves."""
-    folder = tmp_path_factory.mktemp("tiny")
-    x = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
-    np.save(folder / "x.npy", x)
-    return save(mlp(np.random.default_rng(1)), folder / "mlp.onnx"), folder / "x.npy", x
 
 
 def _scores(sig):
