@@ -24,6 +24,9 @@ from onnxaff.memory import check_fits
 _MAGIC = {".npy": (b"\x93NUMPY", "NumPy"), ".npz": (b"PK", "zip")}
 _READ_ERRORS = (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError, RuntimeError, NotImplementedError)
 
+# What arrays get before the model, from a file or from Python alike (so comparisons of the two see no difference)
+ARRAYS_PREPROCESSING = "none (arrays fed as stored, cast to the input dtype)"
+
 
 def _read(path: Path) -> dict[str, Callable[[], np.ndarray]]:
     """Every array of the file by key, each read only when asked for: an archive's unused members cost nothing."""
@@ -201,5 +204,5 @@ class ArraySource(Arrays):
             "source": str(self.path), "path": str(self.path.resolve()), "kind": "arrays", "samples": self.n,
             "available": self.total,
             "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.arrays.items()},
-            "preprocessing": "none (arrays fed as stored, cast to the input dtype)",
+            "preprocessing": ARRAYS_PREPROCESSING,
         }

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from onnxaff.data.arrays import Arrays
+from onnxaff.data.arrays import ARRAYS_PREPROCESSING, Arrays
 from onnxaff.data.source import InputSpec, cast_for, check_example_shape
 from onnxaff.errors import OnnxaffError
 
@@ -170,5 +170,5 @@ class IterableSource(Arrays):
             "source": f"({self.kind}, {self.n} examples given in Python)", "kind": "python", "type": self.kind,
             "samples": self.n, "available": self.available, "items_read": self.items,
             "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in self.arrays.items()},
-            "sha256": self.sha256(), "preprocessing": "none (arrays given in Python, cast to the input dtype)",
+            "sha256": self.sha256(), "preprocessing": ARRAYS_PREPROCESSING,
         }
