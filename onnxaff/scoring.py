@@ -62,8 +62,11 @@ def _release_blas() -> None:
 
 
 def default_workers() -> int:
-    """One thread per core beyond the first, at most 4: onnxruntime keeps the others busy."""
-    return max(0, min(4, (os.cpu_count() or 1) - 1))
+    """One thread per core beyond the first, at least 2 and at most 4 (none on one core: inline). Two on two
+    cores: whenever the batch loop waits for scores, and after the last batch, onnxruntime's cores are idle, and a
+    second thread takes one (MobileNetV2, 1024 images: 18.0 s → 15.7 s; PP-LCNet and ResNet-18 ±2 %)."""
+    cores = os.cpu_count() or 1
+    return 0 if cores == 1 else min(4, max(2, cores - 1))
 
 
 def busy_threads() -> int:
