@@ -139,7 +139,10 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
             scoring[spec] += s
     inference = fed.extrapolate(fed.times, examples) + (0.0 if fed.cut_chunks else timer.diagnostics)
     gpu = CUDA in feeder.runner.providers
-    body = max(inference, sum(scoring.values())) if gpu else inference + sum(scoring.values())
+    # On the CPU the cores are shared: onnxruntime fills them for `inference`, and the scoring's CPU seconds spread
+    # over as many threads as score at once, up to the cores (the work's sum over the cores is the floor).
+    spread = min(max(1, timer.workers), os.cpu_count() or 1)
+    body = max(inference, sum(scoring.values())) if gpu else inference + sum(scoring.values()) / spread
     memory = sum(b for b, _, _ in site_memory(plan.ok_sites, plan.stage_probes, plan.metrics, config, examples))
     peak = fed.rss + fed.file_per_example * max(0, examples - fed.examples) + memory + timer.working_bytes
     seconds = {"startup": startup, "setup": setup, "inference": inference,

@@ -71,7 +71,8 @@ ANALYSIS_OPTIONS = [
     configured("--reduce-in", "reduce_in", type=click.Choice(["graph", "numpy"]),
                help="numpy: fetch full activations and reduce on the host (naive baseline)."),
     configured("--chunk-workers", type=int,
-               help="Threads scoring chunks beside the runtime [default: cores − 1, at least 2 and at most 4; 0: inline]."),
+               help="Threads scoring chunks beside the runtime [default: cores − 1, at least 2, at most 4; "
+                    "0: inline]."),
     configured("--layout", type=click.Choice(["auto", "channels_first", "channels_last"]),
                help="Feature axis of rank-3+ site tensors: channels_first (axis 1: [N, C, H, W], a 1-D "
                     "conv's [N, C, T]) or channels_last (the last: NHWC, tokens [N, T, C]); auto: read off the graph."),
