@@ -4,15 +4,20 @@ activation into the convolution.
 A site's X is the convolution's output. Read by a GlobalAveragePool besides the activation, it has two
 consumers, and onnxruntime fuses nothing: on NCHWc kernels each such site becomes ReorderOutput → activation →
 ReorderInput, three extra passes over a map, which doubled MobileNetV2's inference (benchmarks/RESULTS.md,
-issue 28). Two exact ways around it, both reading only the convolution's input:
+issue 28). Exact ways around it, all reading only the convolution's input, tried in this order:
 
 - a 1×1 convolution with stride 1 and no padding is affine in each position, so the mean of its output is
   W · mean(input) + b, a [rows, C_in] × [C_in, C_out] product;
-- a convolution of at most `CLONE_MACS` multiply-adds per output value (depthwise 3×3 and 5×5, a stem on three
-  channels) is computed a second time, unfused, and averaged. Its weights are a copy under another name, or
-  onnxruntime's common-subexpression elimination would merge the two convolutions back into one.
+- a convolution of the graph's input (an image: nothing to reorder) at any stride: the sums of the input over
+  the positions each kernel tap reads, by a 0/1 MatMul per spatial axis, then W (`_input_window_mean`);
+- any other stride-1 convolution: the same sums by one AveragePool per spatial axis (`_window_mean`);
+- a convolution of at most `CLONE_MACS` multiply-adds per output value (a strided depthwise 3×3) is computed a
+  second time, unfused, and averaged. Its weights are a copy under another name, or onnxruntime's
+  common-subexpression elimination would merge the two convolutions back into one;
+- Conv + Add + activation (a residual block's end, which onnxruntime fuses into one convolution with a sum
+  input): the convolution's mean by one of the above plus the other term's (`_sum_means`).
 
-Either way X's features equal the mean of the convolution's output up to float32 rounding of the same order as
+Every way, X's features equal the mean of the convolution's output up to float32 rounding of the same order as
 the mean's own (sqrt(P)·eps, `rewrite.feature_rounding`). Anything else keeps the plain mean of the output.
 """
 
@@ -32,14 +37,42 @@ def _attrs(node) -> dict:
 
 
 def conv_channel_means(builder, tensor: str, prefix: str) -> str | None:
-    """[rows, C_out] channel means of `tensor`, a fusable convolution's output, from its input; None otherwise."""
+    """[rows, C_out] channel means of `tensor`, a fusable convolution's output (or the sum of one and another
+    tensor), from its input; None otherwise."""
+    view = builder.view
+    users = view.consumers.get(tensor, [])
+    if len(users) != 1 or tensor in view.graph_outputs or view.op(users[0]) not in FUSED_ACTIVATIONS:
+        return None  # onnxruntime would not fuse it anyway: the mean of the output costs no more
+    i = view.producer.get(tensor)
+    if i is not None and view.op(i) == "Add":
+        return _sum_means(builder, i, prefix)
+    return _conv_means(builder, tensor, prefix)
+
+
+def _sum_means(builder, i: int, prefix: str) -> str | None:
+    """Conv + Add + activation (a residual block's end): onnxruntime fuses the Add into the convolution as its
+    sum input, so the mean is the convolution's, taken from its input, plus the other term's."""
+    view = builder.view
+    node = view.nodes[i]
+    out = node.output[0]
+    shape = view.shape(out)
+    if (len(node.input) != 2 or shape is None or not all(isinstance(d, int) for d in shape[1:])
+            or any(view.shape(t) != shape for t in node.input)):
+        return None  # broadcasting (or shapes unknown): the mean of a term may not be the term's channel mean
+    for k, term in enumerate(node.input):
+        if view.elem_type(term) != TensorProto.FLOAT or len(view.consumers.get(term, [])) != 1:
+            continue
+        conv = _conv_means(builder, term, prefix)
+        if conv is not None:
+            return builder.node("Add", [conv, _channel_mean(builder, node.input[1 - k], prefix)], prefix)
+    return None
+
+
+def _conv_means(builder, tensor: str, prefix: str) -> str | None:
     view = builder.view
     i = view.producer.get(tensor)
     if i is None or view.op(i) != "Conv" or view.elem_type(tensor) not in (TensorProto.FLOAT, TensorProto.UNDEFINED):
         return None
-    users = view.consumers.get(tensor, [])
-    if len(users) != 1 or tensor in view.graph_outputs or view.op(users[0]) not in FUSED_ACTIVATIONS:
-        return None  # onnxruntime would not fuse it anyway: the mean of the output costs no more
     node = view.nodes[i]
     weight = _Weight.of(view, node.input[1]) if len(node.input) > 1 else None
     if weight is None or len(weight.shape) < 3 or view.elem_type(node.input[0]) != TensorProto.FLOAT:
@@ -56,6 +89,15 @@ def conv_channel_means(builder, tensor: str, prefix: str) -> str | None:
         if builder.opset < 7:  # Gemm's C broadcasts from opset 7
             return None
         return _pointwise_mean(builder, node.input[0], weight, bias, prefix)
+    out_spatial = (view.shape(tensor) or [])[2:]
+    in_spatial = (view.shape(node.input[0]) or [])[2:]
+    dilations = list(attrs.get("dilations", [1] * len(kernel)))
+    if auto_pad == "NOTSET" and _static(out_spatial, len(kernel)):
+        if node.input[0] in view.graph_inputs and len(kernel) <= 2 and _static(in_spatial, len(kernel)):
+            return _input_window_mean(builder, node, in_spatial, out_spatial, strides, pads, dilations, prefix)
+        # onnxruntime refuses an AveragePool whose pads reach its window (which is the output's size)
+        if all(s == 1 for s in strides) and builder.opset >= 7 and max(pads) < min(out_spatial):
+            return _window_mean(builder, node, out_spatial, pads, dilations, prefix)
     if int(np.prod(weight.shape[1:])) <= CLONE_MACS:
         return _clone_mean(builder, node, weight, prefix)
     return None
@@ -108,11 +150,16 @@ def _pointwise_mean(builder, x: str, weight: _Weight, bias: str | None, prefix: 
     would be fused into a new node with a higher index, which onnxruntime's ordering visits first
     (`rewrite._schedule`), running the whole network before any site's reduction and keeping every map alive
     (MobileNetV2: 3.9 GB instead of 1 GB). Without a bias, C is zeros: it is optional only from opset 11."""
-    matrix = weight.add_as(builder, prefix, weight.shape[:2])
+    return _gemm(builder, _channel_mean(builder, x, prefix), weight, bias, prefix)
+
+
+def _gemm(builder, rows: str, weight: _Weight, bias: str | None, prefix: str) -> str:
+    """rows · Wᵀ + b with W flattened to [C_out, everything else] (the same values in the same order)."""
+    matrix = weight.add_as(builder, prefix, (weight.shape[0], int(np.prod(weight.shape[1:]))))
     if bias is None:
         zeros = np.zeros(weight.shape[0], np.float32)
         bias = _add(builder, numpy_helper.from_array(zeros, builder.namer.fresh(f"{prefix}.bias")))
-    return builder.node("Gemm", [_channel_mean(builder, x, prefix), matrix, bias], prefix, transB=1)
+    return builder.node("Gemm", [rows, matrix, bias], prefix, transB=1)
 
 
 def _clone_mean(builder, node, weight: _Weight, prefix: str) -> str:
@@ -122,3 +169,60 @@ def _clone_mean(builder, node, weight: _Weight, prefix: str) -> str:
     builder.new_nodes.append(helper.make_node("Conv", inputs, [clone], name=builder.namer.fresh(f"{prefix}/Conv"),
                                               **_attrs(node)))
     return builder.node("Flatten", [builder.node("GlobalAveragePool", [clone], prefix)], prefix, axis=1)
+
+
+def _window_mean(builder, node, out_spatial, pads, dilations, prefix: str) -> str:
+    """A stride-1 convolution's mean over its P output positions is Σ_k W_k · S_k / P + b, where S_k sums the
+    (zero-padded) input over the P positions tap k reads: a window as large as the output, shifted by k·δ. The
+    window is a product of intervals, so one AveragePool per spatial axis (window Oₐ along axis a, 1 along the
+    others; stride δₐ; the convolution's pads there) leaves every S_k / P: [rows, C_in, K…], each axis costing
+    Kₐ additions per value it reads (one pool over the whole window would cost ∏Kₐ). The same convolution applied
+    once to that tensor finishes the sum."""
+    rank = len(out_spatial)
+    x = node.input[0]
+    for a in range(rank):
+        kernel = [out_spatial[a] if b == a else 1 for b in range(rank)]
+        strides = [dilations[a] if b == a else 1 for b in range(rank)]
+        axis_pads = [pads[b] if b % rank == a else 0 for b in range(2 * rank)]
+        x = builder.node("AveragePool", [x], prefix, kernel_shape=kernel, strides=strides, pads=axis_pads,
+                         count_include_pad=1)
+    return _apply_taps(builder, node, x, prefix)
+
+
+def _static(dims, rank: int) -> bool:
+    return len(dims) == rank and all(isinstance(d, int) and d > 0 for d in dims)
+
+
+def _input_window_mean(builder, node, in_spatial, out_spatial, strides, pads, dilations, prefix: str) -> str:
+    """The same sums S_k / P for a convolution of a graph input (an image: NCHW as given, nothing to reorder), at
+    any stride: S_k is separable, so a MatMul per spatial axis with the 0/1 matrix of the positions each tap
+    reads (divided by that axis's output size) contracts it, the last axis first: [rows, C, H, W]·[W, K_W], then
+    [K_H, H]·[rows, C, H, K_W]."""
+    rank = len(in_spatial)
+    x = node.input[0]
+    for a in reversed(range(rank)):
+        taps = int(_Weight.of(builder.view, node.input[1]).shape[2 + a])
+        picks = np.zeros((in_spatial[a], taps), np.float32)
+        for k in range(taps):
+            rows = strides[a] * np.arange(out_spatial[a]) + k * dilations[a] - pads[a]
+            picks[rows[(rows >= 0) & (rows < in_spatial[a])], k] = 1.0 / out_spatial[a]
+        if a == rank - 1:
+            matrix = _add(builder, numpy_helper.from_array(picks, builder.namer.fresh(f"{prefix}.taps")))
+            x = builder.node("MatMul", [x, matrix], prefix)
+        else:
+            matrix = _add(builder, numpy_helper.from_array(picks.T.copy(), builder.namer.fresh(f"{prefix}.taps")))
+            x = builder.node("MatMul", [matrix, x], prefix)
+    return _apply_taps(builder, node, x, prefix)
+
+
+def _apply_taps(builder, node, sums: str, prefix: str) -> str:
+    """Σ_k W_k · (S_k / P) + b from the [rows, C_in, K…] sums. Without groups, one Gemm with W as a [C_out, C_in·K]
+    matrix: the convolution itself would read all of W once per row (a 3×3 convolution over 512 channels: 9 MB
+    a row). With groups, the convolution (its weights are few)."""
+    weight = _Weight.of(builder.view, node.input[1])
+    if _attrs(node).get("group", 1) != 1 or builder.opset < 7:
+        attrs = {k: v for k, v in _attrs(node).items() if k == "group"}
+        return builder.node("Flatten", [builder.node("Conv", [sums, *node.input[1:]], prefix, **attrs)], prefix,
+                            axis=1)
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    return _gemm(builder, builder.node("Flatten", [sums], prefix, axis=1), weight, bias, prefix)
