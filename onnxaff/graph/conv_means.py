@@ -88,7 +88,7 @@ def _conv_means(builder, tensor: str, prefix: str) -> str | None:
     if attrs.get("group", 1) == 1 and pointwise and not any(pads) and auto_pad in ("NOTSET", "VALID"):
         if builder.opset < 7:  # Gemm's C broadcasts from opset 7
             return None
-        return _pointwise_mean(builder, node.input[0], weight, bias, prefix)
+        return _pointwise_mean(builder, node.input[0], node.input[1], weight, bias, prefix)
     out_spatial = (view.shape(tensor) or [])[2:]
     in_spatial = (view.shape(node.input[0]) or [])[2:]
     dilations = list(attrs.get("dilations", [1] * len(kernel)))
@@ -145,17 +145,18 @@ def _channel_mean(builder, x: str, prefix: str) -> str:
     return builder.cache[key]
 
 
-def _pointwise_mean(builder, x: str, weight: _Weight, bias: str | None, prefix: str) -> str:
+def _pointwise_mean(builder, x: str, weight_name: str, weight: _Weight, bias: str | None, prefix: str) -> str:
     """mean_p(W x_p + b) = W mean_p(x) + b, as one Gemm with W as it is ([C_out, C_in], transB): a MatMul + Add
     would be fused into a new node with a higher index, which onnxruntime's ordering visits first
     (`rewrite._schedule`), running the whole network before any site's reduction and keeping every map alive
     (MobileNetV2: 3.9 GB instead of 1 GB). Without a bias, C is zeros: it is optional only from opset 11."""
-    return _gemm(builder, _channel_mean(builder, x, prefix), weight, bias, prefix)
+    return _gemm(builder, _channel_mean(builder, x, prefix), weight_name, weight, bias, prefix)
 
 
-def _gemm(builder, rows: str, weight: _Weight, bias: str | None, prefix: str) -> str:
-    """rows · Wᵀ + b with W flattened to [C_out, everything else] (the same values in the same order)."""
-    matrix = weight.add_as(builder, prefix, (weight.shape[0], int(np.prod(weight.shape[1:]))))
+def _gemm(builder, rows: str, weight_name: str, weight: _Weight, bias: str | None, prefix: str) -> str:
+    """rows · Wᵀ + b with W flattened to [C_out, everything else] by a Flatten that onnxruntime folds when the
+    session is made: no copy of the weights in the model (ResNet-18's would add 40 MB to serialise)."""
+    matrix = builder.node("Flatten", [weight_name], prefix, axis=1)
     if bias is None:
         zeros = np.zeros(weight.shape[0], np.float32)
         bias = _add(builder, numpy_helper.from_array(zeros, builder.namer.fresh(f"{prefix}.bias")))
@@ -225,4 +226,4 @@ def _apply_taps(builder, node, sums: str, prefix: str) -> str:
         return builder.node("Flatten", [builder.node("Conv", [sums, *node.input[1:]], prefix, **attrs)], prefix,
                             axis=1)
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    return _gemm(builder, builder.node("Flatten", [sums], prefix, axis=1), weight, bias, prefix)
+    return _gemm(builder, builder.node("Flatten", [sums], prefix, axis=1), node.input[1], weight, bias, prefix)
