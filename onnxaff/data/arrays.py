@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import struct
 import zipfile
 import zlib
@@ -99,6 +100,24 @@ def _read_exactly(f, count: int, info: zipfile.ZipInfo) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
+def release_pages(rows) -> None:
+    """Give back the memory-mapped file pages of rows already used: they stay in the page cache (shared, read
+    again from there if asked for), but leave this process's resident set, which otherwise grows by the whole file
+    as a run reads it (MobileNetV2's 1,024 images: 616 MB). Anything not a C-ordered map is left as it is."""
+    if not isinstance(rows, np.memmap) or not rows.flags.c_contiguous or rows.size == 0:
+        return
+    whole = getattr(rows, "_mmap", None)
+    if whole is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    try:
+        base = np.frombuffer(whole, np.uint8).ctypes.data
+        begin = rows.ctypes.data - base
+        first = begin - begin % mmap.PAGESIZE  # a page shared with the next rows is only read again
+        whole.madvise(mmap.MADV_DONTNEED, first, begin + rows.nbytes - first)
+    except (ValueError, OSError, TypeError):  # pragma: no cover - a platform without it: memory as before
+        pass
+
+
 class Streamed:
     """A compressed C-order member read row by row as slices ask for them: forward reads continue the open
     stream, a read before its position starts it again. Only `[i:j]` slices along the first axis are served."""
@@ -159,10 +178,13 @@ class Arrays(DataSource):
         end = self.n if stop is None else min(stop, self.n)
         for i in range(start, end, batch_size):
             j = min(i + batch_size, end)
-            yield {
-                spec.name: np.ascontiguousarray(cast_for(spec, np.asarray(self.arrays[spec.name][i:j]), spec.name))
-                for spec in self.inputs
-            }
+            rows = {spec.name: self.arrays[spec.name][i:j] for spec in self.inputs}
+            try:
+                yield {spec.name: np.ascontiguousarray(cast_for(spec, np.asarray(rows[spec.name]), spec.name))
+                       for spec in self.inputs}
+            finally:  # the batch (often a view of the map, read by the runtime) is through, or the reading stopped
+                for part in rows.values():
+                    release_pages(part)
 
     def example_shapes(self) -> dict[str, tuple]:
         return {name: tuple(a.shape[1:]) for name, a in self.arrays.items()}
