@@ -245,3 +245,32 @@ def test_weights_left_on_disk_are_referred_to_not_read(name, rng, tmp_path):
     got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x}), strict=True))
     want = conv2d(x, init["w"], init.get("b"), conv_attrs(model)).mean(axis=(2, 3))
     np.testing.assert_allclose(got[outs[site.index].x], want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("through, attrs", [(False, "<strides: ints = [2], pads: ints = [1, 2]>"),
+                                            (True, "<dilations: ints = [2], pads: ints = [2, 1]>")])
+def test_a_one_dimensional_convolution_s_mean_is_taken_the_same_ways(through, attrs, rng):
+    """Conv1d (audio, text): the graph input's MatMul at any stride, or one AveragePool, on [N, C, L]."""
+    weights = {"w": (rng.standard_normal((8, 16, 3)) * 0.3).astype(np.float32),
+               "b": rng.standard_normal(8).astype(np.float32)}
+    text = HEADER + f""" g (float[N, 16, 20] x) => (float[N, 8, L] y) {{
+        {"xi = Identity(x)" if through else ""}
+        c = Conv{attrs}({"xi" if through else "x"}, w, b)
+        y = Relu(c)
+    }}"""
+    model = onnx.shape_inference.infer_shapes(with_weights(text, **weights))
+    sites = discover_sites(model)
+    (site,) = [s for s in sites if s.ok]
+    aug, outs = augment_model(model, sites, "mean")
+    assert _added(model, aug)[("AveragePool" if through else "MatMul")] == 1
+    assert [n.op_type for n in aug.graph.node if "c" in n.input] == ["Relu"]
+    x = rng.standard_normal((4, 16, 20)).astype(np.float32)
+    a = conv_attrs(model)
+    lo, hi = a["pads"]
+    stride, dil = a.get("strides", [1])[0], a.get("dilations", [1])[0]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (lo, hi)))
+    out_len = (xp.shape[2] - dil * 2 - 1) // stride + 1
+    conv = sum(np.einsum("oc,ncl->nol", weights["w"][:, :, k].astype(np.float64),
+                         xp[:, :, k * dil:k * dil + stride * (out_len - 1) + 1:stride]) for k in range(3))
+    want = (conv + weights["b"][None, :, None]).mean(axis=2)
+    np.testing.assert_allclose(run(aug, {"x": x})[outs[site.index].x], want, rtol=0, atol=1e-5 * np.abs(want).max())

@@ -143,6 +143,18 @@ def test_a_memory_mapped_array_leaves_the_resident_set_batch_by_batch(kind, tmp_
     np.testing.assert_allclose(sums, data.reshape(16, 256, width).sum(axis=(1, 2), dtype=np.float64), rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["r+", "c"])
+def test_pages_of_a_writable_map_are_kept(mode, tmp_path):
+    """Only read-only maps give their pages back: a copy-on-write map's written values would be lost."""
+    from onnxaff.data.arrays import release_pages
+
+    np.save(tmp_path / "d.npy", np.zeros((64, 1024), np.float32))
+    a = np.load(tmp_path / "d.npy", mmap_mode=mode)
+    a[3, 5] = 7.0
+    release_pages(a[0:32])
+    assert a[3, 5] == 7.0
+
+
 def test_chunk_size_whose_exact_assignment_would_take_long_is_warned_with_the_time(tmp_path):
     from onnxaff.analysis import open_run
 

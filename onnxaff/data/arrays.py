@@ -103,8 +103,10 @@ def _read_exactly(f, count: int, info: zipfile.ZipInfo) -> np.ndarray:
 def release_pages(rows) -> None:
     """Give back the memory-mapped file pages of rows already used: they stay in the page cache (shared, read
     again from there if asked for), but leave this process's resident set, which otherwise grows by the whole file
-    as a run reads it (MobileNetV2's 1,024 images: 616 MB). Anything not a C-ordered map is left as it is."""
-    if not isinstance(rows, np.memmap) or not rows.flags.c_contiguous or rows.size == 0:
+    as a run reads it (MobileNetV2's 1,024 images: 616 MB). Only a read-only map: a copy-on-write one ("c") would
+    lose what was written to it. Anything else is left as it is."""
+    if (not isinstance(rows, np.memmap) or getattr(rows, "mode", None) != "r" or not rows.flags.c_contiguous
+            or rows.size == 0):
         return
     whole = getattr(rows, "_mmap", None)
     if whole is None or not hasattr(mmap, "MADV_DONTNEED"):

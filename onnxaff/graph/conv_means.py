@@ -94,7 +94,8 @@ def _conv_means(builder, tensor: str, prefix: str) -> str | None:
     dilations = list(attrs.get("dilations", [1] * len(kernel)))
     if auto_pad == "NOTSET" and _static(out_spatial, len(kernel)):
         if node.input[0] in view.graph_inputs and len(kernel) <= 2 and _static(in_spatial, len(kernel)):
-            return _input_window_mean(builder, node, in_spatial, out_spatial, strides, pads, dilations, prefix)
+            return _input_window_mean(builder, node, kernel, in_spatial, out_spatial, strides, pads, dilations,
+                                      prefix)
         # onnxruntime refuses an AveragePool whose pads reach its window (which is the output's size)
         if all(s == 1 for s in strides) and builder.opset >= 7 and max(pads) < min(out_spatial):
             return _window_mean(builder, node, out_spatial, pads, dilations, prefix)
@@ -177,8 +178,8 @@ def _window_mean(builder, node, out_spatial, pads, dilations, prefix: str) -> st
     (zero-padded) input over the P positions tap k reads: a window as large as the output, shifted by k·δ. The
     window is a product of intervals, so one AveragePool per spatial axis (window Oₐ along axis a, 1 along the
     others; stride δₐ; the convolution's pads there) leaves every S_k / P: [rows, C_in, K…], each axis costing
-    Kₐ additions per value it reads (one pool over the whole window would cost ∏Kₐ). The same convolution applied
-    once to that tensor finishes the sum."""
+    Kₐ additions per value it reads (one pool over the whole window would cost ∏Kₐ). W applied once to that
+    tensor finishes the sum (`_apply_taps`)."""
     rank = len(out_spatial)
     x = node.input[0]
     for a in range(rank):
@@ -194,7 +195,7 @@ def _static(dims, rank: int) -> bool:
     return len(dims) == rank and all(isinstance(d, int) and d > 0 for d in dims)
 
 
-def _input_window_mean(builder, node, in_spatial, out_spatial, strides, pads, dilations, prefix: str) -> str:
+def _input_window_mean(builder, node, kernel, in_spatial, out_spatial, strides, pads, dilations, prefix: str) -> str:
     """The same sums S_k / P for a convolution of a graph input (an image: NCHW as given, nothing to reorder), at
     any stride: S_k is separable, so a MatMul per spatial axis with the 0/1 matrix of the positions each tap
     reads (divided by that axis's output size) contracts it, the last axis first: [rows, C, H, W]·[W, K_W], then
@@ -202,9 +203,8 @@ def _input_window_mean(builder, node, in_spatial, out_spatial, strides, pads, di
     rank = len(in_spatial)
     x = node.input[0]
     for a in reversed(range(rank)):
-        taps = int(_Weight.of(builder.view, node.input[1]).shape[2 + a])
-        picks = np.zeros((in_spatial[a], taps), np.float32)
-        for k in range(taps):
+        picks = np.zeros((in_spatial[a], kernel[a]), np.float32)
+        for k in range(kernel[a]):
             rows = strides[a] * np.arange(out_spatial[a]) + k * dilations[a] - pads[a]
             picks[rows[(rows >= 0) & (rows < in_spatial[a])], k] = 1.0 / out_spatial[a]
         if a == rank - 1:
@@ -220,10 +220,10 @@ def _apply_taps(builder, node, sums: str, prefix: str) -> str:
     """Σ_k W_k · (S_k / P) + b from the [rows, C_in, K…] sums. Without groups, one Gemm with W as a [C_out, C_in·K]
     matrix: the convolution itself would read all of W once per row (a 3×3 convolution over 512 channels: 9 MB
     a row). With groups, the convolution (its weights are few)."""
-    weight = _Weight.of(builder.view, node.input[1])
     if _attrs(node).get("group", 1) != 1 or builder.opset < 7:
         attrs = {k: v for k, v in _attrs(node).items() if k == "group"}
         return builder.node("Flatten", [builder.node("Conv", [sums, *node.input[1:]], prefix, **attrs)], prefix,
                             axis=1)
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    weight = _Weight.of(builder.view, node.input[1])
     return _gemm(builder, builder.node("Flatten", [sums], prefix, axis=1), node.input[1], weight, bias, prefix)
