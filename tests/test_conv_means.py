@@ -274,3 +274,42 @@ def test_a_one_dimensional_convolution_s_mean_is_taken_the_same_ways(through, at
                          xp[:, :, k * dil:k * dil + stride * (out_len - 1) + 1:stride]) for k in range(3))
     want = (conv + weights["b"][None, :, None]).mean(axis=2)
     np.testing.assert_allclose(run(aug, {"x": x})[outs[site.index].x], want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("opset, spatial, rule", [(17, None, True), (9, None, True), (7, 1, True), (7, 0, False)])
+def test_a_batch_normalisation_the_export_did_not_fold_is_applied_to_the_means(opset, spatial, rule, rng, tmp_path):
+    """Conv → BatchNormalization → activation (PaddlePaddle's exports): onnxruntime folds the normalisation into the
+    convolution and fuses the activation, so X (the normalisation's output) is the same normalisation of the
+    convolution's means; spatial=0 (per position, opsets 7–8) keeps the mean of the output."""
+    c = 16
+    weights = {"w": (rng.standard_normal((c, 16, 3, 3)) * 0.3).astype(np.float32),
+               "b": rng.standard_normal(c).astype(np.float32),
+               "g": rng.uniform(0.5, 2, c).astype(np.float32), "beta": rng.standard_normal(c).astype(np.float32),
+               "mu": rng.standard_normal(c).astype(np.float32), "var": rng.uniform(0.5, 2, c).astype(np.float32)}
+    if spatial == 0:  # per position: statistics of shape [C, H, W]
+        for k in ("g", "beta", "mu", "var"):
+            weights[k] = np.repeat(weights[k][:, None, None], 120, axis=1).reshape(c, 12, 10)
+    extra = "" if spatial is None else f"<spatial: int = {spatial}>"
+    header = f'<ir_version: 7, opset_import: ["" : {opset}]>'
+    text = header + f""" g (float[N, 16, 12, 10] x) => (float[N, {c}, 12, 10] y) {{
+        xi = Identity(x)
+        conv = Conv<pads: ints = [1, 1, 1, 1]>(xi, w, b)
+        s = BatchNormalization{extra}(conv, g, beta, mu, var)
+        y = Relu(s)
+    }}"""
+    model = onnx.shape_inference.infer_shapes(with_weights(text, **weights))
+    sites = discover_sites(model)
+    (site,) = [s for s in sites if s.ok]
+    aug, outs = augment_model(model, sites, "mean")
+    readers = [n.op_type for n in aug.graph.node if "s" in n.input]
+    assert readers == (["Relu"] if rule else ["Relu", "GlobalAveragePool"])
+    x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
+    conv = conv2d(x, weights["w"], weights["b"], {"pads": [1, 1, 1, 1]})
+    shape = (1, c, 1, 1) if spatial != 0 else (1, c, 12, 10)
+    g, beta, mu, var = (weights[k].astype(np.float64).reshape(shape) for k in ("g", "beta", "mu", "var"))
+    want = (g * (conv - mu) / np.sqrt(var + 1e-5) + beta).mean(axis=(2, 3))
+    np.testing.assert_allclose(run(aug, {"x": x})[outs[site.index].x], want, rtol=0, atol=1e-5 * np.abs(want).max())
+    if rule and opset == 17:
+        plain = _fused(model, tmp_path / "plain.onnx")
+        if plain:
+            assert _fused(aug, tmp_path / "aug.onnx") == plain

@@ -15,7 +15,9 @@ issue 28). Exact ways around it, all reading only the convolution's input, tried
   second time, unfused, and averaged. Its weights are a copy under another name, or onnxruntime's
   common-subexpression elimination would merge the two convolutions back into one;
 - Conv + Add + activation (a residual block's end, which onnxruntime fuses into one convolution with a sum
-  input): the convolution's mean by one of the above plus the other term's (`_sum_means`).
+  input): the convolution's mean by one of the above plus the other term's (`_sum_means`);
+- Conv + BatchNormalization (inference) + activation, which onnxruntime folds and fuses: the same
+  normalisation of the convolution's means (`_term_means`).
 
 Every way, X's features equal the mean of the convolution's output up to float32 rounding of the same order as
 the mean's own (sqrt(P)·eps, `rewrite.feature_rounding`). Anything else keeps the plain mean of the output.
@@ -46,7 +48,30 @@ def conv_channel_means(builder, tensor: str, prefix: str) -> str | None:
     i = view.producer.get(tensor)
     if i is not None and view.op(i) == "Add":
         return _sum_means(builder, i, prefix)
-    return _conv_means(builder, tensor, prefix)
+    return _term_means(builder, tensor, prefix)
+
+
+def _term_means(builder, tensor: str, prefix: str) -> str | None:
+    """A convolution's output, or an inference BatchNormalization of one (an export that did not fold it, as
+    PaddlePaddle's: onnxruntime folds it into the convolution, then fuses the activation). Normalisation is affine
+    per channel, so the mean of its output is the same BatchNormalization applied to the convolution's [rows, C]
+    means."""
+    view = builder.view
+    i = view.producer.get(tensor)
+    if i is None or view.op(i) != "BatchNormalization":
+        return _conv_means(builder, tensor, prefix)
+    node = view.nodes[i]
+    attrs = _attrs(node)
+    conv = node.input[0]
+    if (len(node.input) != 5 or attrs.get("training_mode", 0) or any(o for o in node.output[1:])
+            or len(view.consumers.get(conv, [])) != 1 or conv in view.graph_outputs
+            or builder.opset < 7 or attrs.get("spatial", 1) != 1):  # spatial=0 (opsets 7, 8): per position
+        return None
+    means = _conv_means(builder, conv, prefix)
+    if means is None:
+        return None
+    kept = {k: v for k, v in attrs.items() if k in ("epsilon", "momentum")}
+    return builder.node("BatchNormalization", [means, *node.input[1:]], prefix, **kept)
 
 
 def _sum_means(builder, i: int, prefix: str) -> str | None:
@@ -62,7 +87,7 @@ def _sum_means(builder, i: int, prefix: str) -> str | None:
     for k, term in enumerate(node.input):
         if view.elem_type(term) != TensorProto.FLOAT or len(view.consumers.get(term, [])) != 1:
             continue
-        conv = _conv_means(builder, term, prefix)
+        conv = _term_means(builder, term, prefix)
         if conv is not None:
             return builder.node("Add", [conv, _channel_mean(builder, node.input[1 - k], prefix)], prefix)
     return None
