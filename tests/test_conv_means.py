@@ -36,6 +36,10 @@ CASES = {
     "odd_input": ((24, 16, 3, 3), "<strides: ints = [3, 2], dilations: ints = [2, 1], pads: ints = [2, 0, 1, 2]>",
                   "Relu", False, "input"),
     "not_fusable": ((24, 16, 1, 1), "", "Softplus", True, None),
+    "same_upper": ((24, 16, 4, 3), '<auto_pad: string = "SAME_UPPER">', "Relu", True, "window"),
+    "same_lower_input": ((24, 16, 4, 4), '<auto_pad: string = "SAME_LOWER", strides: ints = [2, 3]>', "Relu", False,
+                         "input"),
+    "valid": ((24, 16, 3, 3), '<auto_pad: string = "VALID">', "Relu", True, "window"),
 }
 ADDED = {  # ops a rule appends besides Flatten (and what its last step is: Gemm without groups, else Conv)
     "pointwise": {"GlobalAveragePool": 1, "Gemm": 1},
@@ -73,6 +77,13 @@ def conv2d(x, w, b=None, attrs: dict | None = None) -> np.ndarray:
     sh, sw = attrs.get("strides", [1, 1])
     dh, dw = attrs.get("dilations", [1, 1])
     pt, pl, pb, pr = attrs.get("pads", [0, 0, 0, 0])
+    auto = attrs.get("auto_pad", b"NOTSET")
+    if auto in (b"SAME_UPPER", b"SAME_LOWER"):  # out = ceil(in / stride); the odd pad's extra at the end (UPPER)
+        pads = []
+        for i, k, s_, d in ((x.shape[2], w.shape[2], sh, dh), (x.shape[3], w.shape[3], sw, dw)):
+            total = max(0, (-(-i // s_) - 1) * s_ + (k - 1) * d + 1 - i)
+            pads.append((total // 2, total - total // 2) if auto == b"SAME_UPPER" else (total - total // 2, total // 2))
+        (pt, pb), (pl, pr) = pads
     x, w = x.astype(np.float64), w.astype(np.float64)
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     cout, cin_g, kh, kw = w.shape
@@ -150,15 +161,17 @@ RESIDUAL = HEADER + """ g (float[N, 16, 12, 10] x) => (float[N, 16, 12, 10] y) {
 }}"""
 
 
-@pytest.mark.parametrize("terms, rule", [("c, xi", True), ("xi, c", True), ("c, bias", False)])
+@pytest.mark.parametrize("terms, rule", [("c, xi", True), ("xi, c", True), ("c, bias", True), ("grid, c", False)])
 def test_a_residual_sum_is_the_convolution_s_mean_plus_the_other_term_s(terms, rule, rng):
-    """Conv → Add → Relu (a residual block's end): onnxruntime fuses the Add into the convolution, so X = the Add's
-    output is averaged as the convolution's mean (from its input) plus the other term's; a broadcast term
-    (a [16, 1, 1] bias) keeps the mean of the sum."""
+    """Conv → Add → Relu (a residual block's end, or a bias kept apart): onnxruntime fuses the Add into the
+    convolution, so X = the Add's output is averaged as the convolution's mean (from its input) plus the other
+    term's, a [16, 1, 1] constant's per channel; a constant varying over positions (a [12, 10] grid) keeps the
+    mean of the sum."""
     weights = {"w0": (rng.standard_normal((16, 16, 1, 1)) * 0.3).astype(np.float32),
                "w": (rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32),
                "b": rng.standard_normal(16).astype(np.float32),
-               "bias": rng.standard_normal((16, 1, 1)).astype(np.float32)}
+               "bias": rng.standard_normal((16, 1, 1)).astype(np.float32),
+               "grid": rng.standard_normal((12, 10)).astype(np.float32)}
     model = onnx.shape_inference.infer_shapes(with_weights(RESIDUAL.format(terms=terms), **weights))
     sites = discover_sites(model)
     (site,) = [s for s in sites if s.ok]
@@ -169,7 +182,7 @@ def test_a_residual_sum_is_the_convolution_s_mean_plus_the_other_term_s(terms, r
     assert [n.op_type for n in aug.graph.node if "c" in n.input] == ["Add"]
     x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
     xi = conv2d(x, weights["w0"]).astype(np.float32)
-    other = xi if "xi" in terms else weights["bias"].astype(np.float64)
+    other = xi if "xi" in terms else weights["bias" if "bias" in terms else "grid"].astype(np.float64)
     want = (conv2d(xi, weights["w"], weights["b"], {"pads": [1, 1, 1, 1]}) + other).mean(axis=(2, 3))
     np.testing.assert_allclose(run(aug, {"x": x})[outs[site.index].x], want, rtol=0, atol=1e-5 * np.abs(want).max())
 

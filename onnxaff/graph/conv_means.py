@@ -4,7 +4,8 @@ activation into the convolution.
 A site's X is the convolution's output. Read by a GlobalAveragePool besides the activation, it has two
 consumers, and onnxruntime fuses nothing: on NCHWc kernels each such site becomes ReorderOutput → activation →
 ReorderInput, three extra passes over a map, which doubled MobileNetV2's inference (benchmarks/RESULTS.md,
-issue 28). Exact ways around it, all reading only the convolution's input, tried in this order:
+issue 28). Exact ways around it, all reading only the convolution's input, tried in this order (`auto_pad`
+worked out into pads where the shapes are static):
 
 - a 1×1 convolution with stride 1 and no padding is affine in each position, so the mean of its output is
   W · mean(input) + b, a [rows, C_in] × [C_in, C_out] product;
@@ -15,7 +16,8 @@ issue 28). Exact ways around it, all reading only the convolution's input, tried
   second time, unfused, and averaged. Its weights are a copy under another name, or onnxruntime's
   common-subexpression elimination would merge the two convolutions back into one;
 - Conv + Add + activation (a residual block's end, which onnxruntime fuses into one convolution with a sum
-  input): the convolution's mean by one of the above plus the other term's (`_sum_means`);
+  input, or a per-channel constant it folds into the bias): the convolution's mean by one of the above plus the
+  other term's (`_sum_means`);
 - Conv + BatchNormalization (inference) + activation, which onnxruntime folds and fuses: the same
   normalisation of the convolution's means (`_term_means`).
 
@@ -75,22 +77,39 @@ def _term_means(builder, tensor: str, prefix: str) -> str | None:
 
 
 def _sum_means(builder, i: int, prefix: str) -> str | None:
-    """Conv + Add + activation (a residual block's end): onnxruntime fuses the Add into the convolution as its
-    sum input, so the mean is the convolution's, taken from its input, plus the other term's."""
+    """Conv + Add + activation: onnxruntime fuses the Add into the convolution, as its sum input (a residual
+    block's end) or, for a constant per channel (a bias the exporter kept apart, as mnist-8's), into its bias. The
+    mean is the convolution's, taken from its input, plus the other term's: its channel mean, or the constant."""
     view = builder.view
     node = view.nodes[i]
-    out = node.output[0]
-    shape = view.shape(out)
-    if (len(node.input) != 2 or shape is None or not all(isinstance(d, int) for d in shape[1:])
-            or any(view.shape(t) != shape for t in node.input)):
-        return None  # broadcasting (or shapes unknown): the mean of a term may not be the term's channel mean
+    shape = view.shape(node.output[0])
+    if len(node.input) != 2 or shape is None or len(shape) < 3 or not all(isinstance(d, int) for d in shape[1:]):
+        return None  # shapes unknown: the mean of a term may not be its channel mean
     for k, term in enumerate(node.input):
-        if view.elem_type(term) != TensorProto.FLOAT or len(view.consumers.get(term, [])) != 1:
+        if (view.shape(term) != shape or view.elem_type(term) != TensorProto.FLOAT
+                or len(view.consumers.get(term, [])) != 1):
             continue
-        conv = _term_means(builder, term, prefix)
+        other = _other_mean(builder, node.input[1 - k], shape, prefix)
+        conv = None if other is None else _term_means(builder, term, prefix)
         if conv is not None:
-            return builder.node("Add", [conv, _channel_mean(builder, node.input[1 - k], prefix)], prefix)
+            return builder.node("Add", [conv, other], prefix)
     return None
+
+
+def _other_mean(builder, other: str, shape: list, prefix: str) -> str | None:
+    """The channel means of the other term of a sum of `shape`: a tensor of that shape, or a constant that varies
+    at most along the channels (as [1, C]); None for anything else broadcast."""
+    view = builder.view
+    if view.shape(other) == shape:
+        return _channel_mean(builder, other, prefix)
+    value = view.constant(other)
+    if value is None or value.dtype != np.float32 or value.ndim > len(shape):
+        return None
+    full = (1,) * (len(shape) - value.ndim) + value.shape
+    if full[0] != 1 or full[1] not in (1, shape[1]) or any(d != 1 for d in full[2:]):
+        return None
+    per_channel = np.broadcast_to(value.reshape(full[:2]), (1, shape[1])).astype(np.float32)
+    return _add(builder, numpy_helper.from_array(per_channel, builder.namer.fresh(f"{prefix}.bias")))
 
 
 def _conv_means(builder, tensor: str, prefix: str) -> str | None:
@@ -117,6 +136,9 @@ def _conv_means(builder, tensor: str, prefix: str) -> str | None:
     out_spatial = (view.shape(tensor) or [])[2:]
     in_spatial = (view.shape(node.input[0]) or [])[2:]
     dilations = list(attrs.get("dilations", [1] * len(kernel)))
+    if auto_pad != "NOTSET" and _static(in_spatial, len(kernel)) and _static(out_spatial, len(kernel)):
+        pads = _explicit_pads(auto_pad, kernel, in_spatial, out_spatial, strides, dilations)
+        auto_pad = "NOTSET" if pads is not None else auto_pad
     if auto_pad == "NOTSET" and _static(out_spatial, len(kernel)):
         if node.input[0] in view.graph_inputs and len(kernel) <= 2 and _static(in_spatial, len(kernel)):
             return _input_window_mean(builder, node, kernel, in_spatial, out_spatial, strides, pads, dilations,
@@ -214,6 +236,20 @@ def _window_mean(builder, node, out_spatial, pads, dilations, prefix: str) -> st
         x = builder.node("AveragePool", [x], prefix, kernel_shape=kernel, strides=strides, pads=axis_pads,
                          count_include_pad=1)
     return _apply_taps(builder, node, x, prefix)
+
+
+def _explicit_pads(auto_pad: str, kernel, in_spatial, out_spatial, strides, dilations) -> list[int] | None:
+    """The pads auto_pad stands for (the ONNX Conv rule: SAME_UPPER puts an odd pad's extra at the end,
+    SAME_LOWER at the start, VALID none), checked against the output size; None if they do not give it."""
+    begin, end = [], []
+    for i, o, k, s, d in zip(in_spatial, out_spatial, kernel, strides, dilations, strict=True):
+        total = max(0, (o - 1) * s + (k - 1) * d + 1 - i) if auto_pad != "VALID" else 0
+        first = total // 2 if auto_pad in ("SAME_UPPER", "VALID") else total - total // 2
+        if auto_pad not in ("SAME_UPPER", "SAME_LOWER", "VALID") or (i + total - (k - 1) * d - 1) // s + 1 != o:
+            return None
+        begin.append(first)
+        end.append(total - first)
+    return begin + end
 
 
 def _static(dims, rank: int) -> bool:
