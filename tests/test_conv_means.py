@@ -65,6 +65,14 @@ def conv_model(rng, weight_shape, attrs: str, act: str, bias: bool = True, throu
     return onnx.shape_inference.infer_shapes(with_weights(text, **weights))  # as load_model does
 
 
+def augmented(model: onnx.ModelProto):
+    """(the model's one site, the augmented model, its outputs by site) with mean features."""
+    sites = discover_sites(model)
+    (site,) = [s for s in sites if s.ok]
+    aug, outs = augment_model(model, sites, "mean")
+    return site, aug, outs
+
+
 def conv_attrs(model: onnx.ModelProto) -> dict:
     (node,) = [n for n in model.graph.node if n.op_type == "Conv"]
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -112,9 +120,7 @@ def _added(model: onnx.ModelProto, aug: onnx.ModelProto) -> collections.Counter:
 def test_x_features_equal_the_mean_of_the_convolution_output(name, rng):
     shape, attrs, act, through, way = CASES[name]
     model = conv_model(rng, shape, attrs, act, bias="no_bias" not in name, through=through)
-    sites = discover_sites(model)
-    (site,) = [s for s in sites if s.ok]
-    aug, outs = augment_model(model, sites, "mean")
+    site, aug, outs = augmented(model)
     onnx.checker.check_model(aug, full_check=True)
     added = _added(model, aug)
     # the convolution's output keeps one reader (the activation) exactly when a rule applies
@@ -143,9 +149,7 @@ def test_a_window_wider_than_a_pad_allows_keeps_the_mean_of_the_output(rng):
     """onnxruntime refuses an AveragePool whose pads reach its window: a 3×3 convolution padded by 1 on a 1×1 map
     (the window is 1) keeps the plain mean of its output, and still gives the right number."""
     model = conv_model(rng, (24, 16, 3, 3), "<pads: ints = [1, 1, 1, 1]>", "Relu", dims=(1, 1))
-    sites = discover_sites(model)
-    (site,) = [s for s in sites if s.ok]
-    aug, outs = augment_model(model, sites, "mean")
+    site, aug, outs = augmented(model)
     assert [n.op_type for n in aug.graph.node if "c" in n.input] == ["Relu", "GlobalAveragePool"]
     x = rng.standard_normal((4, 16, 1, 1)).astype(np.float32)
     init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -173,9 +177,7 @@ def test_a_residual_sum_is_the_convolution_s_mean_plus_the_other_term_s(terms, r
                "bias": rng.standard_normal((16, 1, 1)).astype(np.float32),
                "grid": rng.standard_normal((12, 10)).astype(np.float32)}
     model = onnx.shape_inference.infer_shapes(with_weights(RESIDUAL.format(terms=terms), **weights))
-    sites = discover_sites(model)
-    (site,) = [s for s in sites if s.ok]
-    aug, outs = augment_model(model, sites, "mean")
+    site, aug, outs = augmented(model)
     onnx.checker.check_model(aug, full_check=True)
     readers = [n.op_type for n in aug.graph.node if "s" in n.input]
     assert readers == (["Relu"] if rule else ["Relu", "GlobalAveragePool"])
@@ -223,9 +225,7 @@ def test_older_opsets_get_a_graph_onnxruntime_loads(opset, bias, rng):
     opset 10 made the whole augmented model unloadable (review); where no form fits, the output's mean."""
     model = conv_model(rng, (24, 16, 1, 1), "", "Relu", bias=bias)
     model.opset_import[0].version = opset
-    sites = discover_sites(model)
-    (site,) = [s for s in sites if s.ok]
-    aug, outs = augment_model(model, sites, "mean")
+    site, aug, outs = augmented(model)
     x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
     got = run(aug, {"x": x})[outs[site.index].x]
     init = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
@@ -272,9 +272,7 @@ def test_a_one_dimensional_convolution_s_mean_is_taken_the_same_ways(through, at
         y = Relu(c)
     }}"""
     model = onnx.shape_inference.infer_shapes(with_weights(text, **weights))
-    sites = discover_sites(model)
-    (site,) = [s for s in sites if s.ok]
-    aug, outs = augment_model(model, sites, "mean")
+    site, aug, outs = augmented(model)
     assert _added(model, aug)[("AveragePool" if through else "MatMul")] == 1
     assert [n.op_type for n in aug.graph.node if "c" in n.input] == ["Relu"]
     x = rng.standard_normal((4, 16, 20)).astype(np.float32)
@@ -311,9 +309,7 @@ def test_a_batch_normalisation_the_export_did_not_fold_is_applied_to_the_means(o
         y = Relu(s)
     }}"""
     model = onnx.shape_inference.infer_shapes(with_weights(text, **weights))
-    sites = discover_sites(model)
-    (site,) = [s for s in sites if s.ok]
-    aug, outs = augment_model(model, sites, "mean")
+    site, aug, outs = augmented(model)
     readers = [n.op_type for n in aug.graph.node if "s" in n.input]
     assert readers == (["Relu"] if rule else ["Relu", "GlobalAveragePool"])
     x = rng.standard_normal((3, 16, 12, 10)).astype(np.float32)
