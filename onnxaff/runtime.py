@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import onnx
@@ -121,6 +122,7 @@ class Runner:
         if device == "cuda" and CUDA not in self.providers:
             raise ConfigError("device", "{option} cuda: the session fell back to CPU")
         self.io_binding = CUDA in self.providers if io_binding is None else io_binding
+        self.seconds = 0.0  # spent in `run` so far: the runtime's share of a batch (the dry run's calibration)
 
     def _run_bound(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         binding = self.session.io_binding()
@@ -135,6 +137,7 @@ class Runner:
         return binding.copy_outputs_to_cpu()
 
     def run(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        clock = time.perf_counter()
         try:
             fed = {k: _ort_value(v) for k, v in feed.items()}
             if self.io_binding:
@@ -143,6 +146,8 @@ class Runner:
         except Exception as exc:
             shapes = ", ".join(f"{k}{list(v.shape)}:{v.dtype}" for k, v in feed.items())
             raise OnnxaffError(f"onnxruntime failed on a batch ({shapes}): {first_line(exc)}") from None
+        finally:
+            self.seconds += time.perf_counter() - clock
 
 
 def _ort_value(value: np.ndarray):

@@ -165,26 +165,6 @@ class _Recorder:
         return Future()
 
 
-class _RuntimeClock:
-    """Seconds a Runner spends in `run` (the runtime alone) while it is installed, i.e. until `close`."""
-
-    def __init__(self, runner: Runner):
-        self.runner, self.seconds = runner, 0.0
-        run = runner.run
-
-        def timed(names, batch):
-            clock = time.perf_counter()
-            try:
-                return run(names, batch)
-            finally:
-                self.seconds += time.perf_counter() - clock
-
-        runner.run = timed  # an instance attribute over the method, taken away by `close`
-
-    def close(self) -> None:
-        vars(self.runner).pop("run", None)
-
-
 class _Fed:
     """The calibration batches through the run's own Feeder: their times, the rows each site got, memory."""
 
@@ -195,36 +175,34 @@ class _Fed:
         warm = plan.batch_size if plan.fixed_batch is not None else min(plan.batch_size, WARM_EXAMPLES)
         windows = [(warm, plan.start, min(plan.stop, plan.start + warm)),
                    (plan.batch_size, plan.start + warm, plan.stop)]
-        runtime = _RuntimeClock(feeder.runner)
-        try:
-            for size, start, stop in windows:
-                batches = plan.source.batches(size, start=start, stop=stop)
-                try:
-                    clock, runtime.seconds = time.perf_counter(), 0.0
-                    batch = next(iter(batches), None)
-                    if batch is None:
-                        break
-                    n = feeder.feed(batch, _Recorder())
-                    self.times.append((time.perf_counter() - clock, n))
-                finally:
-                    getattr(batches, "close", lambda: None)()
-                self.examples += n
-                self.batches.append(batch)
-                for st in feeder.state.sites + feeder.state.stages:  # one chunk a site is enough to draw rows from
-                    self.cut_chunks |= bool(st.schedule.pending) and len(self.times) > 1
-                    del st.schedule.pending[1:]
-            if not self.examples:
-                raise no_usable(plan.data, plan.source)
-            self.rss = status_bytes("VmRSS")
-            self.file_per_example = max(0, status_bytes("RssFile") - files) / self.examples
-            if len(self.times) > 1 and self.times[-1][1]:
-                # The first full batch also pays the arena's growth and first touches (PP-LCNet: inference +23 %): the
-                # runtime alone on it again, plus what reading and collecting took the first time, is the steady batch.
-                besides, runtime.seconds = self.times[-1][0] - runtime.seconds, 0.0
-                feeder.runner.run(feeder.names, self.batches[-1])
-                self.times[-1] = (min(self.times[-1][0], besides + runtime.seconds), self.times[-1][1])
-        finally:
-            runtime.close()
+        runner = feeder.runner
+        for size, start, stop in windows:
+            batches = plan.source.batches(size, start=start, stop=stop)
+            try:
+                clock, runtime = time.perf_counter(), runner.seconds
+                batch = next(iter(batches), None)
+                if batch is None:
+                    break
+                n = feeder.feed(batch, _Recorder())
+                self.times.append((time.perf_counter() - clock, n))
+                besides = self.times[-1][0] - (runner.seconds - runtime)  # reading and collecting
+            finally:
+                getattr(batches, "close", lambda: None)()
+            self.examples += n
+            self.batches.append(batch)
+            for st in feeder.state.sites + feeder.state.stages:  # one chunk a site is enough to draw rows from
+                self.cut_chunks |= bool(st.schedule.pending) and len(self.times) > 1
+                del st.schedule.pending[1:]
+        if not self.examples:
+            raise no_usable(plan.data, plan.source)
+        self.rss = status_bytes("VmRSS")
+        self.file_per_example = max(0, status_bytes("RssFile") - files) / self.examples
+        if len(self.times) > 1 and self.times[-1][1]:
+            # The first full batch also pays the arena's growth and first touches (PP-LCNet: inference +23 %): the
+            # runtime alone on it again, plus what reading and collecting took the first time, is the steady batch.
+            runtime = runner.seconds
+            runner.run(feeder.names, self.batches[-1])
+            self.times[-1] = (min(self.times[-1][0], besides + runner.seconds - runtime), self.times[-1][1])
 
     @staticmethod
     def extrapolate(times: list[tuple[float, int]], examples: int) -> float:
