@@ -141,11 +141,11 @@ def _conv_means(builder, tensor: str, prefix: str) -> str | None:
         auto_pad = "NOTSET" if pads is not None else auto_pad
     if auto_pad == "NOTSET" and _static(out_spatial, len(kernel)):
         if node.input[0] in view.graph_inputs and len(kernel) <= 2 and _static(in_spatial, len(kernel)):
-            return _input_window_mean(builder, node, kernel, in_spatial, out_spatial, strides, pads, dilations,
+            return _input_window_mean(builder, node, weight, in_spatial, out_spatial, strides, pads, dilations,
                                       prefix)
         # onnxruntime refuses an AveragePool whose pads reach its window (which is the output's size)
         if all(s == 1 for s in strides) and builder.opset >= 7 and max(pads) < min(out_spatial):
-            return _window_mean(builder, node, out_spatial, pads, dilations, prefix)
+            return _window_mean(builder, node, weight, out_spatial, pads, dilations, prefix)
     if int(np.prod(weight.shape[1:])) <= CLONE_MACS:
         return _clone_mean(builder, node, weight, prefix)
     return None
@@ -220,7 +220,7 @@ def _clone_mean(builder, node, weight: _Weight, prefix: str) -> str:
     return builder.node("Flatten", [builder.node("GlobalAveragePool", [clone], prefix)], prefix, axis=1)
 
 
-def _window_mean(builder, node, out_spatial, pads, dilations, prefix: str) -> str:
+def _window_mean(builder, node, weight: _Weight, out_spatial, pads, dilations, prefix: str) -> str:
     """A stride-1 convolution's mean over its P output positions is Σ_k W_k · S_k / P + b, where S_k sums the
     (zero-padded) input over the P positions tap k reads: a window as large as the output, shifted by k·δ. The
     window is a product of intervals, so one AveragePool per spatial axis (window Oₐ along axis a, 1 along the
@@ -235,17 +235,19 @@ def _window_mean(builder, node, out_spatial, pads, dilations, prefix: str) -> st
         axis_pads = [pads[b] if b % rank == a else 0 for b in range(2 * rank)]
         x = builder.node("AveragePool", [x], prefix, kernel_shape=kernel, strides=strides, pads=axis_pads,
                          count_include_pad=1)
-    return _apply_taps(builder, node, x, prefix)
+    return _apply_taps(builder, node, weight, x, prefix)
 
 
 def _explicit_pads(auto_pad: str, kernel, in_spatial, out_spatial, strides, dilations) -> list[int] | None:
     """The pads auto_pad stands for (the ONNX Conv rule: SAME_UPPER puts an odd pad's extra at the end,
     SAME_LOWER at the start, VALID none), checked against the output size; None if they do not give it."""
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER", "VALID"):
+        return None
     begin, end = [], []
     for i, o, k, s, d in zip(in_spatial, out_spatial, kernel, strides, dilations, strict=True):
         total = max(0, (o - 1) * s + (k - 1) * d + 1 - i) if auto_pad != "VALID" else 0
         first = total // 2 if auto_pad in ("SAME_UPPER", "VALID") else total - total // 2
-        if auto_pad not in ("SAME_UPPER", "SAME_LOWER", "VALID") or (i + total - (k - 1) * d - 1) // s + 1 != o:
+        if (i + total - (k - 1) * d - 1) // s + 1 != o:
             return None
         begin.append(first)
         end.append(total - first)
@@ -256,12 +258,13 @@ def _static(dims, rank: int) -> bool:
     return len(dims) == rank and all(isinstance(d, int) and d > 0 for d in dims)
 
 
-def _input_window_mean(builder, node, kernel, in_spatial, out_spatial, strides, pads, dilations, prefix: str) -> str:
+def _input_window_mean(builder, node, weight: _Weight, in_spatial, out_spatial, strides, pads, dilations,
+                       prefix: str) -> str:
     """The same sums S_k / P for a convolution of a graph input (an image: NCHW as given, nothing to reorder), at
     any stride: S_k is separable, so a MatMul per spatial axis with the 0/1 matrix of the positions each tap
     reads (divided by that axis's output size) contracts it, the last axis first: [rows, C, H, W]·[W, K_W], then
     [K_H, H]·[rows, C, H, K_W]."""
-    rank = len(in_spatial)
+    rank, kernel = len(in_spatial), weight.shape[2:]
     x = node.input[0]
     for a in reversed(range(rank)):
         picks = np.zeros((in_spatial[a], kernel[a]), np.float32)
@@ -274,17 +277,16 @@ def _input_window_mean(builder, node, kernel, in_spatial, out_spatial, strides, 
         else:
             matrix = _add(builder, numpy_helper.from_array(picks.T.copy(), builder.namer.fresh(f"{prefix}.taps")))
             x = builder.node("MatMul", [matrix, x], prefix)
-    return _apply_taps(builder, node, x, prefix)
+    return _apply_taps(builder, node, weight, x, prefix)
 
 
-def _apply_taps(builder, node, sums: str, prefix: str) -> str:
+def _apply_taps(builder, node, weight: _Weight, sums: str, prefix: str) -> str:
     """Σ_k W_k · (S_k / P) + b from the [rows, C_in, K…] sums. Without groups, one Gemm with W as a [C_out, C_in·K]
     matrix: the convolution itself would read all of W once per row (a 3×3 convolution over 512 channels: 9 MB
     a row). With groups, the convolution (its weights are few)."""
-    if _attrs(node).get("group", 1) != 1 or builder.opset < 7:
-        attrs = {k: v for k, v in _attrs(node).items() if k == "group"}
-        return builder.node("Flatten", [builder.node("Conv", [sums, *node.input[1:]], prefix, **attrs)], prefix,
-                            axis=1)
+    group = _attrs(node).get("group", 1)
+    if group != 1 or builder.opset < 7:
+        conv = builder.node("Conv", [sums, *node.input[1:]], prefix, **({"group": group} if group != 1 else {}))
+        return builder.node("Flatten", [conv], prefix, axis=1)
     bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    weight = _Weight.of(builder.view, node.input[1])
     return _gemm(builder, builder.node("Flatten", [sums], prefix, axis=1), node.input[1], weight, bias, prefix)
