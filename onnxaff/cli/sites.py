@@ -75,6 +75,13 @@ def _print_sites(listed, model_name: str) -> None:
 
 def _print_misses(misses) -> None:
     """One row per refusal; of the library's, only the nearest (smallest deviation where it decided)."""
+    lines = [m for m in misses if m.affine]
+    misses = [m for m in misses if not m.affine]
+    if lines:
+        rows = [["+".join(m.ops) + " (" + ", ".join(m.nodes) + ")", f"{t.entry} → {t.exit}", t.reason]
+                for m in lines for t in m.tried]
+        click.echo("\n" + printable(f"islands called affine, so no site: {len(lines)}"))
+        click.echo(table(rows, ["island", "region", "why"]))
     if not misses:
         click.echo("\nevery non-affine node belongs to a named site: nothing to explain")
         return

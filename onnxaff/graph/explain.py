@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaff.graph import patterns, qdq
-from onnxaff.graph.patterns import library
-from onnxaff.graph.patterns.islands import Islands
+from onnxaff.graph.patterns.islands import _PASS_THROUGH, Islands
 from onnxaff.graph.patterns.region import Candidate
 from onnxaff.graph.patterns.rule import Miss
 from onnxaff.graph.sites import Site
@@ -49,9 +48,11 @@ class Explained:
     ops: list[str]
     site: str | None
     tried: list[Tried] = field(default_factory=list)
+    affine: bool = False  # an island of several ops called a + b·x: no site, and `tried` says how that was decided
 
     def to_dict(self) -> dict:
-        return {"nodes": self.nodes, "ops": self.ops, "site": self.site, "tried": [t.to_dict() for t in self.tried]}
+        return {"nodes": self.nodes, "ops": self.ops, "site": self.site, "affine": self.affine,
+                "tried": [t.to_dict() for t in self.tried]}
 
 
 def explain_misses(view: GraphView, sites: list[Site]) -> list[Explained]:
@@ -70,9 +71,24 @@ def explain_misses(view: GraphView, sites: list[Site]) -> list[Explained]:
     out = []
     for _, site_id, nodes in sorted(groups, key=lambda g: g[0]):
         inside = set(nodes)
-        tried = _keep_largest(view, [(st, c, m) for st, c, m in records if inside.intersection(c.nodes)])
+        tried = _keep_largest(view, [(st, c, m) for st, c, m in records
+                                     if st != "affine" and inside.intersection(c.nodes)])
         out.append(Explained([view.node_label(i) for i in nodes], [view.nodes[i].op_type for i in nodes],
                              site_id, tried))
+    return out + _affine_islands(view, records, claimed)
+
+
+def _affine_islands(view: GraphView, records, claimed: set[int]) -> list[Explained]:
+    """The islands of two ops or more (a lone scale or shift is everywhere) called affine, the largest of each
+    nest, in forward order: a reader who expected a site there sees the line and how it was decided."""
+    found = [(c, m) for st, c, m in records if st == "affine" and claimed.isdisjoint(c.nodes)
+             and sum(view.nodes[i].op_type not in _PASS_THROUGH for i in c.nodes) >= 2]
+    found = [(c, m) for c, m in found if not any(set(c.nodes) < set(o.nodes) for o, _ in found)]
+    out = []
+    for c, m in sorted(found, key=lambda cm: view.order[cm[0].nodes[-1]]):
+        ops = tuple(view.nodes[i].op_type for i in c.nodes)
+        out.append(Explained([view.node_label(i) for i in c.nodes], list(ops), None,
+                             [Tried("affine", "affine", c.entry, c.exit, ops, m.reason, float("inf"))], affine=True))
     return out
 
 
@@ -95,21 +111,9 @@ def _unclaimed_non_affine(view: GraphView, claimed: set[int]) -> list[int]:
     found = []
     for i, cand in inner.items():
         g = values[cand]
-        if g is not None and g.size and np.issubdtype(g.dtype, np.number) and not _affine(g.astype(np.float64)):
+        if g is not None and g.size and np.issubdtype(g.dtype, np.number) and not isl.affine(cand).affine:
             found.append(i)
     return found
-
-
-def _affine(g: np.ndarray) -> bool:
-    """a + b·x per column on library.WIDE, by the residual of the fit alone (library.is_affine's secant
-    shortcut divides by the 1e-16 steps between WIDE's near-duplicate points, so small slopes fail it)."""
-    ok = np.all(np.isfinite(g), axis=1)
-    if ok.sum() < 3:
-        return False
-    x, g = library.WIDE[ok], g[ok]
-    a = np.stack([np.ones_like(x), x], axis=1)
-    coef, *_ = np.linalg.lstsq(a, g, rcond=None)
-    return bool(np.all(np.abs(a @ coef - g) <= 1e-9 * (1.0 + np.abs(g) + library.FAR * np.abs(coef[1]))))
 
 
 def _keep_largest(view: GraphView, records: list[tuple[str, Candidate, Miss]]) -> list[Tried]:

@@ -18,7 +18,7 @@ from onnx import TensorProto
 
 from onnxaff.graph import elementwise, qdq
 from onnxaff.graph.fold import as_float64
-from onnxaff.graph.patterns import library
+from onnxaff.graph.patterns import affine, library
 from onnxaff.graph.patterns.region import Candidate
 from onnxaff.graph.patterns.rule import Miss
 from onnxaff.graph.view import GraphView
@@ -167,6 +167,18 @@ class Islands:
                 out.update((c, None) for c in group)
         return out
 
+    def affine(self, cand: Candidate) -> affine.Verdict:
+        """Whether the island is a + b·x per position: derived from its ops where they allow, else on probes."""
+        consts = self._consts(cand.entry, cand.nodes)
+        exact = affine.from_ops(self.view, cand.entry, cand.nodes, consts)
+        if exact is not None:
+            return exact
+        n = len(affine.SPREAD)
+        env = self._run(cand.entry, cand.nodes, consts, affine.SPREAD)
+        with np.errstate(all="ignore"):
+            magnitude = sum(np.abs(self._columns(np.asarray(t, np.float64), n)) for t in env.values())
+        return affine.on_probes(self._columns(np.asarray(env[cand.exit], np.float64), n), magnitude)
+
     def name(self, cand: Candidate, g: np.ndarray, misses: list[Miss] | None = None) -> tuple[str, dict] | None:
         """The named function (kind, params) the island computes, or None (affine functions name none);
         each library entry's refusal goes to `misses` when given."""
@@ -200,12 +212,12 @@ def match_islands(view: GraphView, claimed: set[int],
     for c, g in values.items():
         usable = g is not None and g.size and np.issubdtype(g.dtype, np.number)
         values[c] = g.astype(np.float64) if usable else None
-    affine_memo: dict[Candidate, bool] = {}
+    verdicts: dict[Candidate, affine.Verdict] = {}
 
-    def affine(c: Candidate) -> bool:  # computed only where asked: most candidates never are
-        if c not in affine_memo:
-            affine_memo[c] = library.is_affine(values[c])
-        return affine_memo[c]
+    def is_affine(c: Candidate) -> bool:  # computed only where asked: most candidates never are
+        if c not in verdicts:
+            verdicts[c] = isl.affine(c)
+        return verdicts[c].affine
 
     def refuse(c: Candidate, why: str, *args) -> None:
         if misses is not None:
@@ -220,10 +232,11 @@ def match_islands(view: GraphView, claimed: set[int],
             if values[c] is not None and not data_path(view, c):
                 refuse(c, "maps no floating-point data (an integer, boolean or shape tensor, or weights): no site")
         cands = [c for c in per_exit[i] if values[c] is not None and data_path(view, c)]
-        if cands and affine(cands[-1]) and not set(_ops(view, cands[-1])) <= _ALGEBRA:
+        if cands and is_affine(cands[-1]) and not set(_ops(view, cands[-1])) <= _ALGEBRA:
             # Non-linear parts that cancel (Clip with min > max: a constant) make no non-linearity.
             dead.update(cands[-1].nodes)
-            refuse(cands[-1], "affine overall: its non-linear parts cancel, so neither it nor its ops are sites")
+            refuse(cands[-1], "its non-linear parts cancel, so neither it nor its ops are sites: {}",
+                   verdicts[cands[-1]].reason)
             continue
         # Named: the outermost name, taken as far in as that same name and parameters reach.
         pick = None
@@ -232,6 +245,10 @@ def match_islands(view: GraphView, claimed: set[int],
             hit = isl.name(cand, values[cand], tried)
             if tried:
                 misses.extend(("library", cand, m) for m in tried)
+            if hit is not None and is_affine(cand):  # a line far from 0 is within the library's tolerance of a
+                refuse(cand, "would be {} to the library's tolerance, but is a line: {}",  # bound: no name
+                       hit[0], verdicts[cand].reason)
+                hit = None
             if hit is None:
                 if pick is not None:
                     break
@@ -248,7 +265,7 @@ def match_islands(view: GraphView, claimed: set[int],
             continue
         # Unnamed: the innermost non-affine region; single activation nodes are their own sites.
         for cand in cands:
-            if not affine(cand):
+            if not is_affine(cand):
                 core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
                 algebra = set(core) <= _ALGEBRA  # a polynomial, x²: a site unless a normalisation's
                 if algebra and not np.isfinite(values[cand]).all():
@@ -260,6 +277,9 @@ def match_islands(view: GraphView, claimed: set[int],
                 else:
                     _refuse_unnamed(refuse, cand, core)
                 break
+        else:
+            if cands and misses is not None:  # the largest island ending here is a + b·x: what `--explain` shows
+                misses.append(("affine", cands[-1], Miss("affine", verdicts[cands[-1]].reason)))
     found = []
     taken = set(claimed) | dead
     for group in (named, unnamed):

@@ -201,30 +201,6 @@ NAMED: list[Callable] = [
 ]
 
 
-def is_affine(g: np.ndarray) -> bool:
-    """g = a + b·x on WIDE (per column), to float rounding: a scale or shift is no non-linearity."""
-    g = np.atleast_2d(g.T).T
-    k = g[_KEY_INDEX[1:4]]  # -1, -0.37, 0: a bend there settles it without the fit
-    if np.all(np.isfinite(k)) and np.any(np.abs((k[1] - k[0]) / 0.63 - (k[2] - k[1]) / 0.37)
-                                         > 1e-6 * (1.0 + np.abs(k).max(axis=0))):
-        return False
-    ok = np.all(np.isfinite(g), axis=1)
-    if ok.sum() < 3:
-        return False
-    x, g = WIDE[ok], g[ok]
-    # Quick test: the secant slopes of an affine map agree with its overall one; most candidates are rejected
-    # here. Within the rounding of g: x + b near x = 0 rounds to b's ulp, over a step of 1e-4 or less.
-    dx = np.diff(x)[:, None]
-    slopes, overall = np.diff(g, axis=0) / dx, (g[-1] - g[0]) / (x[-1] - x[0])
-    rounding = 4 * np.finfo(np.float64).eps * (np.abs(g[1:]) + np.abs(g[:-1])) / dx
-    if np.any(np.abs(slopes - overall) > 1e-6 * (1.0 + np.abs(slopes).max(axis=0)) + rounding):
-        return False
-    a = np.stack([np.ones_like(x), x], axis=1)
-    coef, *_ = np.linalg.lstsq(a, g, rcond=None)
-    resid = np.abs(a @ coef - g)
-    return bool(np.all(resid <= 1e-9 * (1.0 + np.abs(g) + FAR * np.abs(coef[1]))))
-
-
 def identify(g: np.ndarray, f: Callable[[np.ndarray], np.ndarray],
              misses: list[Miss] | None = None) -> tuple[str, dict] | None:
     """(kind, params) of the named function g = f(WIDE) is, or None; each entry's refusal goes to `misses`."""
