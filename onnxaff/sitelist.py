@@ -9,7 +9,7 @@ shaped by `--input-shape`). So the two commands agree on every site and its stat
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 
@@ -32,6 +32,7 @@ class SiteList:
     sites: list[Site]  # activations + extra, numbered
     # With explain: the non-linearities left unclaimed or unnamed, with each rule's refusal (graph.explain).
     misses: list | None = None
+    notes: list[str] = field(default_factory=list)  # what loading rewrote or let pass (LoadedModel.notes)
 
 
 def _dedupe(sites: list[Site]) -> list[Site]:
@@ -75,6 +76,7 @@ def sites_of(model, layout: str = "auto", pairs=(), blocks=(), *, data=PROBE_DAT
     listed, a rank static inference missed resolved by a probe run on `data` (see resolve_by_probe)."""
     loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
     listed = list_sites(loaded, layout, pairs, blocks, explain=explain)
+    listed.notes = list(loaded.notes)
     resolve_by_probe(loaded, listed, layout, data, shapes=shapes, feeding=feeding, explicit=explicit)
     return listed
 

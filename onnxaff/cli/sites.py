@@ -45,6 +45,8 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
     listed = sites_of(model, layout, parse_pairs(pairs), parse_block_kinds(blocks), data=data,
                       shapes=parse_input_shapes(input_shape), feeding={**feeding, **source}, explain=explain,
                       explicit=data != PROBE_DATA or bool(input_shape) or any(feed.values()))
+    for note in listed.notes:
+        click.echo(printable(f"note: {note}"), err=True)
     if fmt == "json":
         found = [s.to_dict() | {"dim": feature_dim(s, "mean")} for s in listed.sites]
         if explain:

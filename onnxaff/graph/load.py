@@ -261,12 +261,38 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
         else:  # by path: the checker then also validates external data references and large models
             onnx.checker.check_model(str(path))
     except Exception as exc:
-        raise OnnxaffError(f"invalid ONNX model {path.name}: {first_line(exc)}") from None
+        refused = first_line(exc)
+        if not _runtime_accepts(path):
+            raise OnnxaffError(f"invalid ONNX model {path.name}: {refused}") from None
+        checker_note = (f"onnx's checker refused the model ({refused}) but onnxruntime loads it, so it is analysed as "
+                        "onnxruntime runs it (an op onnxruntime registers in the standard domain, such as its T5 "
+                        "optimizer's SimplifiedLayerNormalization; shapes past it come from a probe run)")
+    else:
+        checker_note = None
     _check_tensors(model, path.name)
     loaded = LoadedModel(model=model, path=path, external_locations=locations, notes=expand(model))
     if infer_shapes:  # the file's shapes only while the model is the file's; an expanded or sorted one in memory
         loaded.model, loaded.inferred = _infer(model, None if moved or loaded.notes else path)
+    if checker_note:
+        loaded.notes.insert(0, checker_note)
     return loaded
+
+
+def _runtime_accepts(path: Path) -> bool:
+    """Whether onnxruntime builds a session of the model (unoptimised, on the CPU): the checker refuses ops onnxruntime
+    registers in the standard domain, and a model onnxruntime runs is one onnxaff can analyse."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception:
+        return False
+    return True
 
 
 _CWD_LOCK = threading.Lock()
