@@ -79,16 +79,16 @@ def quantization(view, x: str, y: str) -> dict:
     p = view.producer.get(x)
     before = next((c for c in view.consumers.get(x, []) if c in paired(view) and view.nodes[c].op_type == Q), None)
     if p is not None and view.nodes[p].op_type == DQ:
-        out["x"] = _params(view, view.nodes[p])
+        out["x"] = params_of(view, view.nodes[p])
     elif before is not None:  # dedicated pairs: X is the float tensor each branch reads rounded
-        out["x"] = _params(view, view.nodes[before])
+        out["x"] = params_of(view, view.nodes[before])
     q = next((c for c in view.consumers.get(y, []) if view.nodes[c].op_type == Q), None)
     if q is not None:
-        out["y"] = _params(view, view.nodes[q])
+        out["y"] = params_of(view, view.nodes[q])
     return out
 
 
-def _params(view, node) -> dict:
+def params_of(view, node) -> dict:
     def value(k, default):
         v = view.constant(node.input[k]) if len(node.input) > k and node.input[k] else default
         if v is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
-from onnxaff.graph import patterns, qdq
+from onnxaff.graph import absorbed, patterns, qdq
 from onnxaff.graph.expand import attention
 from onnxaff.graph.layout import from_neighbours, sequence_layout
 from onnxaff.graph.load import default_opset
@@ -206,6 +206,9 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
     stacks = find_stacks(view, _single_kind)
     claimed: set[int] = {j for s in stacks for j in s.steps}
     entries += [(view.order[s.y_concat], _stack_site(view, s)) for s in stacks]
+    for a in absorbed.find(view, claimed):  # before the islands, which would read a clamping pair as the identity
+        claimed.update(a["nodes"])
+        entries.append((view.order[a["exit"]], _absorbed_site(view, a)))
     for m in patterns.match(view, taken=set(claimed)):
         exit_node = m.candidate.nodes[-1]
         claimed.update(m.candidate.nodes)
@@ -223,7 +226,7 @@ def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
     for k, site in enumerate(sites):
         site.index = k
         site.elementwise = site.kind not in NOT_ELEMENTWISE
-        quantized = qdq.quantization(view, site.input, site.output)
+        quantized = None if "absorbed_by" in site.params else qdq.quantization(view, site.input, site.output)
         if quantized:  # X dequantized, Y quantized next: they carry that rounding (docs/sites.md)
             site.params = {**site.params, "quantized": quantized}
         if site.status == "ok" and site.scope is None:  # a subgraph's sites were settled in their own scope
@@ -238,6 +241,17 @@ def _stack_site(view: GraphView, s: Stack) -> Site:
     return Site(index=-1, id=view.base_id(s.y_concat, y), kind=s.kind, input=x, output=y,
                 op_types=[view.nodes[j].op_type for j in s.steps], nodes=[view.node_label(j) for j in s.steps],
                 params=s.params, node_indices=list(s.steps))
+
+
+def _absorbed_site(view: GraphView, a: dict) -> Site:
+    """A ReLU the quantizer folded into a QuantizeLinear (or a QOperator node): X the float tensor it clamps."""
+    params = {"absorbed_by": view.nodes[a["nodes"][0]].op_type, "max": a["max"]}
+    if a["skipped"] is None:
+        params["quantized"] = {"y": qdq.params_of(view, view.nodes[a["nodes"][0]])}
+    return Site(index=-1, id=view.base_id(a["exit"], a["y"]), kind="relu", input=a["x"], output=a["y"],
+                op_types=[view.nodes[j].op_type for j in a["nodes"]], nodes=[view.node_label(j) for j in a["nodes"]],
+                params=params, node_indices=list(a["nodes"]), status="skipped" if a["skipped"] else "ok",
+                reason=a["skipped"] or "")
 
 
 def _recurrent_sites(view: GraphView, i: int) -> list[Site]:
