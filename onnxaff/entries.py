@@ -5,7 +5,7 @@ Read from a finished SiteState; nothing here changes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import numpy as np
 
@@ -14,7 +14,20 @@ from onnxaff.metrics.dispatch import serving
 from onnxaff.stats import RANK_FLAGS, RANK_TEST_MAX_D, entry_ci, metric_flags, moments_rank
 
 if TYPE_CHECKING:
-    from onnxaff.site_state import SiteState
+    from onnxaff.chunks import ChunkSchedule
+    from onnxaff.observations import Observations
+    from onnxaff.pooled import Pooled
+    from onnxaff.scores import Scores
+
+
+class SiteState(Protocol):
+    """What an entry reads of a site's collector (onnxaff.site_state.SiteState, which builds its entries here)."""
+
+    schedule: ChunkSchedule
+    pooled: Pooled
+    observed: Observations
+    scores: Scores
+    intervals: str
 
 
 def not_applicable(st: SiteState, m: Metric) -> str | None:

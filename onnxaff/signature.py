@@ -40,12 +40,6 @@ def near_linear_rule(info: dict | None) -> tuple[str, float] | None:
     return None
 
 
-def flagged_share(flags: dict) -> str:
-    """`34 of 35 (97 %)` from Signature.flag_summary: the scores with flags among those scored."""
-    k, n = flags["flagged"], flags["scored"]
-    return f"{k} of {n} ({100 * k / n:.0f} %)" if n else "0 of 0"
-
-
 def signature_stats(values: list[float], info: dict | None = None) -> dict:
     """A signature's statistics over one metric's per-site scores (non-finite and missing scores left out); the
     near-linear share by the metric's declared direction and range (see near_linear_rule), `share_above_0.95`

@@ -6,11 +6,16 @@ from __future__ import annotations
 import html
 import math
 
-from onnxaff.signature import flagged_share
 from onnxaff.text import printable
 
 SITE_COLUMNS = ("index", "id", "kind", "group", "status", "dim", "rows", "chunks")
 STATISTICS = ("mean", "std", "chunks", "partial", "status")
+
+
+def flagged_share(flags: dict) -> str:
+    """`34 of 35 (97 %)` from Signature.flag_summary: the scores with flags among those scored."""
+    k, n = flags["flagged"], flags["scored"]
+    return f"{k} of {n} ({100 * k / n:.0f} %)" if n else "0 of 0"
 
 
 def site_rows(sig) -> list[dict]:

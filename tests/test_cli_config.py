@@ -113,7 +113,7 @@ def test_a_warning_says_the_field_in_the_file_and_the_flag_on_the_terminal(tmp_p
     import json
     import pickle
 
-    from onnxaff.cli.app import echo_err
+    from onnxaff.cli.echo import echo_err
     from onnxaff.errors import option
     from onnxaff.signature import Signature
 

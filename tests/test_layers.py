@@ -149,3 +149,41 @@ def test_only_the_command_line_names_flags():
                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
                   for m in [flag.search(node.value)] if m]
     assert not found, "\n".join(found)
+
+
+def _import_graph():
+    """Module → the onnxaff modules it imports anywhere (at the top, inside functions, for type checking)."""
+    import networkx as nx
+
+    files = {}
+    for path in (ROOT / "onnxaff").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def module(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = nx.DiGraph()
+    for name, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("onnxaff"):
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("onnxaff")]
+            else:
+                continue
+            for t in {module(t) for t in targets} - {None, name}:
+                if not name.startswith(t + "."):  # a package's own __init__ is no edge back
+                    graph.add_edge(name, t)
+    return graph
+
+
+def test_no_import_circles():
+    """No two modules of onnxaff/ import each other, directly or around a ring, not even inside a function or for
+    type checking: each module can be read knowing only the ones below it."""
+    import networkx as nx
+
+    rings = sorted(sorted(c) for c in nx.strongly_connected_components(_import_graph()) if len(c) > 1)
+    assert not rings, "\n".join(" ↔ ".join(r) for r in rings)

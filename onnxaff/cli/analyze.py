@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from onnxaff.cli.app import cli, echo_err
+from onnxaff.cli.app import cli
 from onnxaff.cli.config import RunOptions, flag_of, run_options
+from onnxaff.cli.echo import echo_err
 from onnxaff.cli.options import analysis_options, configured, scale_options
 from onnxaff.errors import OnnxaffError, render_options
 from onnxaff.text import printable

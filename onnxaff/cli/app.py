@@ -20,13 +20,3 @@ class _Commands(click.Group):
 @click.version_option(package_name="onnxaff")
 def cli() -> None:
     """Measure how non-linear each non-linearity of an ONNX model is (affinity score and baselines)."""
-
-
-def echo_err(line: str) -> None:
-    """A progress or warning line on stderr, as printable text; the options the library names in it (a study's
-    progress, a plan's warnings) as flags."""
-    from onnxaff.cli.config import flag_of
-    from onnxaff.errors import render_options
-    from onnxaff.text import printable
-
-    click.echo(printable(render_options(line, flag_of)), err=True)

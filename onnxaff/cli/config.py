@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from onnxaff.cli.app import cli
 from onnxaff.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ def flag_map() -> dict[str, str]:
     """Configuration field (of AnalysisConfig, `images.KEY` of its image options, or of a run) -> its flag, read
     off the commands' own click options, so a flag is declared once (built on first use: every command is
     registered by then)."""
-    from onnxaff.cli.app import cli
-
     out = {}
     for command in cli.commands.values():
         for p in command.params:

@@ -6,7 +6,8 @@ import os
 
 import click
 
-from onnxaff.cli.app import cli, echo_err
+from onnxaff.cli.app import cli
+from onnxaff.cli.echo import echo_err
 from onnxaff.cli.options import exclude_flagged
 from onnxaff.terminal import table
 from onnxaff.text import printable

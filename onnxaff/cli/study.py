@@ -6,8 +6,9 @@ import sys
 
 import click
 
-from onnxaff.cli.app import cli, echo_err
+from onnxaff.cli.app import cli
 from onnxaff.cli.config import analysis_kwargs, flag_of, given_fields
+from onnxaff.cli.echo import echo_err
 from onnxaff.cli.options import analysis_options, configured
 from onnxaff.errors import ConfigError, render_options
 from onnxaff.text import printable

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 from onnxaff.graph.fold import exact_half
 
 if TYPE_CHECKING:
-    from onnxaff.graph.view import GraphView
+    from onnxaff.graph.index import GraphIndex
 
 # Ops that only reshape or retype a value: a constant stays a constant through them.
 _VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"}
@@ -20,7 +20,7 @@ _VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Fla
 class ConstantValues:
     """One graph's folded constants (GraphView.constant and .scalar read them)."""
 
-    def __init__(self, view: GraphView):
+    def __init__(self, view: GraphIndex):
         self.view = view
         self._cache: dict[str, np.ndarray | None] = {}
         self._depth = 0

@@ -45,6 +45,25 @@ def attr(node, name, default):
     return default
 
 
+def clip_bounds(view, node) -> tuple[float | None, float | None]:
+    """Clip's min/max: attributes before opset 11, optional inputs after; None where absent."""
+    lo = hi = None
+    for a in node.attribute:
+        if a.name == "min":
+            lo = a.f
+        elif a.name == "max":
+            hi = a.f
+    if len(node.input) > 1 and node.input[1]:
+        lo = view.scalar(node.input[1])
+        if lo is None:
+            raise ValueError("non-constant clip bound")
+    if len(node.input) > 2 and node.input[2]:
+        hi = view.scalar(node.input[2])
+        if hi is None:
+            raise ValueError("non-constant clip bound")
+    return lo, hi
+
+
 def evaluate(view, node, args: list):
     """The node's first output from its operands (numpy arrays or None for absent optional inputs)."""
     op = node.op_type
@@ -89,8 +108,6 @@ def evaluate(view, node, args: list):
             return 0.5 * a * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (a + 0.044715 * a**3)))
         return 0.5 * a * (1.0 + special.erf(a / np.sqrt(2.0)))
     if op == "Clip":
-        from onnxaff.graph.patterns.region import clip_bounds
-
         lo, hi = clip_bounds(view, node)
         return np.clip(a, -np.inf if lo is None else lo, np.inf if hi is None else hi)
     if op == "Min":

@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from onnxaff.graph.view import GraphView
+    from onnxaff.graph.index import GraphIndex
 
 
-def common_source(view: GraphView, tensors: list[str], limit: int = 20000) -> str | None:
+def common_source(view: GraphIndex, tensors: list[str], limit: int = 20000) -> str | None:
     """The latest tensor (in forward order) that every one of `tensors` derives from, or None.
 
     Walks the data ancestors in decreasing forward order, so when a tensor is popped every
@@ -38,7 +38,7 @@ def common_source(view: GraphView, tensors: list[str], limit: int = 20000) -> st
                 mask[u] |= m
     return None
 
-def between(view: GraphView, src: str, dst: str, also: Iterable[str] = ()) -> set[int]:
+def between(view: GraphIndex, src: str, dst: str, also: Iterable[str] = ()) -> set[int]:
     """Nodes on some path from tensor `src` (or one of `also`) to tensor `dst`, shape computations included."""
     end = view.producer.get(dst)
     if end is None:

@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 
 from onnxaff.graph import absorbed, patterns, qdq
+from onnxaff.graph.elementwise import clip_bounds
 from onnxaff.graph.expand import attention
 from onnxaff.graph.layout import from_neighbours, sequence_layout
 from onnxaff.graph.load import default_opset
-from onnxaff.graph.patterns.region import clip_bounds
 from onnxaff.graph.recurrent import RECURRENT_OPS, gates
 from onnxaff.graph.span import Span, unique_ids
 from onnxaff.graph.stacked import Stack, find_stacks
@@ -271,7 +271,7 @@ def _node_sites(view: GraphView, claimed: set[int], layout: str) -> list[tuple[f
         if i in claimed:
             continue
         if node.op_type in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
-            inner = subgraph_sites(view, i, layout)
+            inner = subgraph_sites(view, i, layout, find_sites)
             entries += [(view.order[i] + (k + 1) / 1000.0, site) for k, site in enumerate(inner)]
             continue
         if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):

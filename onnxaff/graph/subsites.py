@@ -8,6 +8,7 @@ out. One level deep is observed; deeper sites are listed, skipped with the reaso
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 
 import onnx
@@ -57,10 +58,9 @@ def depth(view: GraphView) -> int:
     return 0 if not isinstance(view, ScopedView) else 1 + depth(view.outer)
 
 
-def subgraph_sites(view: GraphView, i: int, layout: str) -> list:
-    """The sites of node i's subgraphs, in their own forward order, ids prefixed with where they live."""
-    from onnxaff.graph.sites import find_sites
-
+def subgraph_sites(view: GraphView, i: int, layout: str, find_sites: Callable) -> list:
+    """The sites of node i's subgraphs, in their own forward order, ids prefixed with where they live; `find_sites`
+    (graph.sites' own, which calls this) finds each subgraph's sites as it finds the main graph's."""
     node = view.nodes[i]
     found = []
     for attr in sorted(node.attribute, key=lambda a: a.name != "then_branch"):  # then before else

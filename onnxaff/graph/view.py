@@ -11,6 +11,9 @@ from functools import cached_property
 import numpy as np
 import onnx
 
+from onnxaff.graph.constants import ConstantValues
+from onnxaff.graph.flow import forward_order
+
 # Ops that read only their input's shape: what they compute is static even from a data tensor.
 SHAPE_ONLY = {"Shape", "Size"}
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -37,7 +40,6 @@ class GraphView:
         self.initializers = {t.name: t for t in graph.initializer}
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
         self.graph_outputs = {o.name for o in graph.output}
-        from onnxaff.graph.constants import ConstantValues
         self._constants = ConstantValues(self)
         _drop_type_only_reads(self)
 
@@ -58,8 +60,6 @@ class GraphView:
     @cached_property
     def order(self) -> dict[int, int]:
         """Node index -> position in the forward pass (onnxaff.graph.flow.forward_order)."""
-        from onnxaff.graph.flow import forward_order
-
         return forward_order(self.predecessors)
 
     # -- constants ---------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.metrics.dispatch import stage_entry
 from onnxaff.reports import explore, plots, svg
 from onnxaff.reports.scatter import scatter_svg
-from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, flagged_share, signature_stats
+from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, signature_stats
+from onnxaff.tables import flagged_share
 from onnxaff.text import printable
 
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1em 1.5em;color:#222}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.reports.csv import correlation_rows
-from onnxaff.signature import DAGGER, DAGGER_NOTE, flagged_share, signature_stats
+from onnxaff.signature import DAGGER, DAGGER_NOTE, signature_stats
+from onnxaff.tables import flagged_share
 from onnxaff.text import md_cell, md_table
 
 STAT_COLUMNS = [("sites", "sites"), ("mean", "mean"), ("median", "median"), ("min", "min"), ("max", "max"),

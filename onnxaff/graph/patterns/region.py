@@ -42,25 +42,6 @@ def _eval_node(view: GraphView, node, args: list[np.ndarray | None]) -> np.ndarr
     return elementwise.evaluate(view, node, args)
 
 
-def clip_bounds(view: GraphView, node) -> tuple[float | None, float | None]:
-    """Clip's min/max: attributes before opset 11, optional inputs after; None where absent."""
-    lo = hi = None
-    for a in node.attribute:
-        if a.name == "min":
-            lo = a.f
-        elif a.name == "max":
-            hi = a.f
-    if len(node.input) > 1 and node.input[1]:
-        lo = view.scalar(node.input[1])
-        if lo is None:
-            raise ValueError("non-constant clip bound")
-    if len(node.input) > 2 and node.input[2]:
-        hi = view.scalar(node.input[2])
-        if hi is None:
-            raise ValueError("non-constant clip bound")
-    return lo, hi
-
-
 def region_nodes(view: GraphView, entry: str, exit: str) -> tuple[int, ...] | None:
     """Nodes between entry and exit, or None unless they form a closed elementwise island.
 
