@@ -241,7 +241,7 @@ def test_sample_rate_is_checked_and_recorded_for_audio_data_only():
 
 def test_conv1d_tiny_fixture_sites_take_the_channels_and_run_on_audio(capfd, tmp_path, audio_dir):
     from onnxaff.graph import load_model
-    from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.graph.reduction import feature_dim
     from onnxaff.sitelist import list_sites
     from tests.conftest import FIXTURES
 

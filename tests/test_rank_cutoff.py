@@ -11,7 +11,7 @@ import pytest
 
 from onnxaff.analysis import open_run
 from onnxaff.graph import augment_model, discover_sites
-from onnxaff.graph.rewrite import feature_rounding, positions
+from onnxaff.graph.reduction import feature_rounding, positions
 from onnxaff.metrics import FLOAT32_EPS, Chunk, Moments, rank_cutoff, rank_verdict, resolve
 from onnxaff.metrics.rank import CUTOFF, NOISE
 from onnxaff.scoring import MetricScorer

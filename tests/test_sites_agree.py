@@ -6,7 +6,7 @@ import onnx
 import pytest
 
 from onnxaff.analysis import open_run
-from onnxaff.graph.rewrite import feature_dim
+from onnxaff.graph.reduction import feature_dim
 from onnxaff_models import shipped_models
 from tests.conftest import FIXTURES, run_cli
 from tests.test_image_shapes import rec_model

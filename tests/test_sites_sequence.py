@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from onnxaff.graph import discover_sites
-from onnxaff.graph.rewrite import feature_dim
+from onnxaff.graph.reduction import feature_dim
 from tests.builders import save, with_weights
 from tests.conftest import run_cli
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from onnxaff.errors import option
-from onnxaff.graph.rewrite import feature_dim
+from onnxaff.graph.reduction import feature_dim
 from onnxaff.memory import check_fits, size
 from onnxaff.metrics.dispatch import serving
 from onnxaff.stats import HALVES

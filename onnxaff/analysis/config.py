@@ -16,7 +16,7 @@ from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError
 from onnxaff.graph.pairs import parse_block_kinds
-from onnxaff.graph.rewrite import REDUCTIONS
+from onnxaff.graph.reduction import REDUCTIONS
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
 from onnxaff.network import parse_directions
 from onnxaff.runtime import GRAPH_OPTIMIZATIONS

@@ -28,7 +28,7 @@ from onnxaff.analysis.plan import Plan
 from onnxaff.chunks import readonly
 from onnxaff.data import no_usable
 from onnxaff.entries import not_applicable
-from onnxaff.graph.rewrite import feature_dim
+from onnxaff.graph.reduction import feature_dim
 from onnxaff.memory import status_bytes
 from onnxaff.metrics import Chunk
 from onnxaff.metrics.dispatch import serving

@@ -15,7 +15,7 @@ from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
 from onnxaff.data import examples_in
 from onnxaff.graph.masks import numpy_masked
-from onnxaff.graph.rewrite import feature_rounding, numpy_features
+from onnxaff.graph.reduction import feature_rounding, numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC

@@ -163,7 +163,7 @@ class Sites(list):
 
     def records(self) -> list[dict]:
         """Each site as ``onnxaff sites --format json`` prints it."""
-        from onnxaff.graph.rewrite import feature_dim
+        from onnxaff.graph.reduction import feature_dim
 
         return [s.to_dict() | {"dim": feature_dim(s, "mean")} for s in self]
 

@@ -37,7 +37,7 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
     from onnxaff.data import parse_input_shapes
     from onnxaff.data.feeding import check_feeding
     from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
-    from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.graph.reduction import feature_dim
     from onnxaff.sitelist import PROBE_DATA, sites_of
 
     source = {k: feed.pop(k) for k in ("sample_rate", "tokenizer", "max_length", "pack")}
@@ -59,7 +59,7 @@ def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, bloc
 
 
 def _print_sites(listed, model_name: str) -> None:
-    from onnxaff.graph.rewrite import feature_dim
+    from onnxaff.graph.reduction import feature_dim
     from onnxaff.graph.sites import format_params
     from onnxaff.reports.console import fmt_shape
 

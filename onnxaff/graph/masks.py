@@ -158,7 +158,7 @@ def graph_features(b, tensor: str, site: Site, mode: str, mask: SiteMask, which:
     """(features, missing) of one side: `site` as this side sees it, `source` X (whose values are masked).
     `missing` is a float64 [rows] tensor, 1 for a row with a feature left without positions (mean, reference)
     or with a masked cell (positions, flatten). `b`: the GraphBuilder."""
-    from onnxaff.graph.rewrite import averaged_axes  # rewrite imports this module
+    from onnxaff.graph.reduction import averaged_axes
 
     key = ("masked", tensor, source, mode, site.rank, site.feature_axis, mask, which)
     if key in b.cache:
@@ -223,7 +223,7 @@ def _keep(b, site: Site, mask: SiteMask, which: str, source: str, prefix: str) -
 def numpy_masked(x: np.ndarray, y: np.ndarray, site: Site, mode: str, mask: SiteMask,
                  batch: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What `graph_features` computes, in numpy on the raw tensors: X's and Y's features and the missing rows."""
-    from onnxaff.graph.rewrite import averaged_axes, numpy_features
+    from onnxaff.graph.reduction import averaged_axes, numpy_features
 
     out, missing = [], None
     for which, a in (("x", x), ("y", y)):

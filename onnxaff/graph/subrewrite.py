@@ -23,7 +23,7 @@ def _graph_attr(node: onnx.NodeProto, name: str) -> onnx.GraphProto:
 def observe(builder, site, reduce: str, prefix: str, dim: int | None, scoped: dict) -> tuple[str, str, tuple]:
     """Main-graph output names carrying the site's X and Y features (nodes added in place), and whether each
     is float64."""
-    from onnxaff.graph.rewrite import GraphBuilder
+    from onnxaff.graph.reduction import GraphBuilder
 
     index, attr, op = site.scope
     node = builder.model.graph.node[index]

@@ -1,0 +1,194 @@
+"""How a site's tensors become [rows, D] features: the reduction nodes appended to the graph (`GraphBuilder`) and
+the same reduction in numpy, with the feature count, positions and rounding each mode gives.
+
+Below the augmented model (`rewrite.py`), masks (`masks.py`), Jacobian sums (`jvp.py`) and subgraph
+observation (`subrewrite.py`), which all append their nodes through one builder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnxaff.graph.conv_means import conv_channel_means
+from onnxaff.graph.load import default_opset
+from onnxaff.graph.names import Namer, graph_names
+from onnxaff.graph.sites import Site
+from onnxaff.graph.view import GraphView
+from onnxaff.metrics.rank import FLOAT32_EPS
+
+REDUCTIONS = ("mean", "reference", "positions", "flatten")
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE}
+
+
+class GraphBuilder:
+    """Appends reduction subgraphs to a model, sharing work between sites that read one tensor."""
+
+    def __init__(self, model: onnx.ModelProto, view: GraphView | None = None):
+        self.model = model
+        self.opset = default_opset(model)
+        # The original model's index serves the copy: nodes are only appended to it.
+        self.view = view if view is not None else GraphView(model.graph)
+        self.namer = Namer(graph_names(model.graph))
+        self.cache: dict[tuple, str] = {}
+        self.new_nodes: list[onnx.NodeProto] = []
+        self.new_outputs: list[onnx.ValueInfoProto] = []
+
+    def node(self, op: str, inputs: list[str], prefix: str, **attrs) -> str:
+        out = self.namer.fresh(f"{prefix}.{op.lower()}")
+        self.new_nodes.append(helper.make_node(op, inputs, [out], name=self.namer.fresh(f"{prefix}/{op}"), **attrs))
+        return out
+
+    def ints(self, values: list[int], prefix: str) -> str:
+        """An int64 initializer (axes, starts, ends)."""
+        name = self.namer.fresh(f"{prefix}.axes")
+        self.model.graph.initializer.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
+        return name
+
+    def scalar(self, value: float, elem_type: int, prefix: str) -> str:
+        name = self.namer.fresh(f"{prefix}.const")
+        dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+        self.model.graph.initializer.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
+        return name
+
+    def reduce(self, op: str, x: str, axes: list[int], prefix: str, keepdims: int = 0) -> str:
+        """Reduce* with axes as an attribute or, from the opset that moved it, as an input."""
+        moved = 13 if op == "ReduceSum" else 18
+        if self.opset >= moved:
+            return self.node(op, [x, self.ints(axes, prefix)], prefix, keepdims=keepdims)
+        return self.node(op, [x], prefix, axes=axes, keepdims=keepdims)
+
+    def _reduce_mean(self, x: str, axes: list[int], prefix: str) -> str:
+        return self.reduce("ReduceMean", x, axes, prefix)
+
+    def _unsqueeze_last(self, x: str, prefix: str) -> str:
+        if self.opset >= 13:
+            return self.node("Unsqueeze", [x, self.ints([1], prefix)], prefix)
+        return self.node("Unsqueeze", [x], prefix, axes=[1])
+
+    def features(self, tensor: str, site: Site, mode: str, prefix: str) -> str:
+        key = (tensor, mode, site.rank, site.feature_axis)
+        if key in self.cache:
+            return self.cache[key]
+        x = tensor
+        if self.view.elem_type(tensor) not in FLOAT_TYPES | {TensorProto.UNDEFINED}:
+            x = self.node("Cast", [x], prefix, to=TensorProto.FLOAT)  # fp16/bf16: reduce in fp32
+        rank, axis = site.rank, site.feature_axis
+        if rank == 1:
+            out = self._unsqueeze_last(x, prefix)
+        elif rank == 2:
+            out = self.node("Identity", [x], prefix)
+        elif mode == "mean" and axis == 1:
+            # A convolution's output from its input where that keeps the activation fused (graph.conv_means);
+            # else GlobalAveragePool rather than ReduceMean: onnxruntime's NCHWc kernels take it as is, where a
+            # ReduceMean first needs the whole activation map copied back to NCHW (ReorderOutput).
+            out = conv_channel_means(self, tensor, prefix) if x == tensor else None
+            out = out or self.node("Flatten", [self.node("GlobalAveragePool", [x], prefix)], prefix, axis=1)
+        elif mode == "mean":
+            out = self._reduce_mean(x, averaged_axes(rank, axis, mode), prefix)
+        elif mode == "reference":
+            out = self._reduce_mean(x, averaged_axes(rank, axis, mode), prefix)
+        elif mode == "positions":
+            if axis != rank - 1:
+                perm = [a for a in range(rank) if a != axis] + [axis]
+                x = self.node("Transpose", [x], prefix, perm=perm)
+            out = self.node("Flatten", [x], prefix, axis=rank - 1)
+        elif mode == "flatten":
+            out = self.node("Flatten", [x], prefix, axis=1)
+        else:
+            raise ValueError(f"unknown reduction {mode!r}; choose one of {', '.join(REDUCTIONS)}")
+        self.cache[key] = out
+        return out
+
+    def raw(self, tensor: str, prefix: str) -> str:
+        if tensor in self.cache:
+            return self.cache[tensor]
+        self.cache[tensor] = out = self.node("Identity", [tensor], prefix)
+        return out
+
+
+def averaged_axes(rank: int, axis: int | None, mode: str) -> list[int]:
+    """The axes a `mean` or `reference` feature averages: every axis but the batch and the feature axis (mean);
+    the reference code's convention, every axis after the second (rank 4: the last two; rank 3: the last)."""
+    if mode == "reference":
+        return list(range(2, rank))
+    return [a for a in range(1, rank) if a != axis]
+
+
+def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
+    """What `GraphBuilder.features` computes in the graph, done in numpy on the full tensor.
+
+    The naive design the in-graph reduction replaces (the benchmarks' baseline): every activation
+    map crosses to the host first.
+    """
+    if a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float32)
+    rank, axis = a.ndim, site.feature_axis
+    if rank == 1:
+        return a[:, None]
+    if rank == 2:
+        return a
+    if mode in ("mean", "reference"):
+        with np.errstate(all="ignore"):  # +Inf and −Inf give NaN: the site is flagged, no NumPy warning
+            return a.mean(axis=tuple(averaged_axes(rank, axis, mode)), dtype=a.dtype)
+    if mode == "positions":
+        return np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis])
+    if mode == "flatten":
+        return a.reshape(a.shape[0], -1)
+    raise ValueError(f"unknown reduction {mode!r}; choose one of {', '.join(REDUCTIONS)}")
+
+
+def feature_dim(site: Site, mode: str) -> int | None:
+    """D of a site's features from its static shape, or None if a needed dim is symbolic."""
+    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
+    if shape is None or rank is None or rank == 0:  # a scalar has no batch axis (the site is skipped)
+        return None
+
+    def prod(dims):
+        if not all(isinstance(d, int) for d in dims):
+            return None
+        return int(np.prod(dims)) if dims else 1
+
+    if rank == 1:
+        return 1
+    if rank == 2:
+        return prod([shape[1]])
+    if mode in ("mean", "positions"):
+        return prod([shape[axis]]) if axis is not None else None
+    if mode == "reference":
+        return prod([shape[1]])
+    return prod(shape[1:])
+
+
+def positions(site: Site, mode: str, shape=None) -> int | None:
+    """P, how many values of the tensor one feature averages: 1 where nothing is averaged (rank ≤ 2, `positions`,
+    `flatten`). `shape`: a run-time shape instead of the static one; None when a needed dim is symbolic."""
+    shape = site.input_shape if shape is None else [int(d) for d in shape]
+    rank, axis = site.rank, site.feature_axis
+    if shape is None or rank is None:
+        return None
+    if rank <= 2 or mode in ("positions", "flatten"):
+        return 1
+    dims = [shape[a] for a in averaged_axes(rank, axis, mode)]
+    return int(np.prod(dims)) if all(isinstance(d, int) for d in dims) else None
+
+
+def feature_rounding(site: Site, mode: str, doubles: tuple[bool, bool] = (False, False),
+                     shapes: tuple = (None, None)) -> float | None:
+    """The relative rounding of a site's features, the larger of X's and Y's (what Chunk.rounding carries).
+
+    A float32 mean over P values (GlobalAveragePool, ReduceMean, a host mean) rounds about sqrt(P)·eps32 of the
+    values it averages, and two correct reductions differ by that much: it depends on P, not on the path, so
+    both paths decide X's rank alike (onnxaff.metrics.rank). A float64 tensor is reduced in float64; its
+    features still get eps32, the level every cutoff stays above (the metrics' float64 Gram matrices need the
+    margin). None when P is symbolic (`shapes`, run-time shapes of X and Y, resolve it).
+    """
+    worst = FLOAT32_EPS
+    for side, double, shape in zip(("x", "y"), doubles, shapes, strict=True):
+        p = positions(site.side(side), mode, shape)
+        if p is None:
+            return None
+        eps = float(np.finfo(np.float64 if double else np.float32).eps)
+        worst = max(worst, eps * float(np.sqrt(p)))
+    return worst
