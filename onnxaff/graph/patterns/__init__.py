@@ -30,7 +30,17 @@ def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = No
     `taken` belong to sites found before (stacked steps) and join no match.
     """
     claimed: set[int] = set(taken)
-    found = [PatternMatch(kind, cand, params) for kind, cand, params in match_softmax(view, claimed, misses)]
+    found = []
+    for step in (match_softmax, match_anchored, match_islands):
+        found += [PatternMatch(kind, cand, params) for kind, cand, params in step(view, claimed, misses)]
+    return found
+
+
+def match_anchored(view: GraphView, claimed: set[int],
+                   misses: list[tuple[str, Candidate, Miss]] | None = None) -> list[tuple[str, Candidate, dict]]:
+    """The exporters' forms around an anchor op (Erf, Sigmoid, Clip, ...): (kind, region, params) each, in forward
+    order of the anchor; their nodes are added to `claimed`."""
+    found = []
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
         node = view.nodes[i]
         if i in claimed or node.op_type not in ANCHORS or node.domain not in ("", "ai.onnx"):
@@ -47,10 +57,9 @@ def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = No
                 continue
             hit = _classify(rules, evaluator(view, cand), cand, misses)
             if hit is not None:
-                found.append(PatternMatch(hit[0].kind, cand, hit[1]))
+                found.append((hit[0].kind, cand, hit[1]))
                 claimed.update(cand.nodes)
                 break
-    found += [PatternMatch(kind, cand, params) for kind, cand, params in match_islands(view, claimed, misses)]
     return found
 
 

@@ -1,0 +1,29 @@
+"""Site discovery as an ordered list of passes, each in its own module with one interface.
+
+`find(view, taken, layout, misses=None) -> [(forward position, Site), ...]`: the sites a pass finds among the
+nodes no earlier pass took (`taken`, the node indices of the sites found so far), each with the forward position
+that orders it; `misses`, when given, receives (stage, region, Miss) for every refusal (`sites --explain`).
+`graph.sites.find_sites` runs them in this order and settles what they found (shapes, layouts, quantization).
+A new form of non-linearity is a new pass module, listed here where it must run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from onnxaff.graph.passes.absorbed_relus import AbsorbedRelus
+from onnxaff.graph.passes.control_flow import FusedAttention, SubgraphSites, WholeRecurrentGates
+from onnxaff.graph.passes.patterns import AnchoredRules, DecomposedSoftmax, ElementwiseIslands
+from onnxaff.graph.passes.single_nodes import SingleNodes
+from onnxaff.graph.passes.stacked_gates import StackedGates
+
+
+def passes(find_sites: Callable) -> list:
+    """The passes in the order they run: a node goes to the first pass that takes it.
+
+    Stacked recurrent gates and ReLUs absorbed by quantization first (the patterns would take their parts), then
+    the decomposed forms from the most specific to the most general, then single nodes, then what lives inside
+    nodes (subgraphs, recurrent nodes and fused attention left whole), which no other pass can take.
+    """
+    return [StackedGates(), AbsorbedRelus(), DecomposedSoftmax(), AnchoredRules(), ElementwiseIslands(),
+            SingleNodes(), SubgraphSites(find_sites), WholeRecurrentGates(), FusedAttention()]
