@@ -19,6 +19,8 @@ Importing onnxaff is cheap: each name is imported when first used.
 
 import importlib
 
+from onnxaff import defaults
+
 __version__ = "0.1.0"
 
 _HOME = {
@@ -42,7 +44,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def discover_sites(model, layout: str = "auto", infer_shapes: bool = True):
+def discover_sites(model, layout: str = defaults.LAYOUT, infer_shapes: bool = True):
     """Deprecated: ``onnxaff.sites(model, layout=...)`` lists the sites ``analyze`` scores, which this now returns
     (`infer_shapes` is ignored); ``onnxaff.graph.discover_sites`` is the graph-level search."""
     import warnings

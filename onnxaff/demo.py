@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from onnxaff import defaults
 from onnxaff.analysis.config import DEFAULT_METRICS, default
 from onnxaff.errors import OnnxaffError
 from onnxaff.signature import Signature
@@ -39,8 +40,8 @@ def _zoo(only: list[str] | None):
 
 
 def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int = default("chunk_size"),
-             device: str = default("device"), only: list[str] | None = None, progress: bool = True, echo=None,
-             force: bool = False) -> DemoRun:
+             device: str = default("device"), only: list[str] | None = None, progress: bool = defaults.PROGRESS,
+             echo=None, force: bool = False) -> DemoRun:
     """Analyse the shipped networks and write signatures and reports into the folder `out`: a study of them
     (so a rerun skips the networks already analysed), rendered as the demo's page."""
     from onnxaff.reports.html import demo_page

@@ -16,6 +16,7 @@ import socket
 from pathlib import Path
 
 import onnxaff
+from onnxaff import defaults
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.lifecycle import open_run
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
@@ -126,7 +127,7 @@ def start_ray(address: str | None) -> bool:
 
 
 def run_ray(model: str, data: str, shards: int, options: AnalysisConfig | dict, address: str | None = None,
-            progress: bool = True) -> Signature:
+            progress: bool = defaults.PROGRESS) -> Signature:
     """Every shard a Ray task, merged on the driver; `options` an AnalysisConfig (or its fields)."""
     try:
         import ray

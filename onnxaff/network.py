@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.errors import ConfigError
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
@@ -48,7 +49,7 @@ def parse_directions(value) -> int | str:
 class NetworkNLC:
     def __init__(self, loaded: LoadedModel, inputs, device: str, examples: int = EXAMPLES, step: float = STEP,
                  threads: int | None = None, directions: int | str = DIRECTIONS,
-                 graph_optimization: str = "all"):
+                 graph_optimization: str = defaults.GRAPH_OPTIMIZATION):
         # `inputs`: those that vary from example to example (constants are held as the batch gives them)
         self.inputs, self.step, self.limit = inputs, step, examples
         self.directions = parse_directions(directions)

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import onnx
 
+from onnxaff import defaults
 from onnxaff.dtypes import BFLOAT16
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
 from onnxaff.graph.load import LoadedModel
@@ -39,7 +40,7 @@ GRAPH_OPTIMIZATIONS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED
                        "disable": "ORT_DISABLE_ALL"}
 
 
-def _options(threads: int | None = None, graph_optimization: str = "all"):
+def _options(threads: int | None = None, graph_optimization: str = defaults.GRAPH_OPTIMIZATION):
     """Session options. Threads and optimisation level change float32 results at the rounding level only
     (reduction order, fused kernels): docs/reproducibility.md measures by how much per metric."""
     rt = ort()
@@ -101,8 +102,9 @@ class Runner:
     maps never cross the bus. `io_binding=True` takes the same path on CPU (for tests).
     """
 
-    def __init__(self, loaded: LoadedModel, model: onnx.ModelProto, device: str = "auto", threads: int | None = None,
-                 io_binding: bool | None = None, graph_optimization: str = "all"):
+    def __init__(self, loaded: LoadedModel, model: onnx.ModelProto, device: str = defaults.DEVICE,
+                 threads: int | None = None, io_binding: bool | None = None,
+                 graph_optimization: str = defaults.GRAPH_OPTIMIZATION):
         providers = providers_for(device)
         rt = ort()
         options = _options(threads, graph_optimization)

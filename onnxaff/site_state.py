@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.chunks import ChunkSchedule
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.entries import entry, not_applicable
@@ -54,7 +55,7 @@ class SiteState:
     @classmethod
     def open(cls, chunk_size: int, index: int | None = None, label: str = "", rounding: float | None = None,
              jvp: tuple[str, tuple[str, ...]] | None = None, tracks: int | None = None,
-             intervals: str = "auto", expected_rows: int | None = None) -> SiteState:
+             intervals: str = defaults.INTERVALS, expected_rows: int | None = None) -> SiteState:
         """A live collector; `jvp` = (form, output names) when the run feeds the site's NLC statistics;
         `expected_rows` lets a site that will have one chunk score its half-samples as soon as it has it."""
         st = cls(index=index, tracks=tracks, label=label, jvp_names=None if jvp is None else tuple(jvp[1]),

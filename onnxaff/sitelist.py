@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from onnxaff import defaults
 from onnxaff.errors import Message, OnnxaffError
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import find_blocks, residual_stages
@@ -45,7 +46,8 @@ def _dedupe(sites: list[Site]) -> list[Site]:
     return out
 
 
-def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=(), explain: bool = False) -> SiteList:
+def list_sites(loaded: LoadedModel, layout: str = defaults.LAYOUT, pairs=(), blocks=(),
+               explain: bool = False) -> SiteList:
     """Activations, then pairs and blocks, numbered in that order (shapes as static inference gives them).
 
     explain: also say why the non-linearities no site names were refused (one more discovery pass).
@@ -70,7 +72,7 @@ def list_sites(loaded: LoadedModel, layout: str = "auto", pairs=(), blocks=(), e
     return SiteList(activations, extra, stages, sites, misses)
 
 
-def sites_of(model, layout: str = "auto", pairs=(), blocks=(), *, data=PROBE_DATA, shapes: dict | None = None,
+def sites_of(model, layout: str = defaults.LAYOUT, pairs=(), blocks=(), *, data=PROBE_DATA, shapes: dict | None = None,
              feeding: dict | None = None, explain: bool = False, explicit: bool = False) -> SiteList:
     """The sites `analyze` scores (`onnxaff sites`, onnxaff.sites): `model` a path or a ModelProto, its sites
     listed, a rank static inference missed resolved by a probe run on `data` (see resolve_by_probe)."""
@@ -81,7 +83,7 @@ def sites_of(model, layout: str = "auto", pairs=(), blocks=(), *, data=PROBE_DAT
     return listed
 
 
-def probe_feed(loaded: LoadedModel, data: str, *, seed: int = 0, shapes: dict | None = None,
+def probe_feed(loaded: LoadedModel, data: str, *, seed: int = defaults.SEED, shapes: dict | None = None,
                images: dict | None = None, feeding: dict | None = None) -> dict:
     """One example of DATA (or the model's fixed batch) to run the model on once; `feeding`: the per-input and
     source options as AnalysisConfig names them (batch_axes, constants, input_ranges, pad, sample_rate, tokenizer,
@@ -124,7 +126,7 @@ def resolve_unknown_ranks(loaded: LoadedModel, sites: list[Site], feed: dict, la
             s.params = {**s.params, "shape_from": "a probe batch (static shape inference failed)"}
 
 
-def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data, *, seed: int = 0,
+def resolve_by_probe(loaded: LoadedModel, found: SiteList, layout: str, data, *, seed: int = defaults.SEED,
                      shapes: dict | None = None, images: dict | None = None, explicit: bool = False,
                      feeding: dict | None = None) -> None:
     """Unknown ranks from one probe run. When the data cannot be made (symbolic dims and no --input-shape

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import stdtrit
 
+from onnxaff import defaults
 from onnxaff.errors import option
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.rank import FLOAT32_EPS, rank_verdict, relative_singular_values
@@ -36,14 +37,14 @@ def mean_ci(values) -> tuple[float, float]:
     return m - half, m + half
 
 
-def half_sample_rows(n: int, halves: int = HALVES, seed: int = 0) -> list[np.ndarray]:
+def half_sample_rows(n: int, halves: int = HALVES, seed: int = defaults.SEED) -> list[np.ndarray]:
     """The rows of `halves` random halves of an n-row chunk (sorted), the same ones every run."""
     rng = np.random.default_rng(seed)
     return [np.sort(rng.choice(n, n // 2, replace=False)) for _ in range(halves)]
 
 
 def half_sample_ci(fn: Callable[[np.ndarray, np.ndarray], float], x: np.ndarray, y: np.ndarray,
-                   halves: int = HALVES, seed: int = 0) -> tuple[float, float, float]:
+                   halves: int = HALVES, seed: int = defaults.SEED) -> tuple[float, float, float]:
     """(score, lo, hi): the 95 % interval a run gives a one-chunk score (`entry_ci` over `half_sample_rows`).
 
     Why halves: for a smooth statistic of n rows, a random half's score differs from the whole chunk's by a

@@ -46,13 +46,13 @@ def printable(text) -> str:
     return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
 
 
-def label(text, limit: int = 80) -> str:
+def label(text, width: int = 80) -> str:
     """A printable name short enough for a figure: the middle of a long one elided (`abc…xyz`). Drawing every
     glyph of a 200,000-character title took minutes and gigabytes; tables and text keep the whole name."""
     text = printable(text)
-    if len(text) <= limit:
+    if len(text) <= width:
         return text
-    keep = (limit - 1) // 2
+    keep = (width - 1) // 2
     return f"{text[:keep]}…{text[-keep:]}"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from onnxaff import defaults
 from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError
@@ -83,35 +84,35 @@ class AnalysisConfig:
     `pad` the largest fraction of a synthetic mask zeroed at its tail."""
 
     metrics: tuple[str, ...] | None = DEFAULT_METRICS
-    chunk_size: int = 512
-    batch_size: int = 64
+    chunk_size: int = defaults.CHUNK_SIZE
+    batch_size: int = defaults.BATCH_SIZE
     limit: int | None = None
-    reduce: str = "mean"
-    device: str = "auto"
-    layout: str = "auto"
-    seed: int = 0
+    reduce: str = defaults.REDUCE
+    device: str = defaults.DEVICE
+    layout: str = defaults.LAYOUT
+    seed: int = defaults.SEED
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     images: Mapping | ImagePreprocess | None = None
     plugins: tuple[str, ...] = ()
-    progress: bool = True
-    reduce_in: str = "graph"
+    progress: bool = defaults.PROGRESS
+    reduce_in: str = defaults.REDUCE_IN
     chunk_workers: int | None = None
     shard: tuple[int, int] | None = None
     pairs: tuple[tuple[str, str], ...] = ()
     blocks: tuple[str, ...] = ()
     threads: int | None = None
-    graph_optimization: str = "all"
+    graph_optimization: str = defaults.GRAPH_OPTIMIZATION
     nlc_directions: int | str = NLC_DIRECTIONS
-    intervals: str = "auto"
+    intervals: str = defaults.INTERVALS
     batch_axes: Mapping[str, int] = field(default_factory=dict)
     constants: Mapping = field(default_factory=dict)
     input_ranges: Mapping[str, tuple] = field(default_factory=dict)
-    pad: float = 0.0
-    sample_rate: int = 16000  # Hz an audio folder's files are resampled to (onnxaff.data.audio)
+    pad: float = defaults.PAD
+    sample_rate: int = defaults.SAMPLE_RATE  # Hz an audio folder's files are resampled to
     tokenizer: str | object | None = None  # text data: a tokenizer.json path or a tokenizers.Tokenizer
     max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
-    pack: bool = False  # text data: windows over all texts' tokens, no padding (onnxaff.data.text)
-    mask: str = "auto"  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
+    pack: bool = defaults.PACK  # text data: windows over all texts' tokens, no padding (onnxaff.data.text)
+    mask: str = defaults.MASK  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
 
     def __post_init__(self):
         def put(name, value):

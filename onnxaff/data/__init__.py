@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxaff import defaults
 from onnxaff.data.arrays import ArraySource
 from onnxaff.data.feeding import FedSource, examples_in, split_inputs
 from onnxaff.data.image_preprocess import ImagePreprocess
@@ -32,10 +33,11 @@ def parse_input_shapes(items: tuple[str, ...] | list[str]) -> dict[str, tuple[in
     return shapes
 
 
-def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                shapes: dict | None = None, images: dict | None = None, sample_rate: int = 16000, *,
-                tokenizer=None, max_length: int | None = None, pack: bool = False, constants: dict | None = None,
-                input_ranges: dict | None = None, pad: float = 0.0, hints: dict | None = None) -> FedSource:
+def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | None = None, seed: int = defaults.SEED,
+                shapes: dict | None = None, images: dict | None = None, sample_rate: int = defaults.SAMPLE_RATE, *,
+                tokenizer=None, max_length: int | None = None, pack: bool = defaults.PACK,
+                constants: dict | None = None, input_ranges: dict | None = None, pad: float = defaults.PAD,
+                hints: dict | None = None) -> FedSource:
     """The source of `spec` for the inputs that are not `constants`, wrapped so that its batches are the model's
     (onnxaff.data.feeding). `spec` may also be data given in Python (an array, a dict of arrays, an iterable of
     batches: onnxaff.data.iterable). images: options for image folders (ImagePreprocess.options(): preprocess,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.data.source import DataSource, InputSpec, cast_for
 from onnxaff.errors import OnnxaffError, first_line, option
 
@@ -140,7 +141,7 @@ def waveform_input(inputs: list[InputSpec], shapes: dict | None) -> tuple[InputS
 class AudioFolderSource(DataSource):
     """Consecutive windows of every audio file under a folder, as one waveform input's examples."""
 
-    def __init__(self, root: str | Path, inputs: list[InputSpec], sample_rate: int = 16000,
+    def __init__(self, root: str | Path, inputs: list[InputSpec], sample_rate: int = defaults.SAMPLE_RATE,
                  limit: int | None = None, shapes: dict | None = None):
         self.root, self.rate = Path(root), int(sample_rate)
         self.spec, self.shape = waveform_input(inputs, shapes)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.data.source import DataSource, InputSpec, cast_for
 from onnxaff.errors import ConfigError, Message, OnnxaffError, option
 
@@ -72,7 +73,7 @@ def _number(text: str) -> int | float | None:
     return None
 
 
-def check_feeding(batch_axes=None, constants=None, input_ranges=None, pad=0.0) -> dict:
+def check_feeding(batch_axes=None, constants=None, input_ranges=None, pad=defaults.PAD) -> dict:
     """The feeding options checked and made plain (what AnalysisConfig keeps): one-line ConfigErrors."""
     axes = {}
     for name, axis in dict(batch_axes or {}).items():

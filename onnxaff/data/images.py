@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize
 from onnxaff.data.source import DataSource, InputSpec
 from onnxaff.errors import DataFailed, OnnxaffError, StopWhileWaiting, first_line
@@ -192,7 +193,7 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 
 class ImageFolderSource(DataSource):
     def __init__(self, root: str | Path, spec: InputSpec, preprocess: Preprocess, limit: int | None = None,
-                 shuffle: bool = False, seed: int = 0, workers: int = 0, draft: bool = False,
+                 shuffle: bool = False, seed: int = defaults.SEED, workers: int = 0, draft: bool = False,
                  prefetch: int | None = None):
         self.root = Path(root)
         all_files, self.found = scan_images(self.root)
@@ -269,7 +270,7 @@ class ImageFolderSource(DataSource):
 
     def _example_shape(self):
         h, w = self.p.crop_hw()
-        return (self.p.channels, h, w) if self.p.layout == "NCHW" else (h, w, self.p.channels)
+        return (self.p.channels, h, w) if self.p.pixel_layout == "NCHW" else (h, w, self.p.channels)
 
     def describe(self) -> dict:
         return {

@@ -59,7 +59,7 @@ class Preprocess:
     std: tuple[float, ...] | None = None
     bgr: bool = False
     interpolation: str = "bilinear"
-    layout: str = "NCHW"
+    pixel_layout: str = "NCHW"  # NCHW or NHWC: where the model wants the channels (its signature key: layout)
     channels: int = 3
     dtype: str = "float32"
     fit: str = "crop"  # crop: resize then centre crop; letterbox / pad: scale to fit inside, then pad
@@ -95,7 +95,7 @@ class Preprocess:
             d.update(resize_shorter_side=self.shorter_side(), center_crop=[h, w])
         return d | {"scale": self.scale, "offset": self.offset, "mean": self.mean, "std": self.std,
                     "channel_order": "BGR" if self.bgr else ("L" if self.channels == 1 else "RGB"),
-                    "interpolation": self.interpolation, "layout": self.layout, "dtype": self.dtype}
+                    "interpolation": self.interpolation, "layout": self.pixel_layout, "dtype": self.dtype}
 
 
 PRESETS = {
@@ -151,7 +151,7 @@ def build_preprocess(name: str, spec: InputSpec, mean=None, std=None, resize=Non
     custom = any(v is not None for v in (mean, std, resize, crop, interpolation, fit, pad_value, scale, offset,
                                          channel_order))
     h, w = _crop_size(spec, layout, hw, crop, resize, fit)
-    changes = {"layout": layout, "channels": channels, "dtype": spec.dtype.name, "crop": (h, w)}
+    changes = {"pixel_layout": layout, "channels": channels, "dtype": spec.dtype.name, "crop": (h, w)}
     changes |= _fit_changes(fit, resize, h, w, pad_value, channels)
     if isinstance(resize, tuple) and (resize[0] < h or resize[1] < w):
         raise ConfigError("images.resize", f"{{option}} {_fmt_size(resize)} is smaller than the {h}x{w} crop")
@@ -354,6 +354,6 @@ def normalize(pixels: np.ndarray, p: Preprocess) -> np.ndarray:
         a = a - np.asarray(p.mean, dtype=np.float32)
     if p.std is not None:
         a = a / np.asarray(p.std, dtype=np.float32)
-    if p.layout == "NCHW":
+    if p.pixel_layout == "NCHW":
         a = a.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(a, dtype=p.dtype)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.data.source import DataSource, InputSpec, unknown_dims_text
 from onnxaff.errors import ConfigError, OnnxaffError, option
 
@@ -54,8 +55,8 @@ def _check_params(params: dict) -> None:
 
 
 class SyntheticSource(DataSource):
-    def __init__(self, spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = 0,
-                 shapes: dict[str, tuple] | None = None, ranges: dict | None = None, pad: float = 0.0,
+    def __init__(self, spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = defaults.SEED,
+                 shapes: dict[str, tuple] | None = None, ranges: dict | None = None, pad: float = defaults.PAD,
                  hints: dict | None = None):
         self.spec, self.ranges, self.pad, self.hints = spec, dict(ranges or {}), pad, dict(hints or {})
         self.kind, self.params = parse_spec(spec)

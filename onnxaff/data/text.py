@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.data.source import DataSource, InputSpec, cast_for
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
 
@@ -231,7 +232,7 @@ class TextSource(DataSource):
     (docs/metrics.md, masked positions)."""
 
     def __init__(self, data, inputs: list[InputSpec], tokenizer, max_length: int | None = None,
-                 limit: int | None = None, pack: bool = False):
+                 limit: int | None = None, pack: bool = defaults.PACK):
         if tokenizer is None:
             raise ConfigError("tokenizer", "text data need a tokenizer: give {option} (a tokenizer.json file)")
         self.binding = bind_inputs(inputs)
@@ -340,7 +341,7 @@ class TextSource(DataSource):
         }
 
 
-def no_text_options(data, tokenizer, max_length, pack: bool = False) -> None:
+def no_text_options(data, tokenizer, max_length, pack: bool = defaults.PACK) -> None:
     """The text options given for data that are not text: one line naming the option."""
     for name, value in (("tokenizer", tokenizer), ("max_length", max_length), ("pack", pack or None)):
         if value is not None:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from onnxaff.graph.index import GraphIndex
 
 
-def common_source(view: GraphIndex, tensors: list[str], limit: int = 20000) -> str | None:
+def common_source(view: GraphIndex, tensors: list[str], steps: int = 20000) -> str | None:
     """The latest tensor (in forward order) that every one of `tensors` derives from, or None.
 
     Walks the data ancestors in decreasing forward order, so when a tensor is popped every
@@ -23,7 +23,7 @@ def common_source(view: GraphIndex, tensors: list[str], limit: int = 20000) -> s
         mask[t] = mask.get(t, 0) | (1 << k)
     heap = [(-view.tensor_order(t), t) for t in mask]
     heapq.heapify(heap)
-    for _ in range(limit):
+    for _ in range(steps):
         if not heap:
             return None
         _, t = heapq.heappop(heap)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 
+from onnxaff import defaults
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.graph import flow
 from onnxaff.graph.sites import Site, settle_shape
@@ -77,7 +78,7 @@ def tensor_pair_site(view: GraphView, x: str, y: str, *, kind: str, site_id: str
     return site
 
 
-def pair_sites(view: GraphView, pairs: list[tuple[str, str]], layout: str = "auto") -> list[Site]:
+def pair_sites(view: GraphView, pairs: list[tuple[str, str]], layout: str = defaults.LAYOUT) -> list[Site]:
     """One "pair" site per IN:OUT, in the order given (the caller numbers and orders all sites)."""
     known = _known(view)
     sites = []
@@ -106,7 +107,7 @@ def parse_block_kinds(text: str | None) -> list[str]:
     return kinds
 
 
-def block_sites(view: GraphView, blocks: list, layout: str = "auto") -> list[Site]:
+def block_sites(view: GraphView, blocks: list, layout: str = defaults.LAYOUT) -> list[Site]:
     """One "block" site per residual / attention / mlp block (graph.blocks.discover_blocks), in order."""
     sites = []
     for b in blocks:

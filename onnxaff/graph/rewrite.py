@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
+from onnxaff import defaults
 from onnxaff.graph.masks import graph_features
 from onnxaff.graph.reduction import FLOAT_TYPES, REDUCTIONS, GraphBuilder, feature_dim, feature_rounding
 from onnxaff.graph.sites import Site, sanitize
@@ -47,7 +48,7 @@ class SiteOutputs:
 
 
 def augment_model(
-    model: onnx.ModelProto, sites: list[Site], reduce: str = "mean", raw: bool = False, jvp: bool = False,
+    model: onnx.ModelProto, sites: list[Site], reduce: str = defaults.REDUCE, raw: bool = False, jvp: bool = False,
     view: GraphView | None = None, masks: dict | None = None,
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
     """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import onnx
 
+from onnxaff import defaults
 from onnxaff.graph import qdq
 from onnxaff.graph.layout import from_neighbours, sequence_layout
 from onnxaff.graph.load import default_opset
@@ -20,7 +21,7 @@ from onnxaff.graph.view import GraphView
 
 __all__ = ["NOT_ELEMENTWISE", "Site", "discover_sites", "find_sites", "format_params", "sanitize", "settle_shape"]
 
-def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
+def settle_shape(view: GraphView, site: Site, layout: str = defaults.LAYOUT) -> None:
     """Rank, feature axis and layout from site.input_shape (or a skip reason when unusable)."""
     shape = site.input_shape
     if shape is None or site.output_shape is None:
@@ -58,7 +59,7 @@ def settle_shape(view: GraphView, site: Site, layout: str = "auto") -> None:
         site.feature_axis = site.rank - 1 if chosen == "channels_last" else 1
 
 
-def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: bool = True) -> list[Site]:
+def discover_sites(model: onnx.ModelProto, layout: str = defaults.LAYOUT, infer_shapes: bool = True) -> list[Site]:
     """All sites of a model, in forward order.
 
     layout: 'auto' (read it off Conv/Transpose neighbours), 'channels_first' or 'channels_last';
@@ -80,7 +81,7 @@ def discover_sites(model: onnx.ModelProto, layout: str = "auto", infer_shapes: b
     return find_sites(GraphView(model.graph, opset=default_opset(model)), layout)
 
 
-def find_sites(view: GraphView, layout: str = "auto") -> list[Site]:
+def find_sites(view: GraphView, layout: str = defaults.LAYOUT) -> list[Site]:
     """`discover_sites` over a graph already indexed (shapes as the view's graph holds them): the passes
     (graph/passes/) in their order, each on the nodes no earlier one took, then every site settled."""
     if layout not in ("auto", "channels_first", "channels_last"):

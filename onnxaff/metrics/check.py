@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics.base import Metric
 from onnxaff.metrics.dispatch import SERVING, needs_of
@@ -46,7 +47,7 @@ class CheckReport:
     checks: tuple[str, ...] = CHECKS
 
 
-def check_metric(cls: type[Metric], *, timeout: float = 10.0, seed: int = 0, **params) -> CheckReport:
+def check_metric(cls: type[Metric], *, timeout: float = 10.0, seed: int = defaults.SEED, **params) -> CheckReport:
     """Run `cls` (built with `params`, as `--metrics name:key=value` would build it) through every check.
 
     timeout: seconds one compute() call may take on the small generated inputs before it counts as hanging.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnxaff import defaults
 from onnxaff.metrics.types import Chunk, ChunkPair, JvpStats, Moments, Needs, Tracks
 
 ROWS, DIM = 64, 4
@@ -37,9 +38,9 @@ def _pairs(rng, w: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return cases
 
 
-def _tracks(rng, n: int, blocks: int = 3) -> list[np.ndarray]:
+def _tracks(rng, n: int, depth: int = 3) -> list[np.ndarray]:
     h = [rng.standard_normal((n, DIM))]
-    for _ in range(blocks):
+    for _ in range(depth):
         h.append(h[-1] + 0.3 * np.tanh(h[-1] @ rng.standard_normal((DIM, DIM))))
     return h
 
@@ -51,7 +52,7 @@ def _stage_cases(rng) -> dict[str, Tracks]:
         a[:, 0] = 1.5
     cases["a constant column in every block"] = h
     cases["no example moves"] = [h[0]] * 4
-    cases["one block"] = _tracks(rng, ROWS, blocks=1)
+    cases["one block"] = _tracks(rng, ROWS, depth=1)
     cases["n == 2 rows"] = _tracks(rng, 2)
     return {k: Tracks(tuple(v)) for k, v in cases.items()}
 
@@ -66,7 +67,7 @@ def _jvp_cases() -> dict[str, JvpStats]:
     }
 
 
-def samples(needs: Needs | str, equal_dims: bool, seed: int = 0) -> dict[str, object]:
+def samples(needs: Needs | str, equal_dims: bool, seed: int = defaults.SEED) -> dict[str, object]:
     """{case: the input compute() receives}; "ordinary" (and "ordinary …") cases first, then degenerate ones.
 
     X and Y differ in dimension unless the metric declares equal_dims."""

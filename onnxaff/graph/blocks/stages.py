@@ -37,7 +37,7 @@ def _stream_source(view: GraphView, tensor: str, outputs: set[str], adds: set[in
         if t in view.fused_sum_of or len(data) == 1:  # one parent (or LayerNorm(sum) inside a fused node)
             src, region = data[0], {p}
         else:  # a decomposed norm: Sub(x, mean(x)), Div(·, sqrt(var)) ...
-            src = common_source(view, data, limit=4 * _MAX_CONNECTOR) if data else None
+            src = common_source(view, data, steps=4 * _MAX_CONNECTOR) if data else None
             region = between(view, src, t) if src is not None else set()
         if src is None or not region or region & adds or any(view.nodes[j].op_type in MIXING for j in region):
             return None
