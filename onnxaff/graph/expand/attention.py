@@ -5,7 +5,9 @@ MultiHeadAttention (Q, K, V given), and the dynamo exporter writes SDPA at opset
 softmax is then inside one node. Each such node is replaced by projection (contrib Attention), head split,
 scale·Q·Kᵀ + mask, Softmax (named `<attention node>/softmax`), ·V and head merge. Masked scores get the value
 onnxruntime's CPU kernel writes: the `mask_filter_value` attribute (−10000 by default) for a contrib op's
-padding mask, the type's lowest finite value for its causal mask and for all of ONNX Attention's masks.
+mask_index (1-D lengths or end/start positions, 2-D key padding, 3-D per query: the forms that kernel runs; the
+optimiser hands each Attention EmbedLayerNormalization's 1-D lengths, so that op's outputs are typed here), the
+type's lowest finite value for its causal mask and for all of ONNX Attention's masks.
 onnxruntime's ONNX Attention also gives a query whose every key is masked zero weights (a Where after the
 Softmax). A form not rewritten (past state, attention bias, rotary, softcap, …) is left fused; `refusal` says why, and
 discovery lists the node as a skipped softmax site with that reason.
