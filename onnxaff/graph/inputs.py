@@ -1,6 +1,7 @@
 """What the graph says about the values its inputs may take, as plain data for the data layer (which never
-reads graphs): an integer input that indexes an embedding table of V rows takes [0, V); a mask-like input is
-all ones (a synthetic source pads it only when asked).
+reads graphs): an integer input that indexes an embedding table of V rows takes [0, V) (a Gather's, or the word,
+segment or position table of onnxruntime's fused EmbedLayerNormalization); a mask-like input is all ones (a
+synthetic source pads it only when asked).
 
 `input_hints(view)` -> {input name: {"range": [low, high]}} or {input name: {"mask": True}}.
 """
@@ -14,6 +15,8 @@ from onnxaff.graph.view import GraphView
 
 # Ops that carry index values through unchanged (their first input): the indices reach the Gather as they are.
 _CARRY = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}
+# onnxruntime's fused embeddings gather like a Gather: index input -> its table (word, segment, position ids).
+_EMBED = {"EmbedLayerNormalization": {0: 2, 1: 4, 8: 3}}
 
 
 def input_hints(view: GraphView) -> dict[str, dict]:
@@ -52,14 +55,15 @@ def _index_bounds(view: GraphView, name: str) -> tuple[int, int] | None:
         seen.add((tensor, offset))
         for c in view.consumers.get(tensor, []):
             node = view.nodes[c]
+            tables = _tables(view, node, tensor)
+            if tables:
+                found = True
+                for rows in tables:
+                    low, high = max(low, -offset), rows - offset if high is None else min(high, rows - offset)
+                continue
             if node.domain not in ("", "ai.onnx") or not node.output:
                 continue
-            if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == tensor:
-                rows = _rows(view, node)
-                if rows is not None:
-                    found = True
-                    low, high = max(low, -offset), rows - offset if high is None else min(high, rows - offset)
-            elif node.op_type in _CARRY and node.input[0] == tensor:
+            if node.op_type in _CARRY and node.input[0] == tensor:
                 todo.append((node.output[0], offset))
             elif node.op_type in ("Add", "Sub") and len(node.input) == 2 and tensor in node.input:
                 first = node.input[0] == tensor
@@ -72,12 +76,32 @@ def _index_bounds(view: GraphView, name: str) -> tuple[int, int] | None:
     return low, high
 
 
-def _rows(view: GraphView, node) -> int | None:
-    """The size of a constant Gather table along the gathered axis."""
-    table = node.input[0]
+def _tables(view: GraphView, node, tensor: str) -> list[int]:
+    """The row counts of the constant tables that node indexes with tensor (a Gather's indices, or the ids of
+    onnxruntime's EmbedLayerNormalization)."""
+    if node.domain in ("", "ai.onnx") and node.op_type == "Gather" and node.output:
+        rows = _rows(view, node) if len(node.input) > 1 and node.input[1] == tensor else None
+        return [] if rows is None else [rows]
+    if node.domain != "com.microsoft" or node.op_type not in _EMBED:
+        return []
+    found = []
+    for index, table in _EMBED[node.op_type].items():
+        if index < len(node.input) and node.input[index] == tensor and table < len(node.input) and node.input[table]:
+            shape = _static_shape(view, node.input[table])
+            if shape and len(shape) == 2 and isinstance(shape[0], int) and shape[0] > 0:
+                found.append(shape[0])
+    return found
+
+
+def _static_shape(view: GraphView, table: str) -> list | None:
     if table not in view.static:
         return None
-    shape = list(view.initializers[table].dims) if table in view.initializers else view.shape(table)
+    return list(view.initializers[table].dims) if table in view.initializers else view.shape(table)
+
+
+def _rows(view: GraphView, node) -> int | None:
+    """The size of a constant Gather table along the gathered axis."""
+    shape = _static_shape(view, node.input[0])
     if not shape:
         return None
     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)

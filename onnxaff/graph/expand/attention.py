@@ -5,7 +5,9 @@ MultiHeadAttention (Q, K, V given), and the dynamo exporter writes SDPA at opset
 softmax is then inside one node. Each such node is replaced by projection (contrib Attention), head split,
 scale·Q·Kᵀ + mask, Softmax (named `<attention node>/softmax`), ·V and head merge. Masked scores get the value
 onnxruntime's CPU kernel writes: the `mask_filter_value` attribute (−10000 by default) for a contrib op's
-padding mask, the type's lowest finite value for its causal mask and for all of ONNX Attention's masks.
+mask_index (1-D lengths or end/start positions, 2-D key padding, 3-D per query: the forms that kernel runs; the
+optimiser hands each Attention EmbedLayerNormalization's 1-D lengths, so that op's outputs are typed here), the
+type's lowest finite value for its causal mask and for all of ONNX Attention's masks.
 onnxruntime's ONNX Attention also gives a query whose every key is masked zero weights (a Where after the
 Softmax). A form not rewritten (past state, attention bias, rotary, softcap, …) is left fused; `refusal` says why, and
 discovery lists the node as a skipped softmax site with that reason.
@@ -63,6 +65,7 @@ class Types:
     def __init__(self, graph: onnx.GraphProto, model: onnx.ModelProto | None = None):
         self.model, self.infos, self.inferred = model, {}, model is None
         self._read(graph)
+        self._embeddings(graph)
 
     def _read(self, graph: onnx.GraphProto) -> None:
         for vi in (*graph.input, *graph.output, *graph.value_info):
@@ -72,6 +75,18 @@ class Types:
             self.infos[vi.name] = (t.elem_type, shape)
         for init in graph.initializer:
             self.infos[init.name] = (init.data_type, list(init.dims))
+
+    def _embeddings(self, graph: onnx.GraphProto) -> None:
+        """EmbedLayerNormalization's outputs, which onnx's shape inference does not type: the embeddings
+        [B, S, W] (and their sum) in the tables' type, and the mask index, 1-D int32 lengths [B], that the
+        optimiser hands each Attention as its mask."""
+        for node in graph.node:
+            if (node.domain, node.op_type) != ("com.microsoft", "EmbedLayerNormalization"):
+                continue
+            elem = self.infos.get(node.input[2], (TensorProto.FLOAT, None))[0] if len(node.input) > 2 else 0
+            for k, name in enumerate(node.output):
+                if name and name not in self.infos:
+                    self.infos[name] = (TensorProto.INT32, [None]) if k == 1 else (elem, [None] * 3)
 
     def get(self, name: str) -> tuple[int, list | None]:
         if name not in self.infos and not self.inferred:
@@ -135,10 +150,12 @@ def _mask_refusal(node: onnx.NodeProto, k: int, types: Types, what: str) -> str 
     if len(node.input) <= k or not node.input[k]:
         return None
     rank = types.rank(node.input[k])
-    if rank != 2:
-        form = "of unknown rank" if rank is None else f"of rank {rank}"
-        return f"{what} with a mask {form}: only the 2-D key padding mask [batch, keys] is rewritten"
-    return None
+    if rank in (1, 2, 3):
+        return None
+    if rank == 4:  # onnxruntime's CPU kernels refuse it too: nothing to check a rewrite against
+        return f"{what} with a 4-D (Megatron) mask: not rewritten, only 1-D lengths, 2-D and 3-D masks are"
+    return (f"{what} with a mask of unknown rank (shape inference could not type it): only 1-D lengths, 2-D and "
+            "3-D masks are rewritten")
 
 
 def _contrib_attention_refusal(node, types: Types, attrs: dict, what: str) -> str | None:
@@ -205,7 +222,7 @@ def _rewrite(node: onnx.NodeProto, b: Builder, types: Types) -> None:
     q, k, v = b.heads(q, heads, "query"), b.heads(k, heads, "key"), b.heads(v, heads, "value")
     scale = attrs.get("scale") or (1.0 / math.sqrt(sizes[0] // heads) if sizes[0] else None)
     scale = b.const("scale", scale) if scale else _dynamic_scale(b, q)
-    mask = b.padding(mask, filler) if mask else None
+    mask = b.key_mask(mask, types.rank(mask), filler, q, k) if mask else None
     causal = (LOWEST[b.elem_type], True) if attrs.get("unidirectional") else None
     b.merge(b.attend(q, k, v, scale, mask, causal), node.output[0])
 

@@ -76,11 +76,38 @@ class Builder:
         rows = self.op("Reshape", [rows, self.ints("column", [-1, 1])], "rows_column")
         return self.op("Greater", [cols, rows], "future")
 
-    def padding(self, mask: str, filler: float) -> str:
-        """An int 2-D key padding mask [B, L] (1 keep, 0 mask) as the additive [B, 1, 1, L] the fused ops use."""
-        keep = self.op("Greater", [mask, self.const("mask_zero", 0, np.int32)], "keep")
+    def key_mask(self, mask: str, rank: int, filler: float, q: str, k: str) -> str:
+        """The contrib ops' int mask (1 keep, 0 mask) as the additive mask the fused kernel adds to the [B, N, S, L]
+        scores: 2-D [B, L] key padding, 3-D [B, S, L] per query, or 1-D lengths, where [B] is each example's
+        key count (keys from it on masked) and [2B] adds start positions (keys before them masked)."""
+        if rank == 1:
+            keep = self._lengths(mask, q, k)
+        else:
+            keep = self.op("Greater", [mask, self.const("mask_zero", 0, np.int32)], "keep")
         add = self.op("Where", [keep, self.const("zero_f", 0.0), self.const("mask_filter", filler)], "mask_add")
-        return self.op("Reshape", [add, self.ints("mask_shape", [0, 1, 1, -1])], "mask_bias")
+        return self.unsqueeze(add, [1] if rank == 3 else [1, 2], "mask_bias")
+
+    def unsqueeze(self, x: str, axes: list[int], what: str) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.ints(f"{what}_axes", axes)], what)
+        return self.op("Unsqueeze", [x], what, axes=axes)
+
+    def _lengths(self, mask: str, q: str, k: str) -> str:
+        """Bool [B, L] from end positions [B] or end and start positions [2B], told apart at run time: the mask
+        followed by B zeros holds the start positions (or those zeros) at [B, 2B)."""
+        batch = self.op("Reshape", [self.dim(q, 0, "batch"), self.ints("one_d", [1])], "batch_1d")
+        zeros = self.op("ConstantOfShape", [batch], "zero_starts",
+                        value=numpy_helper.from_array(np.zeros(1, np.int64), "zero"))
+        ends = self.op("Cast", [mask], "mask_index_64", to=TensorProto.INT64)
+        padded = self.op("Concat", [ends, zeros], "mask_index_padded", axis=0)
+        twice = self.op("Add", [batch, batch], "batch_2")
+        end = self.op("Slice", [padded, self.ints("start", [0]), batch], "end_positions")
+        start = self.op("Slice", [padded, batch, twice], "start_positions")
+        end, start = self.unsqueeze(end, [1], "end_column"), self.unsqueeze(start, [1], "start_column")
+        cols = self.op("Range", [self.ints("zero_k", 0), self.dim(k, 2, "k_len"), self.ints("one_k", 1)], "keys")
+        before_start = self.op("Less", [cols, start], "before_start")
+        return self.op("And", [self.op("Less", [cols, end], "before_end"),
+                               self.op("Not", [before_start], "from_start")], "keep")
 
     def attend(self, q: str, k: str, v: str, scale: str, mask: str | None, causal: tuple[float, bool] | None,
                zero_masked_rows: bool = False) -> str:
