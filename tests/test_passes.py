@@ -7,10 +7,14 @@ from onnx import TensorProto, helper
 
 from onnxaff.graph.passes import passes
 from onnxaff.graph.passes.absorbed_relus import AbsorbedRelus
-from onnxaff.graph.passes.control_flow import FusedAttention, SubgraphSites, WholeRecurrentGates
-from onnxaff.graph.passes.patterns import AnchoredRules, DecomposedSoftmax, ElementwiseIslands
+from onnxaff.graph.passes.anchored import AnchoredRules
+from onnxaff.graph.passes.fused_attention import FusedAttention
+from onnxaff.graph.passes.islands import ElementwiseIslands
+from onnxaff.graph.passes.recurrent_gates import WholeRecurrentGates
 from onnxaff.graph.passes.single_nodes import SingleNodes
+from onnxaff.graph.passes.softmax import DecomposedSoftmax
 from onnxaff.graph.passes.stacked_gates import StackedGates
+from onnxaff.graph.passes.subgraphs import SubgraphSites
 from onnxaff.graph.sites import find_sites
 from onnxaff.graph.view import GraphView
 from tests.conftest import parse

@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from onnxaff.graph.passes.absorbed_relus import AbsorbedRelus
-from onnxaff.graph.passes.control_flow import FusedAttention, SubgraphSites, WholeRecurrentGates
-from onnxaff.graph.passes.patterns import AnchoredRules, DecomposedSoftmax, ElementwiseIslands
+from onnxaff.graph.passes.anchored import AnchoredRules
+from onnxaff.graph.passes.fused_attention import FusedAttention
+from onnxaff.graph.passes.islands import ElementwiseIslands
+from onnxaff.graph.passes.recurrent_gates import WholeRecurrentGates
 from onnxaff.graph.passes.single_nodes import SingleNodes
+from onnxaff.graph.passes.softmax import DecomposedSoftmax
 from onnxaff.graph.passes.stacked_gates import StackedGates
+from onnxaff.graph.passes.subgraphs import SubgraphSites
 
 
 def passes(find_sites: Callable) -> list:
