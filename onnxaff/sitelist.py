@@ -89,13 +89,15 @@ def probe_feed(loaded: LoadedModel, data: str, *, seed: int = defaults.SEED, sha
     source options as AnalysisConfig names them (batch_axes, constants, input_ranges, pad, sample_rate, tokenizer,
     max_length, pack)."""
     from onnxaff.data import examples_in, fixed_batch_of, model_inputs, open_source
+    from onnxaff.data.registry import find_kind
     from onnxaff.graph.inputs import input_hints
 
     feeding = {k: v for k, v in dict(feeding or {}).items() if v is not None}
     inputs = model_inputs(loaded.model, feeding.pop("batch_axes", None))
     count = fixed_batch_of(inputs) or 1
     opts = dict(images or {}, workers=0)
-    synthetic = isinstance(data, str) and data.startswith("synthetic:")
+    found = find_kind(data) if isinstance(data, str) else None
+    synthetic = found is not None and found[1] == ""  # read from no file: as many examples as asked
     source = open_source(data, inputs, limit=None if synthetic else count * 4, seed=seed,
                          shapes=shapes, images=opts, hints=input_hints(loaded.view), **feeding)
     for batch in source.batches(count):

@@ -169,11 +169,13 @@ def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
     """The files an analysis reads, which none of its outputs may replace (external weights: once loaded)."""
     from onnxaff.data.audio import EXTENSIONS as AUDIO
     from onnxaff.data.images import EXTENSIONS as IMAGES
+    from onnxaff.studies.identity import data_path
 
-    inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
+    read = data_path(data) or data  # a text: spec's file, an audio: spec's folder
+    inputs = [("the model", model), ("the data file", read if os.path.isfile(read) else None)]
     here = os.getcwd()  # the config holds plugins as absolute paths: name them as typed where they are here
     inputs += [("the plugin", os.path.relpath(p) if os.path.dirname(p) == here else p) for p in plugins]
-    folder = data[len("audio:"):] if data.startswith("audio:") else data
+    folder = read
     if os.path.isdir(folder):  # an output named like an image or a sound inside the data folder would replace it
         root = os.path.realpath(folder)
         inputs += [("a file of the data folder", p) for _, p in outputs

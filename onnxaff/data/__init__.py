@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from onnxaff import defaults
-from onnxaff.data.arrays import ArraySource
 from onnxaff.data.feeding import FedSource, examples_in, split_inputs
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.data.iterable import IterableSource, is_given
+from onnxaff.data.registry import find_kind, kind_of
 from onnxaff.data.source import DataSource, InputSpec, fixed_batch_of, model_inputs, no_usable
-from onnxaff.data.synthetic import SyntheticSource
 from onnxaff.data.text import TextSource, is_text, no_text_options
 from onnxaff.errors import ConfigError, OnnxaffError
 
@@ -57,12 +54,12 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
         raise OnnxaffError("no examples in the data given (an empty list)")
     refuse_image_options(spec, images)
     drawn, held = split_inputs(inputs, constants or {}, shapes)
-    synthetic_spec = isinstance(spec, str) and spec.startswith("synthetic:")
+    kind = find_kind(spec) if isinstance(spec, str) else None
     for field, given in (("input_ranges", input_ranges), ("pad", pad)):
-        if given and not synthetic_spec:
+        if given and not (kind is not None and kind[0].shaped_by_options):
             raise ConfigError(field, "{option} shapes synthetic data (synthetic:KIND); data read from a file or "
                               "folder are fed as they are")
-    if is_text(spec):
+    if is_text(spec) and not isinstance(spec, str):  # a list of str
         source = TextSource(spec, drawn, tokenizer, max_length=max_length, limit=limit, pack=pack)
         return FedSource(source, inputs, constants or {}, held, shapes)
     if not isinstance(spec, str) and is_given(spec):  # arrays, a DataLoader: read once, here
@@ -71,9 +68,12 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
     if not isinstance(spec, str):
         raise OnnxaffError(f"data must be a path, a synthetic: or text: spec, a list of str (texts), an array or an "
                            f"iterable of batches; got {type(spec).__name__}")
-    no_text_options(spec, tokenizer, max_length, pack)
-    synthetic = {"ranges": dict(input_ranges or {}), "pad": pad, "hints": dict(hints or {})}
-    source = _open(spec, drawn, limit, seed, shapes, images, sample_rate, synthetic)
+    cls, path = kind or kind_of(spec)
+    if cls is not TextSource:
+        no_text_options(spec, tokenizer, max_length, pack)
+    source = cls.from_spec(spec, path, drawn, limit=limit, seed=seed, shapes=shapes, images=images,
+                           sample_rate=sample_rate, tokenizer=tokenizer, max_length=max_length, pack=pack,
+                           ranges=dict(input_ranges or {}), pad=pad, hints=dict(hints or {}))
     return FedSource(source, inputs, constants or {}, held, shapes)
 
 
@@ -100,38 +100,5 @@ def _fed_as_they_are(spec) -> str | None:
         return "text data"
     if not isinstance(spec, str):
         return "data given in Python" if is_given(spec) else None
-    if spec.startswith("synthetic:"):
-        return "synthetic data"
-    if spec.startswith("audio:"):
-        return "an audio folder's clips"
-    return "a .npy/.npz file's arrays" if Path(spec).suffix.lower() in (".npy", ".npz") else None
-
-
-def _open(spec: str, inputs: list[InputSpec], limit, seed, shapes, images, sample_rate, synthetic: dict) -> DataSource:
-    if spec.startswith("synthetic:"):
-        return SyntheticSource(spec, inputs, limit=limit, seed=seed, shapes=shapes, **synthetic)
-    if spec.startswith("audio:"):
-        from onnxaff.data.audio import AudioFolderSource
-
-        if not Path(spec[6:]).is_dir():
-            raise OnnxaffError(f"audio folder not found: {spec[6:]}")
-        return AudioFolderSource(spec[6:], inputs, sample_rate=sample_rate, limit=limit, shapes=shapes)
-    path = Path(spec)
-    if path.suffix.lower() in (".npy", ".npz"):
-        return ArraySource(path, inputs, limit=limit)
-    if not path.exists():
-        raise OnnxaffError(f"data not found: {spec}")
-    if path.is_dir():
-        from onnxaff.data.images import ImageFolderSource
-        from onnxaff.data.preprocess import build_preprocess
-
-        opts = dict(images or {})
-        if len(inputs) != 1:
-            raise OnnxaffError(f"an image folder feeds a single-input model; this one has {len(inputs)} inputs")
-        pre = build_preprocess(opts.pop("preprocess", "torchvision"), inputs[0], shape=(shapes or {}).get(
-            inputs[0].name), **{k: opts.pop(k) for k in ("mean", "std", "resize", "crop", "interpolation", "fit",
-                                                          "pad_value", "scale", "offset", "channel_order")
-                                if k in opts})
-        return ImageFolderSource(path, inputs[0], pre, limit=limit, seed=seed, **opts)
-    raise OnnxaffError(f"unrecognised data {spec!r}: give an image folder, audio:FOLDER, a .npy/.npz "
-                       f"file, synthetic:gaussian|uniform|grid or text:FILE")
+    found = find_kind(spec)
+    return None if found is None else found[0].fed_as_they_are

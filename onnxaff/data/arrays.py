@@ -193,6 +193,17 @@ class Arrays(DataSource):
 
 
 class ArraySource(Arrays):
+    spec_form = "FILE.npy / FILE.npz"
+    fed_as_they_are = "a .npy/.npz file's arrays"
+
+    @classmethod
+    def parse(cls, spec: str) -> str | None:
+        return spec if Path(spec).suffix.lower() in (".npy", ".npz") else None
+
+    @classmethod
+    def from_spec(cls, spec: str, path: str, inputs: list[InputSpec], **options) -> DataSource:
+        return cls(Path(path), inputs, limit=options.get("limit"))
+
     def __init__(self, path: str | Path, inputs: list[InputSpec], limit: int | None = None):
         self.path = Path(path)
         if not self.path.exists():

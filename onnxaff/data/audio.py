@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxaff import defaults
-from onnxaff.data.source import DataSource, InputSpec, cast_for
+from onnxaff.data.source import DataSource, InputSpec, cast_for, folder_identity
 from onnxaff.errors import OnnxaffError, first_line, option
 
 EXTENSIONS = {".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif", ".aiff", ".au"}
@@ -139,6 +139,26 @@ def waveform_input(inputs: list[InputSpec], shapes: dict | None) -> tuple[InputS
 
 
 class AudioFolderSource(DataSource):
+    spec_form = "audio:FOLDER"
+    fed_as_they_are = "an audio folder's clips"
+    reads_folder = True
+
+    @classmethod
+    def parse(cls, spec: str) -> str | None:
+        return spec[len("audio:"):] if spec.startswith("audio:") else None
+
+    @classmethod
+    def identity(cls, spec: str, path: str) -> list:
+        root = Path(path)
+        return folder_identity(root, list_audio(root), "audio:") if root.is_dir() else [spec]
+
+    @classmethod
+    def from_spec(cls, spec: str, path: str, inputs: list[InputSpec], **options) -> DataSource:
+        if not Path(path).is_dir():
+            raise OnnxaffError(f"audio folder not found: {path}")
+        return cls(path, inputs, sample_rate=options.get("sample_rate", defaults.SAMPLE_RATE),
+                   limit=options.get("limit"), shapes=options.get("shapes"))
+
     """Consecutive windows of every audio file under a folder, as one waveform input's examples."""
 
     def __init__(self, root: str | Path, inputs: list[InputSpec], sample_rate: int = defaults.SAMPLE_RATE,

@@ -23,7 +23,7 @@ import numpy as np
 
 from onnxaff import defaults
 from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize
-from onnxaff.data.source import DataSource, InputSpec
+from onnxaff.data.source import DataSource, InputSpec, folder_identity
 from onnxaff.errors import DataFailed, OnnxaffError, StopWhileWaiting, first_line
 
 EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -192,6 +192,31 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 
 
 class ImageFolderSource(DataSource):
+    spec_form = "an image folder"
+    reads_folder = True
+
+    @classmethod
+    def parse(cls, spec: str) -> str | None:
+        return spec if Path(spec).is_dir() else None
+
+    @classmethod
+    def identity(cls, spec: str, path: str) -> list:
+        return folder_identity(Path(path), list_images(Path(path)))
+
+    @classmethod
+    def from_spec(cls, spec: str, path: str, inputs: list[InputSpec], **options) -> DataSource:
+        from onnxaff.data.preprocess import build_preprocess
+
+        opts = dict(options.get("images") or {})
+        if len(inputs) != 1:
+            raise OnnxaffError(f"an image folder feeds a single-input model; this one has {len(inputs)} inputs")
+        pre = build_preprocess(opts.pop("preprocess", "torchvision"), inputs[0], shape=(options.get("shapes") or {})
+                               .get(inputs[0].name), **{k: opts.pop(k) for k in (
+                                   "mean", "std", "resize", "crop", "interpolation", "fit", "pad_value", "scale",
+                                   "offset", "channel_order") if k in opts})
+        return cls(Path(path), inputs[0], pre, limit=options.get("limit"),
+                   seed=options.get("seed", defaults.SEED), **opts)
+
     def __init__(self, root: str | Path, spec: InputSpec, preprocess: Preprocess, limit: int | None = None,
                  shuffle: bool = False, seed: int = defaults.SEED, workers: int = 0, draft: bool = False,
                  prefetch: int | None = None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -175,6 +176,53 @@ class DataSource:
         """Each input's shape after the batch axis as this source gives it, where it knows before reading any
         example (an image folder's come from decoding: empty)."""
         return {}
+
+    # --- the data spec a kind of source reads: onnxaff.data.registry asks each kind in turn ---
+    spec_form: ClassVar[str] = ""  # how its spec is written, for messages: "audio:FOLDER"
+    fed_as_they_are: ClassVar[str | None] = None  # what its data are where image options do not apply
+    shaped_by_options: ClassVar[bool] = False  # --input-range and --pad shape its examples (synthetic data)
+    reads_folder: ClassVar[bool] = False  # the path it names is a folder (a manifest checks it as one)
+
+    @classmethod
+    def parse(cls, spec: str) -> str | None:
+        """The file or folder `spec` names when this kind reads it ("" when it reads none), else None."""
+        return None
+
+    @classmethod
+    def identity(cls, spec: str, path: str) -> list:
+        """What a study keys on to tell changed data from the same: a file by path, size and modification time
+        (with the spec where it says more than the path), a folder by every file under it (`folder_identity`;
+        image and audio folders by the files they read)."""
+        target = Path(path) if path else None
+        if target is not None and target.is_file():
+            st = target.stat()
+            return [str(target.resolve()), st.st_size, st.st_mtime_ns] + ([spec] if path != spec else [])
+        if target is not None and target.is_dir():  # every file under it: a kind that reads fewer may say so
+            return folder_identity(target, sorted(f for f in target.rglob("*") if f.is_file())) + [spec]
+        return [spec]
+
+    @classmethod
+    def relocate(cls, spec: str, path: str, new: str) -> str:
+        """The spec naming `new` instead of `path` (a manifest's paths are read from its own folder)."""
+        return spec[:len(spec) - len(path)] + new
+
+    @classmethod
+    def from_spec(cls, spec: str, path: str, inputs: list[InputSpec], **options) -> DataSource:
+        """The source of `spec` for `inputs`; `options`: limit, seed, shapes, images, sample_rate and the synthetic
+        shaping (ranges, pad, hints), each kind taking what it reads."""
+        raise NotImplementedError
+
+
+def folder_identity(root: Path, files: list[Path], prefix: str = "") -> list:
+    """A folder by every file its source would read: relative path, size and modification time."""
+    parts: list = [prefix + str(root.resolve())]
+    for f in files:
+        try:
+            st = f.stat()
+            parts.append([f.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns])
+        except OSError:
+            parts.append([f.relative_to(root).as_posix(), None])
+    return parts
 
 
 def no_usable(data: str, source) -> OnnxaffError:

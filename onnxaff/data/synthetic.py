@@ -55,6 +55,20 @@ def _check_params(params: dict) -> None:
 
 
 class SyntheticSource(DataSource):
+    spec_form = "synthetic:gaussian|uniform|grid[:key=value,...]"
+    fed_as_they_are = "synthetic data"
+    shaped_by_options = True
+
+    @classmethod
+    def parse(cls, spec: str) -> str | None:
+        return "" if spec.startswith("synthetic:") else None
+
+    @classmethod
+    def from_spec(cls, spec: str, path: str, inputs: list[InputSpec], **options) -> DataSource:
+        return cls(spec, inputs, limit=options.get("limit"), seed=options.get("seed", defaults.SEED),
+                   shapes=options.get("shapes"), ranges=options.get("ranges"), pad=options.get("pad", defaults.PAD),
+                   hints=options.get("hints"))
+
     def __init__(self, spec: str, inputs: list[InputSpec], limit: int | None = None, seed: int = defaults.SEED,
                  shapes: dict[str, tuple] | None = None, ranges: dict | None = None, pad: float = defaults.PAD,
                  hints: dict | None = None):

@@ -231,6 +231,26 @@ class TextSource(DataSource):
     attention sites need, since a key padding masks for every query leaves its feature undefined
     (docs/metrics.md, masked positions)."""
 
+    spec_form = "text:FILE or text:FILE.jsonl[:FIELD]"
+    fed_as_they_are = "text data"
+
+    @classmethod
+    def parse(cls, spec: str) -> str | None:
+        if not spec.startswith(PREFIX):
+            return None
+        body = spec[len(PREFIX):]
+        head, colon, tail = body.rpartition(":")
+        return head if colon and head.lower().endswith(".jsonl") and tail else body
+
+    @classmethod
+    def relocate(cls, spec: str, path: str, new: str) -> str:
+        return PREFIX + new + spec[len(PREFIX) + len(path):]
+
+    @classmethod
+    def from_spec(cls, spec: str, path: str, inputs: list[InputSpec], **options) -> DataSource:
+        return cls(spec, inputs, options.get("tokenizer"), max_length=options.get("max_length"),
+                   limit=options.get("limit"), pack=options.get("pack", defaults.PACK))
+
     def __init__(self, data, inputs: list[InputSpec], tokenizer, max_length: int | None = None,
                  limit: int | None = None, pack: bool = defaults.PACK):
         if tokenizer is None:

@@ -42,39 +42,24 @@ def model_identity(path: Path) -> str | None:
 
 
 def data_path(spec: str) -> str | None:
-    """The file or folder a data spec reads (a `text:` spec's file, an `audio:` spec's folder), None for synthetic
-    data."""
-    from onnxaff.data.text import PREFIX, parse_spec
+    """The file or folder a data spec reads (a `text:` spec's file, an `audio:` spec's folder), None for data read
+    from no file (synthetic); the spec itself where no kind reads it (its analysis says why)."""
+    from onnxaff.data.registry import find_kind
 
-    if spec.startswith("synthetic:"):
-        return None
-    if spec.startswith("audio:"):
-        return spec[6:]
-    return str(parse_spec(spec)[0]) if spec.startswith(PREFIX) and spec != PREFIX else spec
+    found = find_kind(spec)
+    if found is None:
+        return spec
+    return found[1] or None
 
 
 def data_identity(spec: str) -> str:
-    """A digest of the data a spec names: a file by path, size and time (a `text:` spec's file too, with the spec);
-    a folder by every image the loader would read (the same walk: linked class folders entered), an audio folder by
-    its audio files; else the spec."""
-    from onnxaff.data.audio import list_audio
-    from onnxaff.data.images import list_images
+    """A digest of the data a spec names, as its kind identifies them (onnxaff.data.registry): a file by path, size
+    and time (a `text:` spec's file too, with the spec); a folder by every file its source would read (an image
+    folder's walk, an audio folder's clips); else the spec."""
+    from onnxaff.data.registry import find_kind
 
-    audio = spec.startswith("audio:")
-    path = Path(data_path(spec) or spec)
-    if path.is_file():
-        st = path.stat()
-        parts = [str(path.resolve()), st.st_size, st.st_mtime_ns] + ([spec] if str(path) != spec else [])
-    elif path.is_dir():
-        parts = [("audio:" if audio else "") + str(path.resolve())]
-        for f in (list_audio(path) if audio else list_images(path)):
-            try:
-                st = f.stat()
-                parts.append([f.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns])
-            except OSError:
-                parts.append([f.relative_to(path).as_posix(), None])
-    else:
-        parts = [spec]
+    found = find_kind(spec)
+    parts = [spec] if found is None else found[0].identity(spec, found[1])
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

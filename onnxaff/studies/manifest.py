@@ -90,15 +90,19 @@ class _Reader:
         return str(target)
 
     def data(self, value, where: str, key: str) -> str | None:
-        """A data spec as `--data` takes it, its file or folder read from the manifest's folder."""
-        from onnxaff.data.text import PREFIX
+        """A data spec as `--data` takes it, its file or folder read from the manifest's folder (its kind says
+        which part of the spec that is: onnxaff.data.registry)."""
+        from onnxaff.data.registry import find_kind
 
-        if value is None or isinstance(value, str) and value.startswith("synthetic:"):
+        if value is None:
             return value
-        for prefix in ("audio:", PREFIX):
-            if isinstance(value, str) and value.startswith(prefix):
-                return prefix + self.file(value[len(prefix):], where, key, folder=prefix == "audio:")
-        return self.file(value, where, key)
+        found = find_kind(value) if isinstance(value, str) and value else None
+        if found is None:
+            return self.file(value, where, key)
+        cls, path = found
+        if not path:  # reads no file: synthetic data
+            return value
+        return cls.relocate(value, path, self.file(path, where, key, folder=cls.reads_folder))
 
     def model(self, table: dict, k: int, settings: Manifest) -> StudyModel:
         label = table.get("label")

@@ -1,0 +1,67 @@
+"""The kinds of data a spec can name, asked in turn: each is a DataSource class whose `parse(spec)` says whether it
+reads the spec (and which file or folder), `identity` what a study keys on, `from_spec` how to open it.
+
+Built in: synthetic inputs, audio folders, text files, .npy/.npz arrays, image folders. Another package adds a
+kind through the entry point group `onnxaff.sources` (NAME = "module:Class", the class a DataSource subclass);
+those are asked first, so a new prefix (`npy:FOLDER`) needs no change here. `analyze`, `study`, the dry run, the
+manifests and the API all read data through `kind_of`.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import metadata
+from pathlib import Path
+
+from onnxaff.data.arrays import ArraySource
+from onnxaff.data.audio import AudioFolderSource
+from onnxaff.data.images import ImageFolderSource
+from onnxaff.data.source import DataSource
+from onnxaff.data.synthetic import SyntheticSource
+from onnxaff.data.text import TextSource
+from onnxaff.errors import OnnxaffError
+
+ENTRY_POINT_GROUP = "onnxaff.sources"
+BUILT_IN: tuple[type[DataSource], ...] = (SyntheticSource, AudioFolderSource, TextSource, ArraySource,
+                                          ImageFolderSource)
+
+
+@functools.cache
+def installed() -> tuple[type[DataSource], ...]:
+    """The kinds other packages declare (read once), checked to be DataSource classes."""
+    found = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            cls = ep.load()
+        except Exception as exc:
+            raise OnnxaffError(f"data source entry point {ep.name} ({ep.value}) does not load: "
+                               f"{type(exc).__name__}: {exc}") from None
+        if not (isinstance(cls, type) and issubclass(cls, DataSource)) or cls.parse is DataSource.parse:
+            raise OnnxaffError(f"data source entry point {ep.name} ({ep.value}) is no DataSource class with its own "
+                               "parse(spec)")
+        found.append(cls)
+    return tuple(found)
+
+
+def kinds() -> tuple[type[DataSource], ...]:
+    return installed() + BUILT_IN
+
+
+def find_kind(spec: str) -> tuple[type[DataSource], str] | None:
+    """(the kind that reads `spec`, the file or folder it names, "" for none), or None when no kind does."""
+    for cls in kinds():
+        path = cls.parse(spec)
+        if path is not None:
+            return cls, path
+    return None
+
+
+def kind_of(spec: str) -> tuple[type[DataSource], str]:
+    """find_kind, or a one-line error: the data are not there, or they are no kind onnxaff reads."""
+    found = find_kind(spec)
+    if found is not None:
+        return found
+    if not Path(spec).exists():
+        raise OnnxaffError(f"data not found: {spec}")
+    forms = ", ".join(cls.spec_form for cls in kinds())
+    raise OnnxaffError(f"unrecognised data {spec!r}: give {forms}")
