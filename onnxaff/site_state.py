@@ -24,6 +24,7 @@ from onnxaff.chunks import ChunkSchedule
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.entries import entry, not_applicable
 from onnxaff.errors import OnnxaffError
+from onnxaff.half_samples import HalfSamples
 from onnxaff.metrics import Chunk, ChunkPair, Metric
 from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.observations import Observations
@@ -69,6 +70,9 @@ class SiteState:
     # what the dispatch table's `no_data` reasons and the assembly read
     chunks = property(lambda self: self.schedule.chunks)
     jvp = property(lambda self: self.pooled.jvp)
+    # the first chunk's half-samples, as the interval method wants them
+    halves = property(lambda self: HalfSamples(self.schedule, self.scores, self.intervals, self.expected_rows,
+                                               self.jobs))
 
     def to_state(self) -> dict:
         """The collected state between batches (pending chunk scores are collected first; after a stop, the
@@ -108,23 +112,23 @@ class SiteState:
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.observed.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
-            _note_solo(self, chunk)
+            self.halves.note_solo(chunk)
         self._submit(chunk, self.schedule.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
             self.schedule.keep(chunk)
-        if self.schedule.chunks == 1 and _halves_now(self):
-            _submit_halves(self, metrics, scorer)
+        if self.schedule.chunks == 1 and self.halves.now():
+            self.halves.submit(metrics, scorer)
         self.schedule.collect_done(self.scores.store)  # scored chunks let go of their rows
-        _collect_halves(self, wait=False)
+        self.halves.collect(wait=False)
+
+    def jobs(self, metrics: list[Metric], make) -> list[tuple[Metric, object]]:
+        """(metric, its input) for each metric that applies to the site and gets an input from make(metric)."""
+        return [(m, x) for m in metrics if not not_applicable(self, m) and (x := make(m)) is not None]
 
     def _submit(self, chunk: Chunk, previous: Chunk | None, metrics: list[Metric], scorer: MetricScorer) -> None:
-        jobs = []
-        for m in metrics:
-            build = serving(m).chunk_input
-            if build is not None and not not_applicable(self, m) and (
-                    sample := build(chunk, previous, self.tracks)) is not None:
-                jobs.append((m, sample))
-        self.schedule.submit(chunk, previous, jobs, scorer)
+        build = {m: serving(m).chunk_input for m in metrics}
+        self.schedule.submit(chunk, previous, self.jobs(metrics, lambda m: build[m] and build[m](
+            chunk, previous, self.tracks)), scorer)
 
     def rescore(self, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Score again the chunks a stopped run left unscored (they come before any new chunk)."""
@@ -135,7 +139,7 @@ class SiteState:
         """Record the finished chunk scores in chunk order, then the half-sample scores (gives up on a stop: see
         ChunkSchedule.collect)."""
         self.schedule.collect(self.scores.store)
-        _collect_halves(self, wait=True)
+        self.halves.collect(wait=True)
 
     # --- the end of the data ---
 
@@ -149,8 +153,8 @@ class SiteState:
         rest = None if self.observed.nonfinite_rows else self.schedule.remainder(self.observed.chunk_rounding)
         if rest is not None:
             self.score(rest, metrics, scorer)
-        if _halves_wanted(self):
-            _submit_halves(self, metrics, scorer)
+        if self.halves.wanted():
+            self.halves.submit(metrics, scorer)
 
     def finish(self, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Score the partial chunk if it is all there is, collect the chunks and their half-samples, then the
@@ -166,8 +170,7 @@ class SiteState:
         if not scorer.stop:  # else the solo chunk stays, so a resumed run scores its halves
             self.schedule.solo = None
         inputs = {} if self.observed.nonfinite_rows else self.pooled.inputs(self.observed.chunk_rounding)
-        jobs = [(m, inputs[serving(m).end_input]) for m in metrics
-                if inputs.get(serving(m).end_input) is not None and not not_applicable(self, m)]
+        jobs = self.jobs(metrics, lambda m: inputs.get(serving(m).end_input))
         if jobs and (results := scorer.results(scorer.submit(jobs))) is not None:
             self.scores.store(results)
         if self.schedule.unscored or scorer.stop:
@@ -198,7 +201,7 @@ def _merge(st: SiteState, other: SiteState, metrics: list[Metric], scorer: Metri
     mine, theirs = st.schedule, other.schedule
     if mine.previous is not None and theirs.first is not None and not st.observed.nonfinite_rows:
         pair = ChunkPair(mine.previous, theirs.first)
-        jobs = [(m, pair) for m in metrics if serving(m).keeps_previous and not not_applicable(st, m)]
+        jobs = st.jobs(metrics, lambda m: pair if serving(m).keeps_previous else None)
         if jobs and (boundary := scorer.results(scorer.submit(jobs))) is None:
             raise KeyboardInterrupt  # on a scoring thread, as every metric: a stuck one cannot hold Ctrl-C
     st.scores.append(other.scores, boundary)
@@ -212,45 +215,3 @@ def _merge(st: SiteState, other: SiteState, metrics: list[Metric], scorer: Metri
         for chunk in mine.cut(x, y, st.observed.chunk_rounding):
             st.score(chunk, metrics, scorer)
         st.collect()  # these chunks come after the part's own: record them now, in that order
-
-
-def _note_solo(st: SiteState, chunk: Chunk) -> None:
-    """The first chunk is kept for its half-samples; a second one drops them unless intervals="half"."""
-    if st.schedule.chunks == 1:
-        st.schedule.solo = chunk
-    elif st.intervals != "half" and (st.schedule.solo is not None or st.schedule.halving):
-        st.schedule.drop_halves()  # the interval is over chunks (a prediction of one chunk was short)
-        st.scores.halves = {}
-
-
-def _halves_wanted(st: SiteState) -> bool:
-    """The site's interval reads the half-samples of its first chunk: always under "half", under "auto" when the
-    site has one chunk (at the end of the data)."""
-    return st.intervals == "half" or (st.intervals == "auto" and st.schedule.chunks == 1)
-
-
-def _halves_now(st: SiteState) -> bool:
-    """Score the first chunk's half-samples as soon as it is cut, beside inference: under "half", and under "auto"
-    when the whole data will give the site exactly one chunk (a wrong prediction is caught either way: a second
-    chunk drops them, and a one-chunk site without them gets them at the end of the data)."""
-    size, rows = st.schedule.buffer.size, st.expected_rows
-    return st.intervals == "half" or (st.intervals == "auto" and rows is not None and size <= rows < 2 * size)
-
-
-def _submit_halves(st: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
-    """Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
-    ms = [m for m in metrics if serving(m).half_samples and not not_applicable(st, m)]
-    if ms:
-        st.schedule.submit_halves(lambda half: [(m, half) for m in ms], scorer)
-
-
-def _collect_halves(st: SiteState, wait: bool) -> None:
-    """The half-sample scores of the metrics that scored the chunk itself (onnxaff.stats.entry_ci), in half order;
-    then the chunk's rows are let go. Without `wait`, only when they are all done."""
-    sched = st.schedule
-    if not sched.halving or (not wait and not sched.halves_ready()):
-        return
-    if (results := sched.take_halves()) is None:
-        return  # stopped: the solo chunk stays, so a resumed run scores its halves
-    st.scores.store_halves([r for r in results if r[0] in st.scores.values])
-    sched.solo = None

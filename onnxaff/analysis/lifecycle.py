@@ -22,17 +22,15 @@ from onnxaff.analysis.assemble import check_some_number
 from onnxaff.analysis.checkpoint import (
     STATE_KIND_CHECKPOINT,
     STATE_KIND_PART,
-    NotThisRun,
-    check_resumable,
-    load_state,
     prepare,
     save_state,
 )
 from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
+from onnxaff.analysis.resume import Resume
 from onnxaff.data import no_usable
-from onnxaff.errors import ConfigError, DataFailed, Interrupted, Message, OnnxaffError, StopWhileWaiting, option
+from onnxaff.errors import ConfigError, DataFailed, Interrupted, Message, StopWhileWaiting, option
 from onnxaff.files import exclusive, lock_beside
 from onnxaff.progress import Progress
 from onnxaff.scoring import MetricScorer
@@ -68,7 +66,8 @@ def open_run(model: str | os.PathLike | onnx.ModelProto, data: str | list[str], 
             prepare(checkpoint)
         run = Run(Feeder(Plan.build(model, data, config)), checkpoint, held)
         note = (lambda line: echo(Message(line))) if echo else (lambda line: None)
-        _continue(run, resume, on_mismatch, note, (lambda line: warn(Message(line))) if warn else note)
+        Resume(run.checkpoint, run.feeder).apply(resume, on_mismatch, note,
+                                                 (lambda line: warn(Message(line))) if warn else note)
     except BaseException:
         held.close()
         raise
@@ -211,35 +210,3 @@ class Run:
                 raise no_usable(plan.data, plan.source)
             check_some_number(sig, state.used)
         return sig
-
-
-def _continue(run: Run, resume: str, on_mismatch: str, echo: Callable[[str], None],
-              warn: Callable[[str], None]) -> None:
-    """The one resume path: the checkpoint of this very run continued, as `resume` and `on_mismatch` say."""
-    path = run.checkpoint
-    if path is None or resume == "never":
-        if path is not None and path.exists():
-            warn(f"{path} holds an interrupted run; starting over replaces it ({option('resume')} continues it)")
-        return
-    if not path.exists():
-        if resume == "always":
-            raise OnnxaffError(f"no checkpoint to resume at {path}")
-        return
-    try:
-        _take(run, path)
-    except OnnxaffError as exc:
-        if on_mismatch == "refuse":
-            raise
-        why = exc.why if isinstance(exc, NotThisRun) else exc.template
-        echo(f"not continuing {path.name} ({why}); starting over")
-        return
-    st = run.state
-    echo(f"continuing from {path.name} ({st.cursor - st.start} of {st.stop - st.start} examples done)")
-
-def _take(run: Run, path: Path) -> None:
-    saved = load_state(path)
-    check_resumable(path, run.state.key, saved)
-    try:
-        run.feeder.take(saved, f"checkpoint {path}")
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # edited or mixed files
-        raise OnnxaffError(f"checkpoint {path} is damaged ({type(exc).__name__}: {exc})") from None

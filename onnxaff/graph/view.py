@@ -13,12 +13,11 @@ import onnx
 
 from onnxaff.graph.constants import ConstantValues
 from onnxaff.graph.flow import forward_order
+from onnxaff.graph.fused_sums import skip_sums
 
 # Ops that read only their input's shape: what they compute is static even from a data tensor.
 SHAPE_ONLY = {"Shape", "Size"}
 DEFAULT_DOMAINS = ("", "ai.onnx")
-# onnxruntime's fused residual sum + LayerNorm: the sum is output 3 when exported.
-SKIP_NORMS = {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
 
 
 class GraphView:
@@ -41,7 +40,15 @@ class GraphView:
         self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
         self.graph_outputs = {o.name for o in graph.output}
         self._constants = ConstantValues(self)
-        _drop_type_only_reads(self)
+        self._drop_type_only_reads()
+
+    def _drop_type_only_reads(self) -> None:
+        """CastLike(constant, t) reads only t's type (onnxscript's constants): no reader of t's value, so that an
+        island around t stays closed."""
+        for i, node in enumerate(self.nodes):
+            if node.op_type == "CastLike" and len(node.input) > 1 and node.input[1] and \
+                    self.constant(node.input[0]) is not None:
+                self.consumers[node.input[1]].remove(i)
 
     # -- order -------------------------------------------------------------------------------
     @cached_property
@@ -138,12 +145,7 @@ class GraphView:
     @cached_property
     def fused_sums(self) -> dict[str, list[str]]:
         """Sum (output 3) of a fused SkipLayerNormalization -> its other outputs, which the node computes from it."""
-        sums = {}
-        for node in self.nodes:
-            if node.domain == "com.microsoft" and node.op_type in SKIP_NORMS and len(node.output) > 3:
-                if node.output[3]:
-                    sums[node.output[3]] = [o for o in node.output[:3] if o]
-        return sums
+        return skip_sums(self.nodes)
 
     @cached_property
     def fused_sum_of(self) -> dict[str, str]:
@@ -182,12 +184,3 @@ def iter_tensors(graph: onnx.GraphProto):
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     yield from iter_tensors(g)
-
-
-def _drop_type_only_reads(view: GraphView) -> None:
-    """CastLike(constant, t) reads only t's type (onnxscript's constants): no reader of t's value, so that an
-    island around t stays closed."""
-    for i, node in enumerate(view.nodes):
-        if node.op_type == "CastLike" and len(node.input) > 1 and node.input[1] and \
-                view.constant(node.input[0]) is not None:
-            view.consumers[node.input[1]].remove(i)

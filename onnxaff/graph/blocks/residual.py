@@ -5,7 +5,8 @@ from __future__ import annotations
 from onnxaff.graph.blocks.block import Found
 from onnxaff.graph.blocks.walk import LAYOUT, MIXING, VALUE_PRESERVING, between, dims_compatible
 from onnxaff.graph.flow import common_source
-from onnxaff.graph.view import SKIP_NORMS, GraphView
+from onnxaff.graph.fused_sums import SKIP_NORMS
+from onnxaff.graph.view import GraphView
 
 
 def residual_blocks(view: GraphView, site_nodes: set[int], score_nodes: set[int]) -> list[Found]:
