@@ -184,34 +184,55 @@ class SiteState:
 
     def merge(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Append the state of the next slice of the data (self covers the examples just before it)."""
-        _merge(self, other, metrics, scorer)
+        SiteMerge(self, other, metrics, scorer).apply()
 
 
-def _merge(st: SiteState, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
-    """SiteState.merge: scores appended in chunk order; the first chunk's halves where the interval reads them."""
-    try:
-        st.observed.merge(other.observed)
-    except ValueError as exc:
-        raise OnnxaffError(str(exc)) from None
-    st.collect()  # chunks scored by an earlier merge come before this part's
-    if st.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
-        raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
-                           "shard again")
-    boundary = None
-    mine, theirs = st.schedule, other.schedule
-    if mine.previous is not None and theirs.first is not None and not st.observed.nonfinite_rows:
+@dataclass
+class SiteMerge:
+    """One site's state over two consecutive, chunk-aligned slices of the data: `into` (the earlier slice) takes
+    `part` (the next one), scores appended in chunk order, the pair across the boundary scored, the first chunk's
+    halves kept where the interval reads them."""
+
+    into: SiteState
+    part: SiteState
+    metrics: list[Metric]
+    scorer: MetricScorer
+
+    def apply(self) -> None:
+        st, other = self.into, self.part
+        try:
+            st.observed.merge(other.observed)
+        except ValueError as exc:
+            raise OnnxaffError(str(exc)) from None
+        st.collect()  # chunks scored by an earlier merge come before this part's
+        if st.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
+            raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
+                               "shard again")
+        st.scores.append(other.scores, self.boundary())
+        self.keep_halves()
+        st.pooled.merge(other.pooled)
+        for x, y in st.schedule.append(other.schedule):  # only a slice that is not chunk-aligned leaves rows
+            for chunk in st.schedule.cut(x, y, st.observed.chunk_rounding):
+                st.score(chunk, self.metrics, self.scorer)
+            st.collect()  # these chunks come after the part's own: record them now, in that order
+
+    def boundary(self) -> list | None:
+        """The scores of the pair across the boundary (the earlier slice's last chunk, the next one's first), for
+        the metrics that read pairs; None when there is none."""
+        st, mine, theirs = self.into, self.into.schedule, self.part.schedule
+        if mine.previous is None or theirs.first is None or st.observed.nonfinite_rows:
+            return None
         pair = ChunkPair(mine.previous, theirs.first)
-        jobs = st.jobs(metrics, lambda m: pair if serving(m).keeps_previous else None)
-        if jobs and (boundary := scorer.results(scorer.submit(jobs))) is None:
+        jobs = st.jobs(self.metrics, lambda m: pair if serving(m).keeps_previous else None)
+        if jobs and (scores := self.scorer.results(self.scorer.submit(jobs))) is None:
             raise KeyboardInterrupt  # on a scoring thread, as every metric: a stuck one cannot hold Ctrl-C
-    st.scores.append(other.scores, boundary)
-    if mine.chunks + theirs.chunks == 1 or st.intervals == "half":  # the first chunk's halves count
-        st.scores.halves = st.scores.halves if mine.chunks else other.scores.halves
-        mine.solo = mine.solo if mine.chunks else theirs.solo
-    else:
-        st.scores.halves, mine.solo = {}, None
-    st.pooled.merge(other.pooled)
-    for x, y in mine.append(theirs):  # only a slice that is not chunk-aligned leaves rows behind
-        for chunk in mine.cut(x, y, st.observed.chunk_rounding):
-            st.score(chunk, metrics, scorer)
-        st.collect()  # these chunks come after the part's own: record them now, in that order
+        return scores if jobs else None
+
+    def keep_halves(self) -> None:
+        """The first chunk's halves count when the whole has one chunk, or always under intervals="half"."""
+        st, other, mine, theirs = self.into, self.part, self.into.schedule, self.part.schedule
+        if mine.chunks + theirs.chunks == 1 or st.intervals == "half":
+            st.scores.halves = st.scores.halves if mine.chunks else other.scores.halves
+            mine.solo = mine.solo if mine.chunks else theirs.solo
+        else:
+            st.scores.halves, mine.solo = {}, None

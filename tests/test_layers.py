@@ -96,59 +96,41 @@ def test_no_layer_imports_what_it_never_touches():
     assert not wrong, "\n".join(wrong)
 
 
+def _first_parameter_class(fn: ast.FunctionDef) -> str | None:
+    args = fn.args.posonlyargs + fn.args.args
+    ann = args[0].annotation if args else None
+    return ann.id if isinstance(ann, ast.Name) else ann.value if isinstance(ann, ast.Constant) else None
+
+
+def class_sizes(text: str) -> dict[str, int]:
+    """Each class's lines with its methods written as module functions counted in: a function of the module whose
+    first parameter is an instance of one of the module's classes is that class's method, wherever it stands."""
+    tree = ast.parse(text)
+    sizes = {n.name: n.end_lineno - n.lineno + 1 for n in tree.body if isinstance(n, ast.ClassDef)}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and _first_parameter_class(fn) in sizes:
+            sizes[_first_parameter_class(fn)] += fn.end_lineno - fn.lineno + 1
+    nested = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name not in sizes]
+    sizes.update({n.name: n.end_lineno - n.lineno + 1 for n in nested})
+    return sizes
+
+
 def test_classes_and_modules_stay_small():
-    """No class in onnxaff/ over 150 lines, no module over 400: one job each, readable alone."""
+    """No class in onnxaff/ over 150 lines (its methods moved out as module functions included), no module over
+    400: one job each, readable alone."""
     big = []
     for path in sorted((ROOT / "onnxaff").rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         rel = path.relative_to(ROOT).as_posix()
         if text.count("\n") > 400:
             big.append(f"{rel}: {text.count(chr(10))} lines")
-        big += [f"{rel}: class {n.name} {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(ast.parse(text))
-                if isinstance(n, ast.ClassDef) and n.end_lineno - n.lineno + 1 > 150]
+        big += [f"{rel}: class {name} {n} lines" for name, n in class_sizes(text).items() if n > 150]
     assert not big, big
 
 
-def test_no_getattr_on_a_data_source():
-    """DataSource declares every member the run reads (skipped, warnings, example_shapes): no probing."""
-    probe = re.compile(r"\b(?:getattr|hasattr)\([^)]*source")
-    found = [f"{p.relative_to(ROOT)}:{k}" for p in sorted((ROOT / "onnxaff").rglob("*.py"))
-             for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if probe.search(line)]
-    assert not found, found
-
-
-def _cli_flags() -> set[str]:
-    """Every long option of the `onnxaff` commands, read off click."""
-    import click
-
-    from onnxaff.cli import cli
-
-    return {o for command in cli.commands.values() for p in command.params if isinstance(p, click.Option)
-            for o in p.opts if o.startswith("--")}
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body
-            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-
-
-def test_only_the_command_line_names_flags():
-    """Below onnxaff/cli/ a message names an option with errors.option(field): a Python caller is told the
-    configuration field, the CLI renders its flag. Docstrings and comments may name flags."""
-    flag = re.compile(r"(?<![\w-])(?:" + "|".join(map(re.escape, sorted(_cli_flags(), key=len, reverse=True)))
-                      + r")(?![\w-])")
-    found = []
-    for path in sorted((ROOT / "onnxaff").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("onnxaff/cli/"):
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        docs = _docstrings(tree)
-        found += [f"{rel}:{node.lineno}: {m.group(0)}" for node in ast.walk(tree)
-                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
-                  for m in [flag.search(node.value)] if m]
-    assert not found, "\n".join(found)
+def test_a_method_moved_out_counts_for_its_class():
+    text = "class A:\n    x = 1\n\n\ndef helper(a: A, k):\n    return a.x + k\n\n\ndef other(k: int):\n    return k\n"
+    assert class_sizes(text) == {"A": 2 + 2}
 
 
 def _import_graph():
