@@ -171,8 +171,8 @@ def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
     from onnxaff.data.images import EXTENSIONS as IMAGES
     from onnxaff.studies.identity import data_path
 
-    read = data_path(data) or data  # a text: spec's file, an audio: spec's folder
-    inputs = [("the model", model), ("the data file", read if os.path.isfile(read) else None)]
+    read = data_path(data) or data  # an audio: spec's folder (a text: spec's file is named below)
+    inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
     here = os.getcwd()  # the config holds plugins as absolute paths: name them as typed where they are here
     inputs += [("the plugin", os.path.relpath(p) if os.path.dirname(p) == here else p) for p in plugins]
     folder = read
