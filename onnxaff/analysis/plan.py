@@ -141,10 +141,11 @@ class Plan:
         slow = slow_chunk_warnings(ok_sites, metrics, track_metrics if probes else [], probes, config, examples)
         warnings += slow
         padding = mask_input(config.mask, loaded.view)
+        masks = site_masks(loaded.view, ok_sites, padding, loaded.base_dir)
         augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
                                            raw=config.reduce_in == "numpy",
                                            jvp=any(serving(m).end_input == "jvp" for m in metrics),
-                                           view=loaded.view, masks=site_masks(loaded.view, ok_sites, padding))
+                                           view=loaded.view, masks=masks)
         names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
         unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
         start, stop = shard_window(len(source), config.shard, unit)

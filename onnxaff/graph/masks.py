@@ -12,6 +12,7 @@ token axis [B, T, C] and an attention map's query axis [B, H, Tq, Tk] the same w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,7 +23,15 @@ from onnxaff.graph.sites import NOT_ELEMENTWISE, Site
 from onnxaff.graph.view import GraphView
 
 MASK_CONSTANT = -1e4  # a constant at or below it (−inf included) feeding a softmax input can be a mask value
-_SMALL = 4096  # constants larger than this are weights, never read for it
+_SMALL = 4096  # constants upstream larger than this are weights, never read for it
+_FOLDED = 1 << 24  # a constant added into the softmax input is read up to this many values, from external data too
+_ADDING = frozenset({"Add", "Sub", "Sum"})
+_CARRYING = frozenset({"Reshape", "Cast", "CastLike", "Expand", "Squeeze", "Unsqueeze", "Identity", "Transpose",
+                       "Slice", "Flatten", "QuantizeLinear", "DequantizeLinear"})
+_QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul", "QLinearConcat",
+                         "QLinearSoftmax", "QLinearWhere"})
+_NOT_NUMERIC = frozenset({TensorProto.UNDEFINED, TensorProto.STRING, TensorProto.BOOL, TensorProto.COMPLEX64,
+                          TensorProto.COMPLEX128})
 _LOWEST = {TensorProto.FLOAT16: 65504.0, TensorProto.BFLOAT16: 3.3895313892515355e38,
            TensorProto.DOUBLE: float(np.finfo(np.float64).max)}
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -74,8 +83,10 @@ def _tokens_dim(view: GraphView, name: str) -> int | str | None:
     return shape[1] if shape is not None and len(shape) == 2 and shape[1] != "?" else None
 
 
-def site_masks(view: GraphView, sites: list[Site], padding: str | None) -> dict[int, SiteMask]:
-    """Site index -> its SiteMask, for the top-level sites that have something masked."""
+def site_masks(view: GraphView, sites: list[Site], padding: str | None,
+               base_dir: Path | None = None) -> dict[int, SiteMask]:
+    """Site index -> its SiteMask, for the top-level sites that have something masked. `base_dir`: the model's
+    folder, where a mask folded into external data is read (None: such a mask is not seen)."""
     token = _tokens_dim(view, padding) if padding is not None else None
     evidence = None
     out = {}
@@ -85,7 +96,7 @@ def site_masks(view: GraphView, sites: list[Site], padding: str | None) -> dict[
         limit = None
         if s.kind in NOT_ELEMENTWISE and s.layout == "softmax_axis" and (s.rank or 0) >= 3 and s.output_rank is None:
             evidence = evidence if evidence is not None else _evidence(view)
-            if can_hold_masks(evidence, s.input):
+            if can_hold_masks(evidence, s.input) or added_mask(view, s.input, base_dir):
                 limit = threshold(view.elem_type(s.input))
         pad = (None, None) if token is None else (_token_axis(s.side("x"), token), _token_axis(s.side("y"), token))
         if limit is not None or pad != (None, None):
@@ -126,8 +137,12 @@ def _evidence(view: GraphView) -> dict[str, tuple[bool, frozenset]]:
 
 
 def _valued(view: GraphView, name: str) -> bool:
-    """A float tensor (or one of unknown type): what can carry a mask value."""
-    return view.elem_type(name) in _FLOATS
+    """A float tensor (or one of unknown type), or a quantized one (a QuantizeLinear's or a QLinear op's output):
+    what can carry a mask value."""
+    if view.elem_type(name) in _FLOATS:
+        return True
+    i = view.producer.get(name)
+    return i is not None and view.nodes[i].op_type in _QUANTIZING
 
 
 def can_hold_masks(evidence: dict, tensor: str) -> bool:
@@ -136,19 +151,91 @@ def can_hold_masks(evidence: dict, tensor: str) -> bool:
     return found or len(inputs) >= 2
 
 
-def _mask_node(node: onnx.NodeProto) -> bool:
+def added_mask(view: GraphView, tensor: str, base_dir: Path | None) -> bool:
+    """Whether a constant holding a mask value is added into `tensor` (through sums, casts, reshapes and
+    quantization).
+
+    The dynamo exporter folds a causal mask computed from static shapes into one float initializer [B, 1, T, T]
+    (−3.4e38 above the diagonal) that it writes with the weights, to external data; a quantizer then stores it as
+    integers and a scale. Only what is summed into the softmax input is read, so weights behind a MatMul or a Mul
+    never are."""
+    seen, todo = set(), [tensor]
+    while todo:
+        name = todo.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in view.initializers:
+            if _holds_mask(_read(view.initializers[name], _FOLDED, base_dir)):
+                return True
+            continue
+        i = view.producer.get(name)
+        node = view.nodes[i] if i is not None else None
+        if node is None:
+            continue
+        if node.op_type in _ADDING:
+            todo.extend(node.input)
+        elif node.op_type == "DequantizeLinear" and node.input[0] in view.initializers:
+            if _holds_mask(_dequantized(view, node, base_dir)):
+                return True
+        elif node.op_type in _CARRYING and node.input:
+            todo.append(node.input[0])
+        elif node.op_type == "Constant" and _mask_node(node, _FOLDED):
+            return True
+    return False
+
+
+def _dequantized(view: GraphView, node: onnx.NodeProto, base_dir: Path | None) -> np.ndarray | None:
+    """A DequantizeLinear's output on a stored integer tensor: (q − zero point) · scale, per tensor or per axis."""
+    def value(name: str) -> np.ndarray | None:
+        t = view.initializers.get(name)
+        return _read(t, _FOLDED, base_dir) if t is not None else view.constant(name)
+
+    q = value(node.input[0])
+    scale = value(node.input[1]) if len(node.input) > 1 else None
+    zero = value(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros(())
+    if q is None or scale is None or zero is None or scale.shape != zero.shape or scale.ndim > 1:
+        return None
+    if scale.ndim == 1 and q.ndim:
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % q.ndim
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return (q.astype(np.float64) - zero.astype(np.float64)) * scale.astype(np.float64)
+
+
+def _mask_node(node: onnx.NodeProto, limit: int = _SMALL) -> bool:
     if node.op_type not in ("Constant", "ConstantOfShape"):
         return False
-    return any(a.type == onnx.AttributeProto.TENSOR and _mask_tensor(a.t) for a in node.attribute)
+    return any(a.type == onnx.AttributeProto.TENSOR and _holds_mask(_read(a.t, limit, None, floats_only=True))
+               for a in node.attribute)
 
 
 def _mask_tensor(t: onnx.TensorProto) -> bool:
-    if t.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16):
-        return False
-    if t.data_location == TensorProto.EXTERNAL or int(np.prod(t.dims, dtype=np.int64)) > _SMALL:
-        return False
-    value = numpy_helper.to_array(t).astype(np.float64)
-    return bool(value.size) and bool((value <= MASK_CONSTANT).any())
+    return _holds_mask(_read(t, _SMALL, None, floats_only=True))
+
+
+def _holds_mask(value: np.ndarray | None) -> bool:
+    return value is not None and bool(value.size) and bool((value.astype(np.float64) <= MASK_CONSTANT).any())
+
+
+def _read(t: onnx.TensorProto, limit: int, base_dir: Path | None, floats_only: bool = False) -> np.ndarray | None:
+    """A numeric constant of at most `limit` values (floats only where asked), or None; external data is read only
+    with `base_dir` and only where onnxaff's own check of the reference passes."""
+    if t.data_type in _NOT_NUMERIC or (floats_only and t.data_type not in _FLOATS):
+        return None
+    if int(np.prod(t.dims, dtype=np.int64)) > limit:
+        return None
+    if t.data_location != TensorProto.EXTERNAL:
+        return numpy_helper.to_array(t)
+    from onnxaff.graph.load import external_problem
+
+    if base_dir is None or external_problem(t, Path(base_dir)) is not None:
+        return None
+    try:
+        return numpy_helper.to_array(t, base_dir=str(base_dir))
+    except (OSError, ValueError):  # a file shorter than its reference: the session says so, not this rule
+        return None
 
 
 # --- the augmented graph ---
