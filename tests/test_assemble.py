@@ -1,4 +1,4 @@
-"""The last step of a run (onnxaff/analysis/assemble.py): finished collectors and discovery dicts into a signature.
+"""The last step of a run (onnxaff/analysis/assemble.py): finished collectors and the sites' records into a signature.
 
 The collectors are built through SiteState's public calls (add, finish), as a run feeds them; what is checked is
 what a reader of the signature sees: statuses, warnings, and the refusal of a run that got no number at all.
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from onnxaff.analysis.assemble import assemble, check_some_number, site_entries, stage_results
+from onnxaff.analysis.records import SiteRecord, StageRecord
 from onnxaff.errors import OnnxaffError
+from onnxaff.graph.site import Site
 from onnxaff.metrics import Metric, resolve
 from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
@@ -28,8 +30,8 @@ def _collected(x, y, metrics, tracks=None) -> SiteState:
 
 
 def _base(index, status="ok", reason=""):
-    return {"index": index, "id": f"act{index}", "kind": "tanh", "group": "activation", "status": status,
-            "reason": reason}
+    return SiteRecord(Site(index=index, id=f"act{index}", kind="tanh", input="x", output="y", op_types=["Tanh"],
+                           nodes=[f"act{index}"], status=status, reason=reason))
 
 
 def _header(examples, **data):
@@ -111,11 +113,25 @@ def test_stage_results_consume_states_only_for_ok_stages(rng):
     h = rng.standard_normal((64, 4))
     stacked = np.hstack([h, np.tanh(h), np.tanh(np.tanh(h))])  # h⁰ h¹ h² side by side, Y empty
     st = _collected(stacked, stacked[:, :0], tracks, tracks=3)
-    stages = [{"index": 0, "id": "stage:a..b", "blocks": ["a", "b"], "tensors": ["t0", "t1", "t2"], "status": "ok",
-               "reason": ""},
-              {"index": 1, "id": "stage:c..c", "blocks": ["c"], "tensors": [], "status": "skipped",
-               "reason": "t: unknown rank"}]
+    stages = [StageRecord(0, "stage:a..b", ["a", "b"], ["t0", "t1", "t2"], "ok", ""),
+              StageRecord(1, "stage:c..c", ["c"], [], "skipped", "t: unknown rank")]
     ok, skipped = stage_results(stages, [st], tracks)
     assert (ok["length"], ok["dim"], ok["rows"], ok["chunks"]) == (2, 4, 64, 2)
     assert ok["metrics"]["lss"]["status"] == "ok"
     assert skipped["metrics"] == {} and skipped["length"] == 1 and skipped["reason"] == "t: unknown rank"
+
+
+def test_records_round_trip_through_the_saved_state():
+    """A run's saved state holds the records as dicts: restored, they are the records again (a resumed run's
+    signature reads the same fields)."""
+    from onnxaff.analysis.records import site_from_dict
+
+    site = Site(index=3, id="g", kind="gelu", input="a", output="b", op_types=["Erf", "Mul"], nodes=["n1", "n2"],
+                input_shape=[2, 8], output_shape=[2, 8], rank=2, feature_axis=1, layout="channels_first",
+                params={"approximate": "none"}, node_indices=[4, 5])
+    record = SiteRecord(site, {"nodes": [], "edges": [], "omitted": 0})
+    again = SiteRecord.from_dict(record.to_dict())
+    assert again.to_dict() == record.to_dict() and again.site.node_indices == []  # graph positions are not saved
+    assert site_from_dict(site.to_dict()).to_dict() == site.to_dict()
+    stage = StageRecord(0, "stage:a..b", ["a", "b"], ["t0", "t1"], "ok", "")
+    assert StageRecord.from_dict(stage.to_dict()) == stage

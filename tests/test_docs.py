@@ -45,23 +45,40 @@ def test_the_reproducibility_table_is_the_studys():
 
 
 def test_signature_page_names_every_entry_field():
-    """The entry types the core builds (onnxaff.entries.MetricEntry, onnxaff.analysis.assemble.StageEntry) are the
-    fields docs/signature.md describes: a field added to one is documented, or this fails."""
+    """The records the core builds a signature from (onnxaff.analysis.records: a site's Site, neighbourhood and
+    SiteResult; a stage's StageRecord and StageResult; onnxaff.entries.MetricEntry) are the fields
+    docs/signature.md describes: a field added to one is documented, or this fails."""
+    import dataclasses
     import re
     import typing
 
-    from onnxaff.analysis.assemble import StageEntry
+    from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult
     from onnxaff.entries import MetricEntry
+    from onnxaff.graph.site import Site
 
     page = (ROOT / "docs" / "signature.md").read_text(encoding="utf-8")
     metric_rows = " ".join(line for line in page.splitlines() if line.startswith("| `metrics.<name>")
                            or line.startswith("Metric statuses") or "`reason`" in line)
     named = set(re.findall(r"`([a-z_0-9]+)`", metric_rows)) | {"flags", "ci95"}
     assert set(typing.get_type_hints(MetricEntry)) <= named, set(typing.get_type_hints(MetricEntry)) - named
+
+    def names(*records) -> set[str]:
+        return {f.name for r in records for f in dataclasses.fields(r)}
+
+    site = page[page.index("## A site"):page.index("Metric statuses")]
+    rows = {name for line in site.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([a-z_0-9*]+)", line.split(" | ")[0])}
+    written = names(Site, SiteRecord, SiteResult) - {"node_indices", "scope", "site"}
+    covered = {n for n in written if n in rows or any(r.endswith("*") and n.startswith(r[:-1]) for r in rows)}
+    assert covered == written, written - covered
+    assert {r for r in rows if not r.endswith("*")} <= written, {r for r in rows if not r.endswith("*")} - written
+    written_site = set(SiteRecord(Site(0, "s", "relu", "x", "y", ["Relu"], ["n"])).to_dict())
+    assert written_site == names(Site, SiteRecord) - {"node_indices", "scope", "site"}
+
     stage = page[page.index("## A stage"):]
     stage = stage[stage.index("`index`"):].split("\n\n")[0]
     documented = {name.split(".")[0] for name in re.findall(r"`([a-z_0-9.]+)`", stage)}
-    assert set(typing.get_type_hints(StageEntry)) == documented
+    assert names(StageRecord, StageResult) == documented
 
 
 def test_the_paper_is_cited_under_its_title():

@@ -155,7 +155,7 @@ def test_a_resume_keeps_the_plans_own_site_table(tmp_path):
     still gives the model's site (it once gave an empty signature)."""
     ckpt = interrupted_checkpoint(tmp_path / "c.npz")
     state = load_state(ckpt)
-    state["sites_base"], state["stages_base"] = [], []
+    state["site_records"], state["stage_records"] = [], []
     save_state(ckpt, state)
     with open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS) as run:
         run.execute()

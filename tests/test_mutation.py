@@ -518,7 +518,7 @@ def test_checkpoint_structure(capfd, data, changes):
     with tempfile.TemporaryDirectory() as tmp:
         state, model, data_file = checkpoint_base(Path(tmp))
         for _ in range(changes):
-            kept = {k: v for k, v in state.items() if k not in ("key", "header", "sites_base", "stages_base")}
+            kept = {k: v for k, v in state.items() if k not in ("key", "header", "site_records", "stage_records")}
             positions = [(state, k) for k in kept] + _positions(kept, [])[len(kept):]
             node, key = positions[data.draw(st.integers(0, len(positions) - 1))]
             value = copy.deepcopy(data.draw(STATE_VALUES))  # never the strategy's own list (a cycle)

@@ -1,12 +1,12 @@
-"""The signature from a run's header, the sites' discovery dicts and their finished collectors."""
+"""The signature from a run's header, the sites' and stages' records and their finished collectors."""
 
 from __future__ import annotations
 
 import datetime
-from typing import TypedDict
+from dataclasses import replace
 
 from onnxaff import __version__
-from onnxaff.entries import MetricEntry
+from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult, entry
 from onnxaff.errors import Message, OnnxaffError, option
 from onnxaff.metrics import Metric
 from onnxaff.signature import Signature
@@ -14,76 +14,56 @@ from onnxaff.site_state import SiteState
 from onnxaff.stats import flag_warnings
 
 
-class StageEntry(TypedDict, total=False):
-    """A residual stage in the signature (docs/signature.md, "A stage"; tests/test_docs.py holds them equal)."""
-
-    index: int
-    id: str
-    blocks: list[str]
-    tensors: list[str]
-    status: str
-    reason: str
-    length: int
-    rows: int
-    chunks: int
-    partial_chunk: bool
-    dim: int | None
-    metrics: dict[str, MetricEntry]
-
-
-def stage_results(stages: list[dict], states: list[SiteState], metrics: list[Metric]) -> list[StageEntry]:
+def stage_results(records: list[StageRecord], states: list[SiteState], metrics: list[Metric]) -> list[dict]:
     """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff_plugins.trajectory);
-    `stages` are their saved discovery entries (Stage.base)."""
+    `states` are the collectors of the stages that are ok, in order."""
     out, ok = [], iter(states)
-    for stage in stages:
-        d = StageEntry(**stage)
-        d["length"] = len(stage["blocks"])
-        if stage["status"] == "ok":
+    for record in records:
+        result = None
+        if record.ok:
             st = next(ok)
             observed = st.observed
-            d.update(rows=observed.rows, chunks=st.chunks, partial_chunk=st.schedule.partial,
-                     dim=observed.dims[0] // st.tracks if observed.dims else None)
-            d["metrics"] = {m.spec: st.entry(m) for m in metrics}
-        else:
-            d["metrics"] = {}
-        out.append(d)
+            result = StageResult(length=len(record.blocks), rows=observed.rows, chunks=st.chunks,
+                                 partial_chunk=st.schedule.partial,
+                                 dim=observed.dims[0] // st.tracks if observed.dims else None,
+                                 metrics={m.spec: st.entry(m) for m in metrics})
+        out.append(entry(record, result, length=len(record.blocks), metrics={}))
     return out
 
 
-def site_entries(bases: list[dict], states: dict[int, SiteState],
+def site_entries(records: list[SiteRecord], states: dict[int, SiteState],
                  metrics: list[Metric]) -> tuple[list[dict], list[str]]:
-    """The signature's per-site dicts and the warnings they raise, from discovery dicts and collectors."""
+    """The signature's per-site dicts and the warnings they raise, from the sites' records and collectors."""
     out, warnings = [], []
-    for base in bases:
-        d = dict(base)
-        st = states.get(d["index"])
+    for record in records:
+        site = record.site
+        st = states.get(site.index)
         if st is None:
-            d["metrics"] = {}
-            out.append(d)
+            out.append(entry(record, None, metrics={}))
             continue
-        label = f"site {d['index']} ({d['id']})"
+        label = f"site {site.index} ({site.id})"
         observed = st.observed
-        d.update(dim=observed.dims[0] if observed.dims else None, dim_y=observed.dims[1] if observed.dims else None,
-                 rows=observed.rows, chunks=st.chunks, partial_chunk=st.schedule.partial)
-        if not observed.rows and d.get("params", {}).get("inside", {}).get("op") == "If":
-            d["status"] = "skipped"
-            d["reason"] = "no batch took its If branch (an If takes one branch per batch)"
-            warnings.append(f"{label}: {d['reason']}")
+        if not observed.rows and site.params.get("inside", {}).get("op") == "If":
+            site = replace(site, status="skipped", reason="no batch took its If branch (an If takes one branch "
+                                                          "per batch)")
+            warnings.append(f"{label}: {site.reason}")
         if observed.masked_rows:
             warnings.append(Message(f"{label}: masks left out {observed.masked_rows} of "
                                     f"{observed.masked_rows + observed.rows} rows ({MASKED_ROWS})"))
         if observed.nonfinite_rows:
-            d["status"] = "flagged"
-            d["reason"] = f"NaN/Inf in the features of {observed.nonfinite_rows} of {observed.rows} rows"
-            warnings.append(f"{label}: {d['reason']}")
-        d["metrics"] = {m.spec: st.entry(m) for m in metrics}
+            site = replace(site, status="flagged",
+                           reason=f"NaN/Inf in the features of {observed.nonfinite_rows} of {observed.rows} rows")
+            warnings.append(f"{label}: {site.reason}")
+        dims = observed.dims or (None, None)
+        result = SiteResult(dim=dims[0], dim_y=dims[1], rows=observed.rows, chunks=st.chunks,
+                            partial_chunk=st.schedule.partial, metrics={m.spec: st.entry(m) for m in metrics})
+        out.append(entry(replace(record, site=site), result))
         for name, err in st.scores.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
-        out.append(d)
     warnings += flag_warnings(out, metrics)  # one line per flag kind (partial chunks included), not one per site
-    skipped = [b for b in bases if b["status"] != "ok"]
+    skipped = [r.site for r in records if not r.site.ok]
     if skipped:
-        warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({b['reason'] for b in skipped})))
+        warnings.append(f"{len(skipped)} site(s) skipped: " + "; ".join(sorted({s.reason for s in skipped})))
     return out, warnings
 
 
@@ -91,10 +71,10 @@ MASKED_ROWS = ("a row with a feature no unmasked position reaches, as a key padd
                "docs/metrics.md#masked-positions; text data packed with " + option("pack") + " have no padding")
 
 
-def assemble(header: dict, bases: list[dict], states: dict[int, SiteState], metrics: list[Metric],
+def assemble(header: dict, records: list[SiteRecord], states: dict[int, SiteState], metrics: list[Metric],
              network: dict) -> Signature:
-    """A Signature from the run header, the discovery dicts and the finished collectors."""
-    sites, site_warnings = site_entries(bases, states, metrics)
+    """A Signature from the run header, the sites' records and the finished collectors."""
+    sites, site_warnings = site_entries(records, states, metrics)
     data = header["data"]
     warnings = list(header["warnings"])
     if data.get("dropped"):

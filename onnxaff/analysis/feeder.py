@@ -59,7 +59,7 @@ class Feeder:
                   for k, probes in enumerate(plan.stage_probes)]
         return RunState(key=self._key(), cursor=plan.start, start=plan.start, stop=plan.stop,
                         shard=plan.config.shard, sites=sites, stages=stages,
-                        sites_base=plan.site_bases(), stages_base=plan.stage_bases(),
+                        site_records=plan.site_records(), stage_records=plan.stage_records(),
                         header=self._header())
 
     def _key(self) -> dict:
@@ -151,8 +151,8 @@ class Feeder:
         if self.network is not None and state.network is not None:
             self.network.restore(state.network)
         live = self.state  # what the plan itself says, never the file's (a hand-edited site table would be used)
-        state.key, state.header, state.sites_base, state.stages_base = (live.key, live.header, live.sites_base,
-                                                                         live.stages_base)
+        state.key, state.header, state.site_records, state.stage_records = (live.key, live.header, live.site_records,
+                                                                         live.stage_records)
         self.state, self.earlier_skipped = state, list(state.skipped)
 
     def synced(self) -> RunState:

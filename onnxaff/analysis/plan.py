@@ -14,6 +14,7 @@ import onnx
 
 from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.analysis.records import SiteRecord, Stage, StageRecord
 from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import ConfigError, OnnxaffError, option
 from onnxaff.graph import augment_model, load_model
@@ -80,15 +81,15 @@ class Plan:
     def needs_jvp(self) -> bool:
         return any(serving(m).end_input == "jvp" for m in self.metrics)
 
-    def site_bases(self) -> list[dict]:
-        """The sites' discovery entries as a signature records them, each with where it sits in the graph (the
-        nodes before and after it: onnxaff.graph.neighbourhood, for the report's drawing)."""
+    def site_records(self) -> list[SiteRecord]:
+        """The sites as a signature records them, each with where it sits in the graph (the nodes before and
+        after it: onnxaff.graph.neighbourhood, for the report's drawing)."""
         view = self.loaded.view
-        return [s.to_dict() | {"neighbourhood": site_neighbourhood(view, s)} for s in self.sites]
+        return [SiteRecord(s, site_neighbourhood(view, s)) for s in self.sites]
 
-    def stage_bases(self) -> list[dict]:
-        """The residual stages' discovery entries as a signature records them (without their probe sites)."""
-        return [st.base() for st in self.stages]
+    def stage_records(self) -> list[StageRecord]:
+        """The residual stages as a signature records them (without their probe sites)."""
+        return [st.record() for st in self.stages]
 
     @property
     def host_reduce(self) -> str | None:
@@ -196,28 +197,6 @@ def _feeds(ok_sites: list[Site], stages: list[dict], outputs: dict) -> tuple:
         stage_slices.append(slice(len(names), len(names) + len(own)))
         names += own
     return tuple(names), tuple(slices), tuple(stage_slices), tuple(stage_probes)
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A residual stage as discovery found it: its blocks, its track tensors h⁰ … h^L and a probe site for each."""
-
-    index: int
-    id: str
-    blocks: list[str]
-    tensors: list[str]
-    status: str
-    reason: str
-    probes: list[Site]
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def base(self) -> dict:
-        """What the signature records of it before any metric (docs/signature.md, "A stage")."""
-        return {"index": self.index, "id": self.id, "blocks": list(self.blocks), "tensors": list(self.tensors),
-                "status": self.status, "reason": self.reason}
 
 
 def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index: int) -> list[Stage]:

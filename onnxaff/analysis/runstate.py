@@ -13,6 +13,7 @@ from pathlib import Path
 
 from onnxaff.analysis.assemble import assemble, stage_results
 from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, code_mismatch, key_mismatch
+from onnxaff.analysis.records import SiteRecord, StageRecord
 from onnxaff.analysis.statecheck import check_same_run, check_state
 from onnxaff.errors import OnnxaffError, option
 from onnxaff.metrics import Metric, registry, resolve
@@ -37,6 +38,14 @@ def _sites_from(items: list[dict]) -> list[SiteState]:
     return [SiteState.from_state(d) for d in items]
 
 
+def _records_state(records: list[SiteRecord] | list[StageRecord]) -> list[dict]:
+    return [r.to_dict() for r in records]
+
+
+def _records_from(kind: type[SiteRecord] | type[StageRecord]) -> Callable[[list[dict]], list]:
+    return lambda items: [kind.from_dict(d) for d in items]
+
+
 @dataclass
 class RunState:
     """A run's position in its data window, its collectors and the signature header of its prepared plan.
@@ -59,8 +68,8 @@ class RunState:
     seconds: float = 0.0
     sites: list[SiteState] = saved(factory=list, encode=_sites_state, decode=_sites_from)
     stages: list[SiteState] = saved(factory=list, encode=_sites_state, decode=_sites_from)
-    sites_base: list[dict] = saved(factory=list)
-    stages_base: list[dict] = saved(factory=list)
+    site_records: list[SiteRecord] = saved(factory=list, encode=_records_state, decode=_records_from(SiteRecord))
+    stage_records: list[StageRecord] = saved(factory=list, encode=_records_state, decode=_records_from(StageRecord))
     network: dict | None = None
     header: dict = saved(factory=dict)
     kind: str = STATE_KIND_CHECKPOINT
@@ -169,11 +178,11 @@ class RunState:
             runtime["seconds_is"] = "sum over the shards"
         runtime["samples_per_second"] = round(self.used / self.seconds, 2) if self.seconds > 0 else None
         network = network_results(self.network, metrics) if self.network is not None else {}
-        sig = assemble({**self.header, "data": data, "runtime": runtime}, self.sites_base,
+        sig = assemble({**self.header, "data": data, "runtime": runtime}, self.site_records,
                        dict(zip(self.indices, self.sites, strict=True)), metrics, network)
         if self.ragged:
             sig.warnings.append(ragged_warning(self.ragged, self.sites))
-        sig.stages = stage_results(self.stages_base, self.stages, track_metrics)
+        sig.stages = stage_results(self.stage_records, self.stages, track_metrics)
         return sig
 
     def _data(self) -> dict:
