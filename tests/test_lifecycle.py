@@ -151,16 +151,23 @@ def test_without_a_checkpoint_a_plugin_interrupt_is_keyboard_interrupt(tmp_path)
 
 
 def test_a_resume_keeps_the_plans_own_site_table(tmp_path):
-    """The discovery entries come from this run's plan, never from the file: a checkpoint edited to list no site
-    still gives the model's site (it once gave an empty signature)."""
+    """The site records come from this run's plan, never from the file: a checkpoint whose records were edited
+    still gives the model's sites; one edited to list no site (it once gave an empty signature) is refused as
+    damaged, in one line naming the field."""
     ckpt = interrupted_checkpoint(tmp_path / "c.npz")
     state = load_state(ckpt)
-    state["site_records"], state["stage_records"] = [], []
+    for record in state["site_records"]:
+        record["id"], record["kind"] = "edited", "relu"
     save_state(ckpt, state)
     with open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS) as run:
         run.execute()
         sig = run.signature()
-    assert [s["id"] for s in sig.sites] == [s["id"] for s in analyze(TANH, DATA, **OPTIONS).sites] != []
+    plain = analyze(TANH, DATA, **OPTIONS).sites
+    assert [(s["id"], s["kind"]) for s in sig.sites] == [(s["id"], s["kind"]) for s in plain] != []
+    state["site_records"] = []
+    save_state(ckpt, state)
+    with pytest.raises(OnnxaffError, match="site_records: no record of site 0"):
+        open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS)
 
 
 def test_a_batch_that_fails_in_the_runtime_leaves_a_whole_state(tmp_path):

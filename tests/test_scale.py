@@ -369,6 +369,9 @@ def test_merge_refuses_incomplete_or_mixed_parts(parts, rescnn):
         merge_states([parts[0], other, parts[2]])
     with pytest.raises(OnnxaffError, match="different shard counts"):
         merge_states([parts[0], dict(parts[1], shard=[1, 4])])
+    # A part whose site records are gone (a state file of version 3 saved them as sites_base) merged into no site.
+    with pytest.raises(OnnxaffError, match="site_records: no record of site"):
+        merge_states([dict(parts[0], site_records=[]), parts[1], parts[2]])
 
 
 @pytest.mark.slow  # 3 s: four interpreters

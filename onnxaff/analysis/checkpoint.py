@@ -27,8 +27,9 @@ from onnxaff.files import temporaries_of, write_bytes_atomic
 from onnxaff.graph.load import sha256_of
 
 STATE_FORMAT = "onnxaff.state"
-STATE_VERSION = 3  # 2: features' rounding in the site state, the NLC step relative to each example's scale;
-# 3: the fields saved under their own names (the header as `header`), derived from the dataclasses
+STATE_VERSION = 4  # 2: features' rounding in the site state, the NLC step relative to each example's scale;
+# 3: the fields saved under their own names (the header as `header`), derived from the dataclasses;
+# 4: the sites' and stages' records as `site_records`, `stage_records` (a part of 3 would merge into no sites)
 STATE_KIND_CHECKPOINT, STATE_KIND_PART = "checkpoint", "part"
 _REF = "__array__"
 

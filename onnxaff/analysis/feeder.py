@@ -151,8 +151,8 @@ class Feeder:
         if self.network is not None and state.network is not None:
             self.network.restore(state.network)
         live = self.state  # what the plan itself says, never the file's (a hand-edited site table would be used)
-        state.key, state.header, state.site_records, state.stage_records = (live.key, live.header, live.site_records,
-                                                                         live.stage_records)
+        state.key, state.header = live.key, live.header
+        state.site_records, state.stage_records = live.site_records, live.stage_records
         self.state, self.earlier_skipped = state, list(state.skipped)
 
     def synced(self) -> RunState:

@@ -101,8 +101,25 @@ def _check(d: dict) -> None:
             raise Damaged(group, "expected a list")
         for k, s in enumerate(states):
             _site(s, f"{group}[{k}].", used, stage=group == "stages")
+    _records(d)
     if (network := _get(d, "network", "")) is not None:
         _network(network, used)
+
+
+def _records(d: dict) -> None:
+    """The sites' and stages' records the signature is made of: one for every collector (else sites vanish)."""
+    for group, key in (("sites", "site_records"), ("stages", "stage_records")):
+        records = _get(d, key, "")
+        if not isinstance(records, list) or not all(isinstance(r, dict) and {"index", "status"} <= set(r)
+                                                    for r in records):
+            raise Damaged(key, "expected a list of records with an index and a status")
+        if group == "sites":
+            unrecorded = {s["index"] for s in d[group]} - {r["index"] for r in records}
+            if unrecorded:
+                raise Damaged(key, f"no record of site {min(unrecorded)}")
+        elif sum(r["status"] == "ok" for r in records) != len(d[group]):
+            raise Damaged(key, f"{len(d[group])} stage collectors for "
+                               f"{sum(r['status'] == 'ok' for r in records)} stages that are ok")
 
 
 def _site(s: dict, at: str, used: int, stage: bool) -> None:
