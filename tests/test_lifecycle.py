@@ -164,10 +164,11 @@ def test_a_resume_keeps_the_plans_own_site_table(tmp_path):
         sig = run.signature()
     plain = analyze(TANH, DATA, **OPTIONS).sites
     assert [(s["id"], s["kind"]) for s in sig.sites] == [(s["id"], s["kind"]) for s in plain] != []
-    state["site_records"] = []
-    save_state(ckpt, state)
-    with pytest.raises(OnnxaffError, match="site_records: no record of site 0"):
-        open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS)
+    for damage, why in ([], "site_records: no record of site 0"), ([{"index": 0}], "site_records: expected a list"):
+        state["site_records"] = damage
+        save_state(ckpt, state)
+        with pytest.raises(OnnxaffError, match=why):
+            open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS)
 
 
 def test_a_batch_that_fails_in_the_runtime_leaves_a_whole_state(tmp_path):

@@ -101,6 +101,40 @@ def test_a_folded_mask_stored_inline_or_quantized_masks_its_softmax(rng, tmp_pat
     assert len(masked(written(model, tmp_path))) == 1
 
 
+@pytest.mark.parametrize("form", ["per_axis_no_zero_point", "per_axis_one_of_shape_1", "per_block"])
+def test_a_folded_mask_quantized_per_axis_or_block_masks_its_softmax(form, rng, tmp_path):
+    q = np.where(causal() < 0, -127, 0).astype(np.int8)
+    text, more = QUANTIZED.replace("DequantizeLinear(added, scale, zero)", "DequantizeLinear<axis=3>(added, scale)"), {}
+    if form == "per_axis_no_zero_point":  # one scale per key; the zero point left out (0)
+        more["scale"] = np.linspace(1.0, 2.0, T).astype(np.float32) * np.float32(-FMIN / 254)
+    elif form == "per_axis_one_of_shape_1":
+        more["scale"] = np.array([-FMIN / 127], np.float32)
+    else:  # opset 21: a scale per block of 8 keys, of q's rank
+        text = text.replace('"" : 17', '"" : 21').replace("<axis=3>", "<axis=3, block_size=8>")
+        text = text.replace("DequantizeLinear<axis=3, block_size=8>(added, scale)",
+                            "DequantizeLinear<axis=3, block_size=8>(added, scale, zero)")
+        more["scale"] = np.full((1, 1, T, -(-T // 8)), -FMIN / 127, np.float32)
+        more["zero"] = np.zeros((1, 1, T, -(-T // 8)), np.int8)
+    assert len(masked(written(added_model(rng, q, text, **more), tmp_path))) == 1
+
+
+def test_dequantize_parameters_that_do_not_fit_are_no_mask_and_no_crash(rng, tmp_path):
+    q = np.where(causal() < 0, -127, 0).astype(np.int8)
+    text = QUANTIZED.replace("DequantizeLinear(added, scale, zero)", "DequantizeLinear<axis=3>(added, scale, zero)")
+    model = added_model(rng, q, text, scale=np.ones(T - 1, np.float32),  # one scale short of the axis
+                        zero=np.zeros(T - 1, np.int8))
+    assert masked(written(model, tmp_path, external=False)) == {}
+
+
+def test_a_mask_constant_node_of_floats_masks_its_softmax(rng, tmp_path):
+    """Constant<value_floats=...> (and value_float), not only a tensor attribute, holds mask values."""
+    text = ADDED.replace("z = Add(s, added)", f"m = Constant<value_floats=[0.0, {FMIN}]>()\n"
+                         "    m1 = Slice(m, one, two)\n    z = Add(s, m1)")
+    model = added_model(rng, np.zeros((), np.float32), text, one=np.array([1], np.int64),
+                        two=np.array([2], np.int64))
+    assert len(masked(written(model, tmp_path, external=False))) == 1
+
+
 def test_a_computed_mask_through_quantize_dequantize_masks_its_softmax(rng, tmp_path):
     """quantize_static's QDQ form of a computed mask: Where → QuantizeLinear (int8) → DequantizeLinear → Softmax;
     the integer tensor between carries the mask value (before, only float tensors did and this softmax was NaN)."""

@@ -9,11 +9,14 @@ against the site's dims); a mismatch is one line naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
+from onnxaff.analysis.records import StageRecord
 from onnxaff.errors import OnnxaffError
+from onnxaff.graph.site import Site
 
 MAX_LEVEL = 62  # a block tree deeper than 2^62 blocks cannot come from a real run
 JVP_FORMS = ("elementwise", "directional")
@@ -106,13 +109,19 @@ def _check(d: dict) -> None:
         _network(network, used)
 
 
+# What a record cannot be restored without (onnxaff.analysis.records): the fields without a default.
+_SITE_FIELDS, _STAGE_FIELDS = (frozenset(f.name for f in dataclasses.fields(record)
+                                         if f.default is dataclasses.MISSING
+                                         and f.default_factory is dataclasses.MISSING)
+                               for record in (Site, StageRecord))
+
+
 def _records(d: dict) -> None:
     """The sites' and stages' records the signature is made of: one for every collector (else sites vanish)."""
-    for group, key in (("sites", "site_records"), ("stages", "stage_records")):
+    for group, key, fields in (("sites", "site_records", _SITE_FIELDS), ("stages", "stage_records", _STAGE_FIELDS)):
         records = _get(d, key, "")
-        if not isinstance(records, list) or not all(isinstance(r, dict) and {"index", "status"} <= set(r)
-                                                    for r in records):
-            raise Damaged(key, "expected a list of records with an index and a status")
+        if not isinstance(records, list) or not all(isinstance(r, dict) and fields <= set(r) for r in records):
+            raise Damaged(key, f"expected a list of records with {', '.join(sorted(fields))}")
         if group == "sites":
             unrecorded = {s["index"] for s in d[group]} - {r["index"] for r in records}
             if unrecorded:

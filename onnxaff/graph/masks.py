@@ -88,7 +88,7 @@ def site_masks(view: GraphView, sites: list[Site], padding: str | None,
     """Site index -> its SiteMask, for the top-level sites that have something masked. `base_dir`: the model's
     folder, where a mask folded into external data is read (None: such a mask is not seen)."""
     token = _tokens_dim(view, padding) if padding is not None else None
-    evidence = None
+    evidence, read = None, {}
     out = {}
     for s in sites:
         if not s.ok or s.scope is not None:
@@ -96,7 +96,7 @@ def site_masks(view: GraphView, sites: list[Site], padding: str | None,
         limit = None
         if s.kind in NOT_ELEMENTWISE and s.layout == "softmax_axis" and (s.rank or 0) >= 3 and s.output_rank is None:
             evidence = evidence if evidence is not None else _evidence(view)
-            if can_hold_masks(evidence, s.input) or added_mask(view, s.input, base_dir):
+            if can_hold_masks(evidence, s.input) or added_mask(view, s.input, base_dir, read):
                 limit = threshold(view.elem_type(s.input))
         pad = (None, None) if token is None else (_token_axis(s.side("x"), token), _token_axis(s.side("y"), token))
         if limit is not None or pad != (None, None):
@@ -151,14 +151,16 @@ def can_hold_masks(evidence: dict, tensor: str) -> bool:
     return found or len(inputs) >= 2
 
 
-def added_mask(view: GraphView, tensor: str, base_dir: Path | None) -> bool:
+def added_mask(view: GraphView, tensor: str, base_dir: Path | None, read: dict | None = None) -> bool:
     """Whether a constant holding a mask value is added into `tensor` (through sums, casts, reshapes and
-    quantization).
+    quantization). `read`: constant name -> whether it holds one, shared by the softmaxes of one model (every
+    layer adds the same folded mask).
 
     The dynamo exporter folds a causal mask computed from static shapes into one float initializer [B, 1, T, T]
     (−3.4e38 above the diagonal) that it writes with the weights, to external data; a quantizer then stores it as
     integers and a scale. Only what is summed into the softmax input is read, so weights behind a MatMul or a Mul
     never are."""
+    read = {} if read is None else read
     seen, todo = set(), [tensor]
     while todo:
         name = todo.pop()
@@ -166,7 +168,9 @@ def added_mask(view: GraphView, tensor: str, base_dir: Path | None) -> bool:
             continue
         seen.add(name)
         if name in view.initializers:
-            if _holds_mask(_read(view.initializers[name], _FOLDED, base_dir)):
+            if name not in read:
+                read[name] = _holds_mask(_read(view.initializers[name], _FOLDED, base_dir))
+            if read[name]:
                 return True
             continue
         i = view.producer.get(name)
@@ -175,8 +179,8 @@ def added_mask(view: GraphView, tensor: str, base_dir: Path | None) -> bool:
             continue
         if node.op_type in _ADDING:
             todo.extend(node.input)
-        elif node.op_type == "DequantizeLinear" and node.input[0] in view.initializers:
-            if _holds_mask(_dequantized(view, node, base_dir)):
+        elif node.op_type == "DequantizeLinear" and (stored := _dequantized(view, node, base_dir)) is not None:
+            if _holds_mask(stored):
                 return True
         elif node.op_type in _CARRYING and node.input:
             todo.append(node.input[0])
@@ -186,29 +190,51 @@ def added_mask(view: GraphView, tensor: str, base_dir: Path | None) -> bool:
 
 
 def _dequantized(view: GraphView, node: onnx.NodeProto, base_dir: Path | None) -> np.ndarray | None:
-    """A DequantizeLinear's output on a stored integer tensor: (q − zero point) · scale, per tensor or per axis."""
+    """A DequantizeLinear's output on a constant integer tensor: (q − zero point) · scale, per tensor, per axis or
+    per block (opset 21's block_size); None where the input is no constant or the parameters do not fit it."""
     def value(name: str) -> np.ndarray | None:
         t = view.initializers.get(name)
         return _read(t, _FOLDED, base_dir) if t is not None else view.constant(name)
 
     q = value(node.input[0])
-    scale = value(node.input[1]) if len(node.input) > 1 else None
-    zero = value(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros(())
-    if q is None or scale is None or zero is None or scale.shape != zero.shape or scale.ndim > 1:
+    scale = value(node.input[1]) if q is not None and len(node.input) > 1 else None
+    if scale is None:
         return None
-    if scale.ndim == 1 and q.ndim:
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % q.ndim
+    zero = value(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros_like(scale)
+    if zero is None or zero.size != scale.size or (scale.size > 1 and q.ndim == 0):
+        return None
+    scale, zero = scale.astype(np.float64), zero.astype(np.float64).reshape(scale.shape)
+    attrs = {a.name: a.i for a in node.attribute}
+    axis, block = (attrs.get("axis", 1) % q.ndim if q.ndim else 0), attrs.get("block_size", 0)
+    if block > 0:  # scale has q's rank, each entry covering `block` values along the axis
+        if not q.ndim or scale.ndim != q.ndim or scale.shape[axis] * block < q.shape[axis]:
+            return None
+        scale, zero = (np.repeat(a, block, axis=axis).take(range(q.shape[axis]), axis=axis) for a in (scale, zero))
+    elif scale.size > 1:  # one scale per index of the axis
+        if scale.ndim != 1 or scale.size != q.shape[axis]:
+            return None
         shape = [1] * q.ndim
         shape[axis] = -1
         scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return (q.astype(np.float64) - zero.astype(np.float64)) * scale.astype(np.float64)
+    try:
+        return (q.astype(np.float64) - zero) * scale
+    except ValueError:  # parameters that do not broadcast against the input: the session will refuse them
+        return None
 
 
 def _mask_node(node: onnx.NodeProto, limit: int = _SMALL) -> bool:
+    """A Constant (value, value_float, value_floats) or ConstantOfShape holding a mask value."""
     if node.op_type not in ("Constant", "ConstantOfShape"):
         return False
-    return any(a.type == onnx.AttributeProto.TENSOR and _holds_mask(_read(a.t, limit, None, floats_only=True))
-               for a in node.attribute)
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.TENSOR and _holds_mask(_read(a.t, limit, None, floats_only=True)):
+            return True
+        if a.type == onnx.AttributeProto.FLOAT and a.f <= MASK_CONSTANT:
+            return True
+        if a.type == onnx.AttributeProto.FLOATS and len(a.floats) <= limit and min(a.floats, default=0.0) <= \
+                MASK_CONSTANT:
+            return True
+    return False
 
 
 def _mask_tensor(t: onnx.TensorProto) -> bool:
