@@ -7,6 +7,7 @@ the original's outputs; the sites found, and their scores from `onnxaff.analyze`
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
@@ -275,6 +276,38 @@ def test_a_branch_no_batch_took_is_skipped_with_the_reason(tmp_path):
     from onnxaff.schema import validate
 
     validate(sig.to_dict(), "the signature")
+
+
+def test_a_branch_no_batch_took_yet_resumes_and_merges(tmp_path):
+    """A saved state where the If's other branch has 0 rows is whole (the counter check once called it damaged:
+    a checkpoint of such a model could not be resumed, nor its shards merged): both equal one run."""
+    from onnxaff.analysis import open_run
+    from onnxaff.analysis.checkpoint import load_state
+    from onnxaff.analysis.statecheck import check_state
+    from onnxaff.errors import Interrupted
+    from onnxaff.executors import shard_state
+    from onnxaff.shards import merge_states
+    from tests.test_scale import interrupt_after
+
+    path, data = tmp_path / "m.onnx", tmp_path / "pos.npy"
+    onnx.save(data_if_model(), path)
+    np.save(data, np.abs(RNG.standard_normal((256, D))).astype(np.float32))
+    options = dict(batch_size=8, chunk_size=32, metrics=["affinity"], progress=False)
+    one = onnxaff.analyze(path, str(data), **options)
+    ckpt = tmp_path / "c.npz"
+    with open_run(str(path), str(data), checkpoint=ckpt, **options) as run:
+        interrupt_after(run, 8)
+        with pytest.raises(Interrupted):
+            run.execute()
+    check_state(load_state(ckpt), "the checkpoint")
+    with open_run(str(path), str(data), checkpoint=ckpt, resume="always", **options) as run:
+        assert run.state.cursor == 64
+        run.execute()
+        resumed = run.signature()
+    merged = merge_states([shard_state(str(path), str(data), (i, 2), options) for i in range(2)])
+    for sig in (resumed, merged):
+        assert [(s["status"], s["rows"], s["metrics"]["affinity"]["mean"]) for s in sig.sites] == [
+            (s["status"], s["rows"], s["metrics"]["affinity"]["mean"]) for s in one.sites]
 
 
 def test_subgraph_sites_are_reduced_in_the_graph_under_reduce_in_numpy(tmp_path):

@@ -99,12 +99,15 @@ def _check(d: dict) -> None:
                                   and 0 <= shard[0] < shard[1]):
         raise Damaged("shard", f"expected [index, count], got {_show(shard)}")
     for group in ("sites", "stages"):
-        states = _get(d, group, "")
-        if not isinstance(states, list):
+        if not isinstance(_get(d, group, ""), list):
             raise Damaged(group, "expected a list")
-        for k, s in enumerate(states):
-            _site(s, f"{group}[{k}].", used, stage=group == "stages")
     _records(d)
+    # A site inside a subgraph sees only the batches that run it (an If's other branch, a Loop run 0 times).
+    inside = {r["index"] for r in d["site_records"] if isinstance(r.get("params"), dict) and "inside" in r["params"]}
+    for group in ("sites", "stages"):
+        for k, s in enumerate(d[group]):
+            _site(s, f"{group}[{k}].", used, stage=group == "stages",
+                  may_be_empty=group == "sites" and isinstance(s, dict) and s.get("index") in inside)
     if (network := _get(d, "network", "")) is not None:
         _network(network, used)
 
@@ -123,7 +126,8 @@ def _records(d: dict) -> None:
         if not isinstance(records, list) or not all(isinstance(r, dict) and fields <= set(r) for r in records):
             raise Damaged(key, f"expected a list of records with {', '.join(sorted(fields))}")
         if group == "sites":
-            unrecorded = {s["index"] for s in d[group]} - {r["index"] for r in records}
+            unrecorded = {s["index"] for s in d[group] if isinstance(s, dict) and "index" in s} - {
+                r["index"] for r in records}
             if unrecorded:
                 raise Damaged(key, f"no record of site {min(unrecorded)}")
         elif sum(r["status"] == "ok" for r in records) != len(d[group]):
@@ -131,8 +135,9 @@ def _records(d: dict) -> None:
                                f"{sum(r['status'] == 'ok' for r in records)} stages that are ok")
 
 
-def _site(s: dict, at: str, used: int, stage: bool) -> None:
-    """One site's counters: rows against the examples, the chunks, the buffer, the moments and the NLC sums."""
+def _site(s: dict, at: str, used: int, stage: bool, may_be_empty: bool = False) -> None:
+    """One site's counters: rows against the examples, the chunks, the buffer, the moments and the NLC sums.
+    `may_be_empty`: a site that no batch may have run (inside a subgraph) has 0 rows whatever the examples."""
     index = _get(s, "index", at)
     if not stage and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
         raise Damaged(at + "index", f"expected a site index, got {_show(index)}")
@@ -142,7 +147,7 @@ def _site(s: dict, at: str, used: int, stage: bool) -> None:
         raise Damaged(at + "nonfinite_rows", f"{bad} of {rows} rows")
     # Not a multiple of `used`: a sequence-first site ([S, N, E]) adds S rows a batch, whatever its size.
     masked = _int(s, "masked_rows", at) if isinstance(s, dict) and "masked_rows" in s else 0  # rows masks left out
-    if (rows + masked == 0) != (used == 0):
+    if (rows + masked == 0) != (used == 0) and not (may_be_empty and rows + masked == 0):
         raise Damaged(at + "rows", f"{rows} rows from {used} examples")
     dims = _get(s, "dims", at)
     if dims is None and rows == 0:
