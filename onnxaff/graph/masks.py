@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from onnxaff.errors import ConfigError
+from onnxaff.graph.load import external_problem
 from onnxaff.graph.sites import NOT_ELEMENTWISE, Site
 from onnxaff.graph.view import GraphView
 
@@ -252,15 +253,12 @@ def _read(t: onnx.TensorProto, limit: int, base_dir: Path | None, floats_only: b
         return None
     if int(np.prod(t.dims, dtype=np.int64)) > limit:
         return None
-    if t.data_location != TensorProto.EXTERNAL:
-        return numpy_helper.to_array(t)
-    from onnxaff.graph.load import external_problem
-
-    if base_dir is None or external_problem(t, Path(base_dir)) is not None:
+    external = t.data_location == TensorProto.EXTERNAL
+    if external and (base_dir is None or external_problem(t, Path(base_dir)) is not None):
         return None
     try:
-        return numpy_helper.to_array(t, base_dir=str(base_dir))
-    except (OSError, ValueError):  # a file shorter than its reference: the session says so, not this rule
+        return numpy_helper.to_array(t, base_dir=str(base_dir)) if external else numpy_helper.to_array(t)
+    except (OSError, ValueError):  # bytes short of the dims (a file shorter than its reference): the session says so
         return None
 
 
