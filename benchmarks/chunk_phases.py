@@ -112,35 +112,41 @@ def table(rows: list[tuple[str, collections.Counter]]) -> str:
     return "\n".join(lines)
 
 
-def dump(work: Path, images: int) -> None:
+def prepared(work: Path, images: int) -> tuple[str, str]:
+    """analysis_bench's MobileNetV2 and images in `work` (written once, in a child: this process stays lean)."""
     sys.path.insert(0, str(HERE))
     from analysis_bench import paths
 
     subprocess.run([sys.executable, str(HERE / "analysis_bench.py"), "--child-prepare", "mobilenetv2", str(images),
                     str(work)], check=True)
     models, data = paths(["mobilenetv2"], images, work)
+    return str(models["mobilenetv2"]), str(data)
+
+
+def analyze(model: str, data: str, out: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "onnxaff.cli", "analyze", model, "--data", data, "--batch-size", "64", "--device",
+            "cpu", "--quiet", "--out", str(out), *options]
+
+
+def dump(work: Path, images: int) -> None:
+    model, data = prepared(work, images)
     out = work / "chunks"
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ONNXAFF_CHUNK_DUMP=str(out))
-    subprocess.run(["onnxaff", "analyze", str(models["mobilenetv2"]), "--data", str(data), "--plugin",
-                    str(HERE / "chunk_dump_plugin.py"), "--metrics", "dump_chunk", "--intervals", "none",
-                    "--out", str(work / "dump.signature.json"), "--quiet"], check=True, env=env)
+    subprocess.run(analyze(model, data, work / "dump.signature.json", "--plugin", str(HERE / "chunk_dump_plugin.py"),
+                           "--metrics", "dump_chunk", "--intervals", "none"), check=True, env=env)
     print(f"{len(list(out.glob('*.npz')))} chunks in {out}")
 
 
 def floor(work: Path, images: int, repeats: int) -> None:
-    sys.path.insert(0, str(HERE))
-    from analysis_bench import child_usage, paths
+    model, data = prepared(work, images)
+    from analysis_bench import child_usage  # importable once prepared() put benchmarks/ on the path
 
-    models, data = paths(["mobilenetv2"], images, work)
-    model = str(models["mobilenetv2"])
-    analyze = [sys.executable, "-m", "onnxaff.cli", "analyze", model, "--data", str(data), "--batch-size", "64",
-               "--device", "cpu", "--quiet"]
     runs = {"(a) plain inference": [sys.executable, str(HERE / "analysis_bench.py"), "--child-plain", model,
-                                    str(data), "64", "cpu"],
-            "(g) graph only": analyze + ["--plugin", str(HERE / "chunk_dump_plugin.py"), "--metrics", "noop_chunk",
-                                         "--out", str(work / "noop.signature.json")],
-            "(b) default metrics": analyze + ["--out", str(work / "default.signature.json")]}
+                                    data, "64", "cpu"],
+            "(g) graph only": analyze(model, data, work / "noop.signature.json", "--plugin",
+                                      str(HERE / "chunk_dump_plugin.py"), "--metrics", "noop_chunk"),
+            "(b) default metrics": analyze(model, data, work / "default.signature.json")}
     cpu: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeats):
         for label, cmd in runs.items():
