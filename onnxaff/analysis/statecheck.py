@@ -130,9 +130,8 @@ def _records(d: dict) -> None:
                 r["index"] for r in records}
             if unrecorded:
                 raise Damaged(key, f"no record of site {min(unrecorded)}")
-        elif sum(r["status"] == "ok" for r in records) != len(d[group]):
-            raise Damaged(key, f"{len(d[group])} stage collectors for "
-                               f"{sum(r['status'] == 'ok' for r in records)} stages that are ok")
+        elif (ok := sum(r["status"] == "ok" for r in records)) != len(d[group]):
+            raise Damaged(key, f"{len(d[group])} stage collectors for {ok} stages that are ok")
 
 
 def _site(s: dict, at: str, used: int, stage: bool, may_be_empty: bool = False) -> None:

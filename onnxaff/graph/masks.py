@@ -154,8 +154,8 @@ def can_hold_masks(evidence: dict, tensor: str) -> bool:
 
 def added_mask(view: GraphView, tensor: str, base_dir: Path | None, read: dict | None = None) -> bool:
     """Whether a constant holding a mask value is added into `tensor` (through sums, casts, reshapes and
-    quantization). `read`: constant name -> whether it holds one, shared by the softmaxes of one model (every
-    layer adds the same folded mask).
+    quantization). `read`: what `_stored_mask` found, shared by the softmaxes of one model (every layer adds the
+    same folded mask, read once).
 
     The dynamo exporter folds a causal mask computed from static shapes into one float initializer [B, 1, T, T]
     (−3.4e38 above the diagonal) that it writes with the weights, to external data; a quantizer then stores it as
@@ -168,26 +168,35 @@ def added_mask(view: GraphView, tensor: str, base_dir: Path | None, read: dict |
         if not name or name in seen:
             continue
         seen.add(name)
-        if name in view.initializers:
-            if name not in read:
-                read[name] = _holds_mask(_read(view.initializers[name], _FOLDED, base_dir))
-            if read[name]:
-                return True
-            continue
         i = view.producer.get(name)
         node = view.nodes[i] if i is not None else None
-        if node is None:
+        held = _stored_mask(view, name, node, base_dir, read)
+        if held:
+            return True
+        if held is not None or node is None:
             continue
         if node.op_type in _ADDING:
             todo.extend(node.input)
-        elif node.op_type == "DequantizeLinear" and (stored := _dequantized(view, node, base_dir)) is not None:
-            if _holds_mask(stored):
-                return True
-        elif node.op_type in _CARRYING and node.input:
+        elif node.op_type in _CARRYING and node.input:  # a DequantizeLinear of computed data included
             todo.append(node.input[0])
         elif node.op_type == "Constant" and _mask_node(node, _FOLDED):
             return True
     return False
+
+
+def _stored_mask(view: GraphView, name: str, node: onnx.NodeProto | None, base_dir: Path | None,
+                 read: dict) -> bool | None:
+    """Whether tensor `name` is a stored constant holding a mask value (an initializer, or a DequantizeLinear of
+    stored integers): True or False, each read once into `read`; None where it is no stored constant."""
+    if name not in read:
+        if name in view.initializers:
+            read[name] = _holds_mask(_read(view.initializers[name], _FOLDED, base_dir))
+        elif node is not None and node.op_type == "DequantizeLinear":
+            stored = _dequantized(view, node, base_dir)
+            read[name] = None if stored is None else _holds_mask(stored)
+        else:
+            read[name] = None
+    return read[name]
 
 
 def _dequantized(view: GraphView, node: onnx.NodeProto, base_dir: Path | None) -> np.ndarray | None:
