@@ -40,7 +40,8 @@ from onnxaff_plugins.transport import (
     sparse_w2,
 )
 
-METHODS = ("auto", "direct", "span")
+METHODS = ("auto", "direct", "map", "span")
+MAP_ROWS_PER_DIM = 1.0  # auto forms the d×d map from n ≥ d rows on (benchmarks/RESULTS.md, issue 40)
 SHRINKAGES = ("none", "ledoit_wolf")
 
 
@@ -92,13 +93,19 @@ class _ChunkWork:
         self.x, self.y = x, y
         self.xc, self.yc = x - x.mean(axis=0), y - y.mean(axis=0)
         self.yy = float(np.einsum("ij,ij->", self.yc, self.yc))
-        self._xx = self._gram_y = self._r = None
+        self._xx = self._gram_x = self._gram_y = self._r = None
 
     @property
     def xx(self) -> float:
         if self._xx is None:
             self._xx = float(np.einsum("ij,ij->", self.xc, self.xc))
         return self._xx
+
+    @property
+    def gram_x(self) -> np.ndarray:
+        if self._gram_x is None:
+            self._gram_x = self.xc.T @ self.xc
+        return self._gram_x
 
     @property
     def gram_y(self) -> np.ndarray:
@@ -113,7 +120,7 @@ class _ChunkWork:
         return self._r
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.x, self.y, self.xc, self.yc, self._gram_y, self._r) if a is not None)
+        return sum(a.nbytes for a in (self.x, self.y, self.xc, self.yc, self._gram_x, self._gram_y, self._r) if a is not None)
 
     def matches(self, x: np.ndarray, y: np.ndarray) -> bool:
         return (x.shape == self.x.shape and y.shape == self.y.shape and np.array_equal(x, self.x)
@@ -147,11 +154,12 @@ def _chunk_work(x: np.ndarray, y: np.ndarray) -> _ChunkWork:
     return work
 
 
-def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str) -> tuple[float, float]:
-    """(c, α) with Σ = c·XcᵀXc + α·I for centred rows `xc` (in any orthonormal coordinates of R^d)."""
+def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str, gram: np.ndarray | None = None) -> tuple[float, float]:
+    """(c, α) with Σ = c·XcᵀXc + α·I for centred rows `xc` (in any orthonormal coordinates of R^d); `gram`: XcᵀXc
+    where a path holds it already (Ledoit–Wolf reads its Frobenius norm)."""
     n = xc.shape[0]
     if shrinkage == "ledoit_wolf":
-        s, mu = ledoit_wolf_shrinkage(xc, d)
+        s, mu = ledoit_wolf_shrinkage(xc, d, gram)
         return (1.0 - s) / n, s * mu + eps
     return 1.0 / (n - 1), eps
 
@@ -178,6 +186,14 @@ class _Root:
         """a · Lᵀ"""
         return times_lower_t(a, self.factor) if self.lower else a @ self.factor.T
 
+    def left(self, a: np.ndarray) -> np.ndarray:
+        """L · a"""
+        return times_lower_t(np.ascontiguousarray(a.T), self.factor).T if self.lower else self.factor @ a
+
+    def left_t(self, a: np.ndarray) -> np.ndarray:
+        """Lᵀ · a"""
+        return times_lower(np.ascontiguousarray(a.T), self.factor).T if self.lower else self.factor.T @ a
+
     def gram(self) -> np.ndarray:
         """Lᵀ L"""
         return lower_gram(self.factor) if self.lower else self.factor.T @ self.factor
@@ -196,13 +212,43 @@ def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: i
 
 def _direct_problem(xc, yc, d, eps, shrinkage, work=None):
     """Mapped X rows and Y rows (both centred) in R^d, with d×d covariances: O(nd² + d³). eps: (ε_X, ε_Y)."""
+    gram_y = yc.T @ yc if work is None else work.gram_y
     cx, ax = _scales(xc, d, eps[0], shrinkage)
-    cy, ay = _scales(yc, d, eps[1], shrinkage)
-    sigma_y = cy * (yc.T @ yc if work is None else work.gram_y)
+    cy, ay = _scales(yc, d, eps[1], shrinkage, gram_y)
+    sigma_y = cy * gram_y
     sigma_y[np.diag_indices(d)] += ay
     root = _Root(sigma_y)
     rows = _inv_sqrt_rows(root.right(xc), root.gram(), cx, ax, d, 0.0)
     return root.right_t(rows), yc
+
+
+def _map_problem(xc, yc, d, eps, shrinkage, work=None):
+    """The direct path's rows through A = L (Lᵀ Σ_X L)^{+1/2} Lᵀ formed as a d×d matrix: cheaper when n ≳ d.
+
+    Per metric the direct path makes five n×d×d products (x·L, bᵀb, b·V, ·Vᵀ, ·Lᵀ); this one makes one (xc·A) and
+    d×d×d ones (Σ_X·L, Lᵀ·(Σ_X L), L·V, the symmetric A), from XcᵀXc computed once per chunk for every variant (and
+    read by Ledoit–Wolf): 10–35 % less CPU per chunk from n ≈ d rows on, as much at n = d/2 (benchmarks/RESULTS.md,
+    issue 40). Lᵀ Σ_X L is the same matrix as the direct path's cx·bᵀb + ax·LᵀL, hence the same eigenvalues and
+    the same pinv cutoff.
+    """
+    work = _ChunkWork(xc, yc) if work is None else work  # xc, yc are centred already: centring again is exact
+    gram_x, gram_y = work.gram_x, work.gram_y
+    cx, ax = _scales(xc, d, eps[0], shrinkage, gram_x)
+    cy, ay = _scales(yc, d, eps[1], shrinkage, gram_y)
+    sigma_y = cy * gram_y
+    sigma_y[np.diag_indices(d)] += ay
+    sigma_x = cx * gram_x
+    sigma_x[np.diag_indices(d)] += ax
+    root = _Root(sigma_y)
+    m = root.left_t(root.right(sigma_x))  # Lᵀ Σ_X L
+    v, inv = psd_inv_sqrt_parts(m, d, 0.0)
+    return _mapped_rows(xc, root.left(v), inv), yc
+
+
+def _mapped_rows(xc: np.ndarray, lv: np.ndarray, inv: np.ndarray) -> np.ndarray:
+    """xc·A with A = (L V) diag(inv) (L V)ᵀ, formed as half·halfᵀ (symmetric to the last bit)."""
+    half = lv * np.sqrt(inv)
+    return xc @ (half @ half.T)
 
 
 def _span_problem(xc, yc, d, eps, shrinkage, work=None):
@@ -298,8 +344,8 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         w2 = yy / n
     else:
         if method == "auto":
-            method = "span" if 2 * n < d else "direct"
-        problem = _span_problem if method == "span" else _direct_problem
+            method = "span" if 2 * n < d else "map" if n >= MAP_ROWS_PER_DIM * d else "direct"
+        problem = {"span": _span_problem, "map": _map_problem, "direct": _direct_problem}[method]
         a, b = problem(xc, yc, d, (eps_x, eps_y), shrinkage, work)
         if solver == "sparse":
             w2 = sparse_w2(a, b)[0]

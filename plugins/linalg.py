@@ -86,15 +86,18 @@ def covariance(x: np.ndarray) -> np.ndarray:
     return xc.T @ xc / (x.shape[0] - 1)
 
 
-def ledoit_wolf_shrinkage(xc: np.ndarray, d: int | None = None) -> tuple[float, float]:
+def ledoit_wolf_shrinkage(xc: np.ndarray, d: int | None = None, gram: np.ndarray | None = None) -> tuple[float, float]:
     """Ledoit–Wolf shrinkage and target scale μ = tr S/d from centred rows, without forming S when d > n.
 
     Every term is an invariant of the Gram matrix, so `xc` may be the rows in any orthonormal coordinates of a
-    subspace of R^d holding them (d: the full dimension, which μ and δ depend on). Cost O(n·k·min(n, k)).
+    subspace of R^d holding them (d: the full dimension, which μ and δ depend on). Cost O(n·k·min(n, k)), or
+    O(n·k) given `gram` = XcᵀXc where the caller holds it.
     """
     n, k = xc.shape
     d = k if d is None else d
-    g = xc @ xc.T if n < k else xc.T @ xc  # ‖XcᵀXc‖_F = ‖XcXcᵀ‖_F: take the smaller one
+    if gram is None:
+        gram = xc @ xc.T if n < k else xc.T @ xc  # ‖XcᵀXc‖_F = ‖XcXcᵀ‖_F: take the smaller one
+    g = gram
     s_fro2 = np.sum(g * g) / (n * n)  # ‖S‖²_F
     row2 = (xc * xc).sum(axis=1)
     tr = row2.sum() / n

@@ -195,20 +195,8 @@ def test_span_path_is_exact_for_any_d(n, d, shrinkage, rng):
     y = np.tanh(x @ rng.standard_normal((d, d))) + 0.1 * x
     direct = affinity_score(x, y, shrinkage=shrinkage, method="direct")
     assert affinity_score(x, y, shrinkage=shrinkage, method="span") == pytest.approx(direct, abs=1e-8)
-    assert affinity_score(x, y, shrinkage=shrinkage) == direct  # auto keeps the d×d path here
-
-
-def test_auto_chooses_span_only_when_2n_below_d(rng, monkeypatch):
-    import onnxaff_plugins.affinity as mod
-
-    calls = []
-    for fn in ("_direct_problem", "_span_problem"):
-        orig = getattr(mod, fn)
-        monkeypatch.setattr(mod, fn, lambda *a, _o=orig, _n=fn: calls.append(_n) or _o(*a))
-    for n, d in [(10, 21), (10, 20), (10, 5)]:
-        x = rng.standard_normal((n, d))
-        affinity_score(x, np.abs(x))
-    assert calls == ["_span_problem", "_direct_problem", "_direct_problem"]
+    auto = "map" if n >= d else "direct"  # auto keeps a d×d path here (tests/test_affinity_paths.py)
+    assert affinity_score(x, y, shrinkage=shrinkage) == affinity_score(x, y, shrinkage=shrinkage, method=auto)
 
 
 def literal_affinity(x, y, eps=1e-6, shrinkage="none"):

@@ -1,0 +1,129 @@
+"""The affinity score's three ways to one number (direct, map, span: issue 40) held to each other and to the literal
+d×d formulas on every shape class a chunk comes in, and on the shipped models' own chunks.
+
+Tolerance 1e-9 on ρ (range [0, 1]): the issue's bound. The paths differ in the order of float64 products only;
+largest difference from the direct path over 20 seeds of the classes below (both shrinkages, absolute and relative ε,
+and ε = 0): 6e-15 (n ≈ d, n ≫ d), 2e-13 (rank-deficient), 2e-12 (constant columns; n < d on the map path), 5e-11
+(n < d on the span path, whose QR coordinates round differently).
+"""
+
+import numpy as np
+import pytest
+
+import onnxaff
+from onnxaff_plugins.affinity import METHODS, affinity_score
+from tests.conftest import FIXTURES
+from tests.test_affinity import literal_affinity, spd
+
+PATHS = [m for m in METHODS if m != "auto"]
+TOL = 1e-9
+
+
+def _relu_like(x, rng):
+    return np.maximum(x @ spd(rng, x.shape[1]), 0) + 0.1 * x
+
+
+def chunk(kind, rng):
+    """(x, y) of one shape class."""
+    if kind == "n < d":
+        x = rng.standard_normal((40, 60))
+    elif kind == "n ≈ d":
+        x = rng.standard_normal((64, 60))
+    elif kind == "n ≫ d":
+        x = rng.standard_normal((400, 12)) @ spd(rng, 12)
+    elif kind == "rank-deficient":  # rank 5 in 30 dimensions, 80 rows
+        x = rng.standard_normal((80, 5)) @ rng.standard_normal((5, 30))
+    elif kind == "constant columns":  # dead features on both sides, as a ReLU network's chunks have them
+        x = rng.standard_normal((80, 24))
+        x[:, 3] = 1.5
+        x[:, 10] = 0.0
+    else:
+        raise ValueError(kind)
+    y = _relu_like(x, rng)
+    if kind == "constant columns":
+        y[:, [0, 5, 17]] = 0.0
+    return x, y
+
+
+KINDS = ["n < d", "n ≈ d", "n ≫ d", "rank-deficient", "constant columns"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shrinkage", ["none", "ledoit_wolf"])
+@pytest.mark.parametrize("relative_eps", [False, True])
+def test_every_path_gives_the_same_score_on_every_shape_class(kind, shrinkage, relative_eps, rng):
+    x, y = chunk(kind, rng)
+    scores = {m: affinity_score(x, y, shrinkage=shrinkage, relative_eps=relative_eps, method=m)
+              for m in METHODS}
+    for m in METHODS:
+        assert abs(scores[m] - scores["direct"]) <= TOL, (m, scores)
+    if not relative_eps:
+        assert abs(scores["map"] - literal_affinity(x, y, shrinkage=shrinkage)) <= 1e-8
+
+
+@pytest.mark.parametrize("kind", ["n ≈ d", "n ≫ d", "constant columns"])
+def test_paths_agree_without_a_regulariser(kind, rng):
+    """ε = 0 with dead output features: Σ_Y is singular, Cholesky fails, and the symmetric root carries L."""
+    x, y = chunk(kind, rng)
+    ref = affinity_score(x, y, eps=0.0, method="direct")
+    for m in PATHS:
+        assert abs(affinity_score(x, y, eps=0.0, method=m) - ref) <= TOL
+
+
+def test_auto_takes_span_below_2n_map_from_n_rows_on(rng, monkeypatch):
+    import onnxaff_plugins.affinity as mod
+
+    calls = []
+    for fn in ("_direct_problem", "_map_problem", "_span_problem"):
+        orig = getattr(mod, fn)
+        monkeypatch.setattr(mod, fn, lambda *a, _o=orig, _n=fn: calls.append(_n) or _o(*a))
+    for n, d in [(10, 21), (10, 20), (10, 11), (10, 10), (10, 5)]:
+        x = rng.standard_normal((n, d))
+        affinity_score(x, np.abs(x))
+    assert calls == ["_span_problem", "_direct_problem", "_direct_problem", "_map_problem", "_map_problem"]
+
+
+def test_variants_of_one_chunk_share_the_gram_matrices(rng, monkeypatch):
+    """affinity and affinity_lw of one chunk compute XcᵀXc and YcᵀYc once (the map path and Ledoit–Wolf read them)."""
+    import onnxaff_plugins.affinity as mod
+
+    made = []
+    for side in ("x", "y"):
+        getter = getattr(mod._ChunkWork, f"gram_{side}").fget
+
+        def counted(w, _g=getter, _s=side):
+            if getattr(w, f"_gram_{_s}") is None:
+                made.append(_s)
+            return _g(w)
+        monkeypatch.setattr(mod._ChunkWork, f"gram_{side}", property(counted))
+    x = rng.standard_normal((90, 20))
+    y = np.tanh(x)
+    mod._recent.cache = None
+    for s in ("none", "ledoit_wolf"):
+        affinity_score(x, y, shrinkage=s)
+    assert sorted(made) == ["x", "y"]
+
+
+FIXTURE_CASES = [("res_cnn_op17", 48), ("tiny_vit_op17", 48), ("tiny_vit_op17", 16), ("prenorm_vit_op17", 24),
+                 ("act_zoo_op17", 32)]
+
+
+@pytest.mark.parametrize("name,chunk_size", FIXTURE_CASES)
+def test_paths_agree_on_the_shipped_models_chunks(name, chunk_size):
+    specs = ["affinity"] + [f"affinity:method={m}" for m in PATHS] + ["affinity_lw"] + \
+        [f"affinity_lw:method={m}" for m in PATHS]
+    sig = onnxaff.analyze(FIXTURES / f"{name}.onnx", "synthetic:gaussian", limit=2 * chunk_size,
+                          chunk_size=chunk_size, metrics=specs, intervals="none", progress=False)
+    compared = 0
+    for site in sig.sites:
+        if site["status"] != "ok":
+            continue
+        for base in ("affinity", "affinity_lw"):
+            ref = site["metrics"][f"{base}:method=direct"]
+            if ref["status"] != "ok":
+                continue
+            for spec in [base] + [f"{base}:method={m}" for m in PATHS]:
+                values = site["metrics"][spec]["values"]
+                assert np.max(np.abs(np.subtract(values, ref["values"]))) <= TOL, (site["id"], spec)
+                compared += len(values)
+    assert compared > 0
