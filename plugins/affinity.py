@@ -6,8 +6,8 @@ an affine image of X through a symmetric positive definite map; it uses the dist
 pairing of rows.
 
 Both covariances have the form Σ = c·XcᵀXc + α·I (unbiased: c = 1/(n−1), α = ε; Ledoit–Wolf with shrinkage
-s: c = (1−s)/n, α = sμ + ε), which is what lets one chunk cost O(n²d + n³) instead of O(d³) when d > 2n:
-see `_span_problem`.
+s: c = (1−s)/n, α = sμ + ε), which is what lets one chunk cost O(n²d + n³) instead of O(d³) when d > 2n
+(`_span_problem`), and both variants of a chunk share XcᵀXc and YcᵀYc when n ≥ d (`_map_problem`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ SHARED_BYTES = 64 * 2**20  # per scoring thread: the most the kept chunk's share
 
 class _ChunkWork:
     """What every variant computes alike from one chunk: centred rows, their squared norms and, when asked for,
-    the Gram matrix of Y (direct path) and the QR coordinates (span path).
+    the Gram matrices of Y (direct and map paths) and of X (map path) and the QR coordinates (span path).
 
     The metrics of a chunk run one after the other on one scoring thread (affinity, then affinity_lw), each on its
     own copy of the chunk, so `_chunk_work` finds a chunk again by content (exact equality of X and Y) among the
@@ -120,7 +120,8 @@ class _ChunkWork:
         return self._r
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.x, self.y, self.xc, self.yc, self._gram_x, self._gram_y, self._r) if a is not None)
+        held = (self.x, self.y, self.xc, self.yc, self._gram_x, self._gram_y, self._r)
+        return sum(a.nbytes for a in held if a is not None)
 
     def matches(self, x: np.ndarray, y: np.ndarray) -> bool:
         return (x.shape == self.x.shape and y.shape == self.y.shape and np.array_equal(x, self.x)
@@ -307,8 +308,9 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
     relative_eps: the regulariser is ε times the mean variance (tr S/d) of each side instead of the paper's
     absolute ε, so ρ does not depend on the activations' scale (a ReLU without bias scores the same at any
     scale); a constant output is then one whose total variance is below 1e-12 of its mean squared row norm.
-    method: "direct" works with d×d covariances, O(nd² + d³); "span" works in the span of the centred rows,
-    dimension k ≤ 2n, O(n²d + n³); both give the same ρ up to rounding. "auto" takes "span" when 2n < d.
+    method: "direct" works with d×d covariances, O(nd² + d³); "map" too, forming the d×d map (one n·d² product
+    with the rows instead of five); "span" works in the span of the centred rows, dimension k ≤ 2n, O(n²d + n³);
+    all give the same ρ up to rounding. "auto" takes "span" when 2n < d, "map" when n ≥ d, else "direct".
     transport: how W2² is solved (onnxaff_plugins.transport): "dense" (scipy's assignment on the n×n matrix),
     "sparse" (certified exact on candidate edges, O(n·k) memory), "auto" (sparse only where the dense matrix would
     not fit); the same number to rounding.
