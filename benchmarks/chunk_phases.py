@@ -3,6 +3,7 @@
     python benchmarks/chunk_phases.py dump --work /tmp/bw [--images 1024]     # MobileNetV2's chunks to .npz
     python benchmarks/chunk_phases.py real --work /tmp/bw                     # phase shares over those chunks
     python benchmarks/chunk_phases.py synthetic --dims 64 256 512 1024 1280 4096 --rows 512 [--rows-per-dim 4]
+    ... real|synthetic --method before                                        # the paths before issue 40
     python benchmarks/chunk_phases.py floor --work /tmp/bw [--repeats 2]      # CPU s: plain, graph only, full
 
 `dump` runs `onnxaff analyze` on benchmarks/bench_models.py's MobileNetV2 (the analysis_bench model and images)
@@ -42,10 +43,6 @@ METRICS = {"affinity": "none", "affinity_lw": "ledoit_wolf"}
 class Phases:
     """Exclusive CPU seconds per phase of the wrapped functions (a stack: a callee's time is not its caller's)."""
 
-    def __init__(self):
-        self.seconds = collections.Counter()
-        self._stack: list[list[float]] = []
-
     def wrap(self, phase: str, fn):
         @functools.wraps(fn)
         def timed(*args, **kwargs):
@@ -69,16 +66,24 @@ class Phases:
 
         aff._chunk_work = self.wrap("shared work", aff._chunk_work)
         aff._span_r = self.wrap("shared work", aff._span_r)
-        gram = aff._ChunkWork.gram_y.fget
-        aff._ChunkWork.gram_y = property(self.wrap("shared work", gram))
+        for side in ("gram_x", "gram_y"):
+            setattr(aff._ChunkWork, side, property(self.wrap("shared work", getattr(aff._ChunkWork, side).fget)))
         aff.ledoit_wolf_shrinkage = self.wrap("Ledoit–Wolf", aff.ledoit_wolf_shrinkage)
         aff._Root.__init__ = self.wrap("Cholesky", aff._Root.__init__)
+        for name in ("left", "left_t"):  # the map path's products with L (trmm)
+            setattr(aff._Root, name, self.wrap("triangular products", getattr(aff._Root, name)))
         for name in ("times_lower", "times_lower_t", "lower_gram"):
             setattr(aff, name, self.wrap("triangular products", getattr(aff, name)))
         aff._inv_sqrt_rows = self.wrap("bᵀb, b·V·Vᵀ", aff._inv_sqrt_rows)
+        aff._mapped_rows = self.wrap("bᵀb, b·V·Vᵀ", aff._mapped_rows)  # the map path's A and x·A
         linalg._eigh_psd = self.wrap("eigendecomposition", linalg._eigh_psd)
         aff.squared_distances = self.wrap("cost matrix", aff.squared_distances)
         scipy.optimize.linear_sum_assignment = self.wrap("assignment", scipy.optimize.linear_sum_assignment)
+
+    def __init__(self, method: str = "auto"):
+        self.seconds = collections.Counter()
+        self._stack: list[list[float]] = []
+        self.method = method
 
     def score(self, x: np.ndarray, y: np.ndarray, shrinkage: str) -> float:
         """One chunk's score; its CPU time outside the wrapped phases goes to "rest"."""
@@ -86,7 +91,10 @@ class Phases:
 
         before = sum(self.seconds.values())
         t0 = time.process_time()
-        value = affinity_score(x, y, shrinkage=shrinkage)
+        method = self.method
+        if method == "before":  # auto as it was: the map path did not exist
+            method = "span" if 2 * x.shape[0] < x.shape[1] else "direct"
+        value = affinity_score(x, y, shrinkage=shrinkage, method=method)
         self.seconds["rest"] += time.process_time() - t0 - (sum(self.seconds.values()) - before)
         return value
 
@@ -160,9 +168,9 @@ def floor(work: Path, images: int, repeats: int) -> None:
         print(f"| {label} | {min(seconds):.2f} | {min(seconds) / plain:.2f} |")
 
 
-def real(work: Path) -> None:
+def real(work: Path, method: str) -> None:
     files = sorted((work / "chunks").glob("*.npz"))
-    phases = Phases()
+    phases = Phases(method)
     phases.install()
     per_metric = {name: collections.Counter() for name in METRICS}
     with one_blas_thread():
@@ -180,11 +188,11 @@ def real(work: Path) -> None:
     print(table(rows + [("both", both)]))
 
 
-def synthetic(dims: list[int], rows: int | None, rows_per_dim: int | None, repeats: int) -> None:
+def synthetic(dims: list[int], rows: int | None, rows_per_dim: int | None, repeats: int, method: str) -> None:
     sys.path.insert(0, str(HERE))
     from chunk_bench import chunk
 
-    phases = Phases()
+    phases = Phases(method)
     phases.install()
     out = []
     with one_blas_thread():
@@ -212,17 +220,19 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--rows-per-dim", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--method", default="auto", choices=["auto", "before"],
+                    help="before: the paths of the scoring before issue 40 (direct, span when 2n < d)")
     args = ap.parse_args()
     if args.what == "dump":
         dump(args.work, args.images)
     elif args.what == "real":
-        real(args.work)
+        real(args.work, args.method)
     elif args.what == "floor":
         floor(args.work, args.images, args.repeats)
     else:
         if (args.rows is None) == (args.rows_per_dim is None):
             ap.error("give one of --rows and --rows-per-dim")
-        synthetic(args.dims, args.rows, args.rows_per_dim, args.repeats)
+        synthetic(args.dims, args.rows, args.rows_per_dim, args.repeats, args.method)
 
 
 if __name__ == "__main__":
