@@ -228,11 +228,11 @@ def _map_problem(xc, yc, d, eps, shrinkage, work=None):
 
     Per metric the direct path makes five n×d×d products (x·L, bᵀb, b·V, ·Vᵀ, ·Lᵀ); this one makes one (xc·A) and
     d×d×d ones (Σ_X·L, Lᵀ·(Σ_X L), L·V, the symmetric A), from XcᵀXc computed once per chunk for every variant (and
-    read by Ledoit–Wolf): 10–35 % less CPU per chunk from n ≈ d rows on, as much at n = d/2 (benchmarks/RESULTS.md,
+    read by Ledoit–Wolf): 10–35 % less CPU per chunk from n ≈ d rows on, about even at n = d/2 (benchmarks/RESULTS.md,
     issue 40). Lᵀ Σ_X L is the same matrix as the direct path's cx·bᵀb + ax·LᵀL, hence the same eigenvalues and
     the same pinv cutoff.
     """
-    work = _ChunkWork(xc, yc) if work is None else work  # xc, yc are centred already: centring again is exact
+    work = _ChunkWork(xc, yc) if work is None else work  # centring centred rows again: a rounding-level move
     gram_x, gram_y = work.gram_x, work.gram_y
     cx, ax = _scales(xc, d, eps[0], shrinkage, gram_x)
     cy, ay = _scales(yc, d, eps[1], shrinkage, gram_y)
