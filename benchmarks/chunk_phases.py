@@ -43,6 +43,11 @@ METRICS = {"affinity": "none", "affinity_lw": "ledoit_wolf"}
 class Phases:
     """Exclusive CPU seconds per phase of the wrapped functions (a stack: a callee's time is not its caller's)."""
 
+    def __init__(self, method: str = "auto"):
+        self.seconds = collections.Counter()
+        self._stack: list[list[float]] = []
+        self.method = method
+
     def wrap(self, phase: str, fn):
         @functools.wraps(fn)
         def timed(*args, **kwargs):
@@ -79,11 +84,6 @@ class Phases:
         linalg._eigh_psd = self.wrap("eigendecomposition", linalg._eigh_psd)
         aff.squared_distances = self.wrap("cost matrix", aff.squared_distances)
         scipy.optimize.linear_sum_assignment = self.wrap("assignment", scipy.optimize.linear_sum_assignment)
-
-    def __init__(self, method: str = "auto"):
-        self.seconds = collections.Counter()
-        self._stack: list[list[float]] = []
-        self.method = method
 
     def score(self, x: np.ndarray, y: np.ndarray, shrinkage: str) -> float:
         """One chunk's score; its CPU time outside the wrapped phases goes to "rest"."""

@@ -232,8 +232,8 @@ def _map_problem(xc, yc, d, eps, shrinkage, work=None):
     issue 40). Lᵀ Σ_X L is the same matrix as the direct path's cx·bᵀb + ax·LᵀL, hence the same eigenvalues and
     the same pinv cutoff.
     """
-    work = _ChunkWork(xc, yc) if work is None else work  # centring centred rows again: a rounding-level move
-    gram_x, gram_y = work.gram_x, work.gram_y
+    gram_x = xc.T @ xc if work is None else work.gram_x
+    gram_y = yc.T @ yc if work is None else work.gram_y
     cx, ax = _scales(xc, d, eps[0], shrinkage, gram_x)
     cy, ay = _scales(yc, d, eps[1], shrinkage, gram_y)
     sigma_y = cy * gram_y

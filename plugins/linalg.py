@@ -97,8 +97,7 @@ def ledoit_wolf_shrinkage(xc: np.ndarray, d: int | None = None, gram: np.ndarray
     d = k if d is None else d
     if gram is None:
         gram = xc @ xc.T if n < k else xc.T @ xc  # ‖XcᵀXc‖_F = ‖XcXcᵀ‖_F: take the smaller one
-    g = gram
-    s_fro2 = np.sum(g * g) / (n * n)  # ‖S‖²_F
+    s_fro2 = np.sum(gram * gram) / (n * n)  # ‖S‖²_F
     row2 = (xc * xc).sum(axis=1)
     tr = row2.sum() / n
     mu = tr / d
