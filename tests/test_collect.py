@@ -53,6 +53,36 @@ def test_chunks_are_consecutive_rows(batch, rng):
     np.testing.assert_array_equal(rest[0][:, 0], np.arange(896, 1000))
 
 
+def test_a_batch_of_many_chunks_is_concatenated_once(monkeypatch):
+    """Each chunk a batch completes is a slice of one concatenation: concatenating per chunk copied the rest of
+    the batch for every chunk (quadratic in the chunks per batch: 12 s of a decoder run's 50)."""
+    import onnxaff.collect as collect
+
+    calls = []
+    real = np.concatenate
+    monkeypatch.setattr(collect.np, "concatenate", lambda arrays, *a, **k: calls.append(len(arrays)) or
+                        real(arrays, *a, **k))
+    x = np.arange(64 * 100 + 37, dtype=float)[:, None]
+    buf = ChunkBuffer(100)
+    chunks = buf.add(x[:5], -x[:5]) + buf.add(x[5:], -x[5:])
+    assert len(chunks) == 64
+    assert calls == [2, 2]  # X and Y once, for the batch that completes chunks; none for the short first one
+    for k, (cx, cy) in enumerate(chunks):
+        np.testing.assert_array_equal(cx[:, 0], np.arange(100 * k, 100 * (k + 1)))
+        np.testing.assert_array_equal(cy, -cx)
+
+
+def test_chunks_and_the_rest_do_not_alias_the_batch():
+    """The runtime may reuse an output buffer for the next batch: neither a chunk nor the held rest may see it."""
+    x, y = np.arange(250, dtype=float)[:, None], np.zeros((250, 1))
+    buf = ChunkBuffer(100)
+    chunks = buf.add(x, y)
+    x[:] = -1.0
+    assert [c[0][0, 0] for c in chunks] == [0.0, 100.0]
+    np.testing.assert_array_equal(buf.remainder()[0][:, 0], np.arange(200, 250))
+    assert buf._x[0].base is None  # the rest owns its rows: it does not hold the whole concatenation alive
+
+
 @pytest.mark.parametrize("cuts", [[3], [1, 2], [5, 6, 7], [2, 4, 9, 10]])
 def test_block_moments_are_bitwise_independent_of_splits(cuts, rng):
     """Any split into consecutive parts, merged, performs the additions one pass does: equal bits."""
