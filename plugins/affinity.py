@@ -74,7 +74,7 @@ def exact_w2_squared(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("ij,ij->", diff, diff) / len(rows))
 
 
-SHARED_BYTES = 64 * 2**20  # per scoring thread: the most the kept chunk's shared work may take (see `_ChunkWork`)
+SHARED_BYTES = 128 * 2**20  # per scoring thread: the most the kept chunk's shared work may take (see `_ChunkWork`)
 
 
 class _ChunkWork:
@@ -83,23 +83,32 @@ class _ChunkWork:
 
     The metrics of a chunk run one after the other on one scoring thread (affinity, then affinity_lw), each on its
     own copy of the chunk, so `_chunk_work` finds a chunk again by content (exact equality of X and Y) among the
-    last one this thread scored (the variants of a chunk follow each other), if its work is at most SHARED_BYTES:
-    the second variant skips the centring and the O(n²d) QR. Only one is kept: more held 128 MB on MobileNetV2's
-    two scoring threads for no hit.
+    last one this thread scored (the variants of a chunk follow each other), if its work is at most SHARED_BYTES
+    once the first variant is done: the second skips the centring, the Gram matrices or the O(n²d) QR. Only one
+    is kept: more held 128 MB on MobileNetV2's two scoring threads for no hit. Once R exists the centred rows
+    are let go (the span path reads R alone, and they are recomputed, to the same bits, if another path asks):
+    at n = 512, d = 11008 the work is then 98 MB instead of 188, and sharing it takes the two metrics from 3.3
+    to 1.9 CPU s (benchmarks/RESULTS.md, issue 40).
     The numbers are the same bit for bit as computing them again.
     """
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y = x, y
-        self.xc, self.yc = x - x.mean(axis=0), y - y.mean(axis=0)
+        self._xc = self._yc = self._gram_x = self._gram_y = self._r = None
         self.yy = float(np.einsum("ij,ij->", self.yc, self.yc))
-        self._xx = self._gram_x = self._gram_y = self._r = None
+        self.xx = float(np.einsum("ij,ij->", self.xc, self.xc))
 
     @property
-    def xx(self) -> float:
-        if self._xx is None:
-            self._xx = float(np.einsum("ij,ij->", self.xc, self.xc))
-        return self._xx
+    def xc(self) -> np.ndarray:
+        if self._xc is None:
+            self._xc = self.x - self.x.mean(axis=0)
+        return self._xc
+
+    @property
+    def yc(self) -> np.ndarray:
+        if self._yc is None:
+            self._yc = self.y - self.y.mean(axis=0)
+        return self._yc
 
     @property
     def gram_x(self) -> np.ndarray:
@@ -117,10 +126,11 @@ class _ChunkWork:
     def r(self) -> np.ndarray:
         if self._r is None:
             self._r = _span_r(self.xc, self.yc)
+            self._xc = self._yc = None
         return self._r
 
     def nbytes(self) -> int:
-        held = (self.x, self.y, self.xc, self.yc, self._gram_x, self._gram_y, self._r)
+        held = (self.x, self.y, self._xc, self._yc, self._gram_x, self._gram_y, self._r)
         return sum(a.nbytes for a in held if a is not None)
 
     def matches(self, x: np.ndarray, y: np.ndarray) -> bool:
@@ -149,10 +159,16 @@ def _chunk_work(x: np.ndarray, y: np.ndarray) -> _ChunkWork:
     # Keep the rows as given when nothing can change them (a read-only chunk owning its memory), else a copy.
     own = [a if not a.flags.writeable and a.base is None else a.copy() for a in (x, y)]
     work = _ChunkWork(*own)
+    cache.clear()  # the older one
     cache[id(work)] = work
-    while cache and (len(cache) > 1 or work.nbytes() > SHARED_BYTES):
-        cache.popitem(last=False)  # the older one; one too large for the budget is not kept at all
     return work
+
+
+def _keep_within_budget(work: _ChunkWork) -> None:
+    """Forget `work` if, now that a variant is done with it, it holds more than SHARED_BYTES."""
+    cache = getattr(_recent, "cache", None)
+    if cache is not None and work.nbytes() > SHARED_BYTES:
+        cache.pop(id(work), None)
 
 
 def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str, gram: np.ndarray | None = None) -> tuple[float, float]:
@@ -276,7 +292,7 @@ def _span_problem(xc, yc, d, eps, shrinkage, work=None):
     the rank of V (centring leaves rank ≤ 2n − 2) hold ~0 coordinates: like directions of V⊥, harmless. If
     d < 2n the coordinates are just a rotation of R^d.
     """
-    n = xc.shape[0]
+    n = work.x.shape[0] if xc is None else xc.shape[0]
     r = _span_r(xc, yc) if work is None else work.r  # min(d, 2n) × 2n upper trapezoidal (the rows are centred already)
     ycoord, xcoord = r[:, :n].T, r[:, n:].T  # rows in the coordinates; Y rows vanish beyond column n
     k = r.shape[0]
@@ -329,7 +345,6 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
     solver = choose(x.shape[0], x.shape[1], transport)
     n, d = x.shape
     work = _chunk_work(x, y)  # shared with the other variants scoring this chunk
-    xc, yc = work.xc, work.yc
     # Distances are translation invariant: mapped = xc·A + m_Y against y is xc·A against yc.
     yy = work.yy
     scale = n - 1 if shrinkage == "none" else n
@@ -342,19 +357,23 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
         constant = False
     # tr Σ_Y over all d dimensions (Ledoit–Wolf shrinkage keeps the trace of the biased S).
     tr_sigma_y = yy / scale + eps_y * d
-    if constant or tr_sigma_y <= 2.0 * eps_y * d:  # constant output: A = 0, every row maps to m_Y
-        w2 = yy / n
-    else:
-        if method == "auto":
-            method = "span" if 2 * n < d else "map" if n >= MAP_ROWS_PER_DIM * d else "direct"
-        problem = {"span": _span_problem, "map": _map_problem, "direct": _direct_problem}[method]
-        a, b = problem(xc, yc, d, (eps_x, eps_y), shrinkage, work)
-        if solver == "sparse":
-            w2 = sparse_w2(a, b)[0]
+    try:
+        if constant or tr_sigma_y <= 2.0 * eps_y * d:  # constant output: A = 0, every row maps to m_Y
+            w2 = yy / n
         else:
-            if solver == "dense":
-                check_dense_fits(n)
-            w2 = exact_w2_squared(a, b)
+            if method == "auto":
+                method = "span" if 2 * n < d else "map" if n >= MAP_ROWS_PER_DIM * d else "direct"
+            problem = {"span": _span_problem, "map": _map_problem, "direct": _direct_problem}[method]
+            rows = (None, None) if method == "span" else (work.xc, work.yc)  # the span path reads R alone
+            a, b = problem(*rows, d, (eps_x, eps_y), shrinkage, work)
+            if solver == "sparse":
+                w2 = sparse_w2(a, b)[0]
+            else:
+                if solver == "dense":
+                    check_dense_fits(n)
+                w2 = exact_w2_squared(a, b)
+    finally:
+        _keep_within_budget(work)
     if tr_sigma_y == 0.0:  # an all-zero output with a relative ε: nothing to transport
         return 1.0 if w2 == 0.0 else 0.0
     return float(1.0 - np.sqrt(w2 / (2.0 * tr_sigma_y)))

@@ -104,6 +104,62 @@ def test_variants_of_one_chunk_share_the_gram_matrices(rng, monkeypatch):
     assert sorted(made) == ["x", "y"]
 
 
+def _count_span_r(monkeypatch, mod):
+    made = []
+    real = mod._span_r
+    monkeypatch.setattr(mod, "_span_r", lambda xc, yc: made.append(xc.shape) or real(xc, yc))
+    return made
+
+
+def test_span_variants_share_r_when_the_settled_work_fits(rng, monkeypatch):
+    """The budget is checked once a variant is done: the span path lets the centred rows go once R exists, so a
+    chunk whose work passes the budget only while it is centred is still shared (d = 11008 at 512 rows: 188 MB
+    while centring, 98 MB kept; the two metrics 3.3 → 1.9 CPU s)."""
+    import onnxaff_plugins.affinity as mod
+
+    x = rng.standard_normal((30, 200))
+    y = np.maximum(x, 0.0)
+    settled = 2 * x.nbytes + 60 * 60 * 8  # X, Y and R (min(d, 2n) × 2n)
+    monkeypatch.setattr(mod, "SHARED_BYTES", settled + 1)  # under X, Y, Xc, Yc
+    made = _count_span_r(monkeypatch, mod)
+    mod._recent.cache = None
+    fresh = []
+    for s in ("none", "ledoit_wolf"):
+        fresh.append(affinity_score(x, y, shrinkage=s))
+    assert len(made) == 1
+    (work,) = mod._recent.cache.values()
+    assert work.nbytes() == settled and work._xc is None and work._yc is None
+    monkeypatch.setattr(mod, "SHARED_BYTES", settled - 1)  # now over: computed again for each variant, not kept
+    mod._recent.cache = None
+    again = [affinity_score(x, y, shrinkage=s) for s in ("none", "ledoit_wolf")]
+    assert len(made) == 3 and not mod._recent.cache
+    assert again == fresh  # the same bits, shared or not
+
+
+def test_a_path_after_the_span_path_recentres_to_the_same_bits(rng):
+    """A variant forced onto another path after a span variant let the centred rows go gets them again, equal."""
+    import onnxaff_plugins.affinity as mod
+
+    x = rng.standard_normal((20, 64))
+    y = np.tanh(x)
+    mod._recent.cache = None
+    direct_alone = affinity_score(x, y, method="direct")
+    mod._recent.cache = None
+    affinity_score(x, y, method="span")
+    assert affinity_score(x, y, method="direct") == direct_alone
+
+
+def test_work_over_the_budget_is_let_go_even_when_the_metric_fails(rng, monkeypatch):
+    import onnxaff_plugins.affinity as mod
+
+    monkeypatch.setattr(mod, "SHARED_BYTES", 0)
+    monkeypatch.setattr(mod, "exact_w2_squared", lambda a, b: 1 / 0)
+    mod._recent.cache = None
+    with pytest.raises(ZeroDivisionError):
+        affinity_score(rng.standard_normal((20, 8)), rng.standard_normal((20, 8)))
+    assert not mod._recent.cache
+
+
 FIXTURE_CASES = [("res_cnn_op17", 48), ("tiny_vit_op17", 48), ("tiny_vit_op17", 16), ("prenorm_vit_op17", 24),
                  ("act_zoo_op17", 32)]
 
