@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from collections import Counter
@@ -133,6 +134,27 @@ def chunks_by_kind(signature: Path) -> Counter:
     return kinds
 
 
+def timed_chunks(model: Path, data: dict[int, Path], args, plugin: str) -> None:
+    """Each chunk's scoring CPU seconds (both metrics, scoring thread only), by token count and chunk shape."""
+    print("\n| tokens | rows × D | chunks | CPU s per chunk: sum of the metrics' medians (each) |")
+    print("|---:|---|---:|---|")
+    for tokens in args.tokens:
+        times = args.work / f"chunk_times_{tokens}.txt"
+        times.unlink(missing_ok=True)
+        env = dict(os.environ, ONNXAFF_CHUNK_TIMES=str(times))
+        subprocess.run(analyze(model, data[tokens], args.work / f"timed_{tokens}.json", args.batch_size, "--plugin",
+                               plugin, "--metrics", "timed_affinity,timed_affinity_lw"), check=True, env=env)
+        by_shape: dict[tuple[int, int], dict[str, list[float]]] = {}
+        for line in times.read_text().splitlines():
+            metric, n, d, seconds = line.split()
+            by_shape.setdefault((int(n), int(d)), {}).setdefault(metric, []).append(float(seconds))
+        for (n, d), metrics in sorted(by_shape.items(), key=lambda kv: (-kv[0][1], -kv[0][0])):
+            medians = {m: statistics.median(v) for m, v in sorted(metrics.items())}
+            count = max(len(v) for v in metrics.values())
+            print(f"| {tokens} | {n} × {d} | {count} | {sum(medians.values()):.3f} ("
+                  + ", ".join(f"{m.removeprefix('timed_')} {v:.3f}" for m, v in medians.items()) + ") |", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, required=True, help="Folder for the model and the embeddings.")
@@ -144,6 +166,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=lambda s: [int(v) for v in s.split(",")], default=[1024, 2048, 4096])
     ap.add_argument("--batch-size", type=int, default=2, help="Sequences per batch [2].")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--per-chunk", action="store_true", help="Instead: one run per token count with the default "
+                    "metrics timed chunk by chunk on their scoring threads (chunk_dump_plugin's timed_affinity*).")
     ap.add_argument("--child-prepare", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if any(t % args.seq for t in args.tokens):
@@ -159,6 +183,9 @@ def main() -> int:
           f"{' + external data' if Path(str(model) + '.data').exists() else ''}), batch {args.batch_size} "
           f"sequences of {args.seq} tokens; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     plugin = str(HERE / "chunk_dump_plugin.py")
+    if args.per_chunk:
+        timed_chunks(model, data, args, plugin)
+        return 0
     print("\n| tokens | (a) plain wall s / CPU s | (g) no scoring wall / CPU | (b) default metrics wall / CPU "
           "| (b) ÷ (a) wall | chunks | (b − g) CPU s per chunk | chunks by site |")
     print("|---:|---|---|---|---:|---:|---:|---|")
@@ -179,8 +206,8 @@ def main() -> int:
         kinds = chunks_by_kind(out)
         n = sum(kinds.values())
         cells = " | ".join(f"{w:.1f} / {c:.1f}" for w, c in (best[k] for k in "agb"))
-        per_chunk = (best["b"][1] - best["g"][1]) / n if n else float("nan")
-        print(f"| {tokens} | {cells} | {best['b'][0] / best['a'][0]:.2f} | {n} | {per_chunk:.3f} | "
+        cost = (best["b"][1] - best["g"][1]) / n if n else float("nan")
+        print(f"| {tokens} | {cells} | {best['b'][0] / best['a'][0]:.2f} | {n} | {cost:.3f} | "
               f"{', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))} |", flush=True)
     return 0
 
