@@ -6,22 +6,17 @@
 noop_chunk: what a run costs without any scoring (the augmented graph, the feeding and the chunk buffers only).
 dump_chunk: each chunk goes to FOLDER/d<dx>_<sha256 prefix>.npz (X and Y as the metrics receive them, float64),
 for chunk_phases.py to score again phase by phase. Both score the number of rows.
-timed_affinity, timed_affinity_lw: the default metrics, unchanged, each chunk's CPU time on its scoring thread
-(time.thread_time: onnxruntime's threads are not counted) appended to $ONNXAFF_CHUNK_TIMES as "metric n d s".
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
 from onnxaff.metrics import Chunk, Metric, Needs
-from onnxaff_plugins.affinity import Affinity, AffinityLedoitWolf
 
 
 class NoOpChunk(Metric):
@@ -45,30 +40,3 @@ class DumpChunk(NoOpChunk):
         np.savez(Path(os.environ["ONNXAFF_CHUNK_DUMP"]) / f"d{x.shape[1]}_{digest}.npz", x=x, y=y)
         return super().compute(chunk)
 
-
-_times_lock = threading.Lock()
-
-
-def _timed(metric: Metric, chunk: Chunk, compute) -> float:
-    start = time.thread_time()
-    value = compute(chunk)
-    seconds = time.thread_time() - start
-    with _times_lock, open(os.environ["ONNXAFF_CHUNK_TIMES"], "a") as f:
-        f.write(f"{metric.name} {chunk.n} {chunk.x.shape[1]} {seconds:.6f}\n")
-    return value
-
-
-class TimedAffinity(Affinity):
-    name = "timed_affinity"
-    description = "affinity, each chunk's scoring-thread CPU time written to $ONNXAFF_CHUNK_TIMES"
-
-    def compute(self, chunk: Chunk) -> float:
-        return _timed(self, chunk, super().compute)
-
-
-class TimedAffinityLedoitWolf(AffinityLedoitWolf):
-    name = "timed_affinity_lw"
-    description = "affinity_lw, each chunk's scoring-thread CPU time written to $ONNXAFF_CHUNK_TIMES"
-
-    def compute(self, chunk: Chunk) -> float:
-        return _timed(self, chunk, super().compute)

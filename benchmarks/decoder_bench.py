@@ -134,7 +134,7 @@ def chunks_by_kind(signature: Path) -> Counter:
     return kinds
 
 
-def timed_chunks(model: Path, data: dict[int, Path], args, plugin: str) -> None:
+def timed_chunks(model: Path, data: dict[int, Path], args) -> None:
     """Each chunk's scoring CPU seconds (both metrics, scoring thread only), by token count and chunk shape."""
     print("\n| tokens | rows × D | chunks | CPU s per chunk: sum of the metrics' medians (each) |")
     print("|---:|---|---:|---|")
@@ -143,7 +143,8 @@ def timed_chunks(model: Path, data: dict[int, Path], args, plugin: str) -> None:
         times.unlink(missing_ok=True)
         env = dict(os.environ, ONNXAFF_CHUNK_TIMES=str(times))
         subprocess.run(analyze(model, data[tokens], args.work / f"timed_{tokens}.json", args.batch_size, "--plugin",
-                               plugin, "--metrics", "timed_affinity,timed_affinity_lw"), check=True, env=env)
+                               str(HERE / "chunk_timing_plugin.py"), "--metrics", "timed_affinity,timed_affinity_lw"),
+                       check=True, env=env)
         by_shape: dict[tuple[int, int], dict[str, list[float]]] = {}
         for line in times.read_text().splitlines():
             metric, n, d, seconds = line.split()
@@ -167,7 +168,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=2, help="Sequences per batch [2].")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--per-chunk", action="store_true", help="Instead: one run per token count with the default "
-                    "metrics timed chunk by chunk on their scoring threads (chunk_dump_plugin's timed_affinity*).")
+                    "metrics timed chunk by chunk on their scoring threads (chunk_timing_plugin.py).")
     ap.add_argument("--child-prepare", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if any(t % args.seq for t in args.tokens):
@@ -184,7 +185,7 @@ def main() -> int:
           f"sequences of {args.seq} tokens; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     plugin = str(HERE / "chunk_dump_plugin.py")
     if args.per_chunk:
-        timed_chunks(model, data, args, plugin)
+        timed_chunks(model, data, args)
         return 0
     print("\n| tokens | (a) plain wall s / CPU s | (g) no scoring wall / CPU | (b) default metrics wall / CPU "
           "| (b) ÷ (a) wall | chunks | (b − g) CPU s per chunk | chunks by site |")
