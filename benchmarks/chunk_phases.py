@@ -102,7 +102,7 @@ class Phases:
 def forget_shared_work() -> None:
     import onnxaff_plugins.affinity as aff
 
-    aff._recent.__dict__.pop("cache", None)
+    aff._recent.__dict__.pop("work", None)
 
 
 def one_blas_thread():

@@ -13,7 +13,6 @@ s: c = (1−s)/n, α = sμ + ε), which is what lets one chunk cost O(n²d + n³
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
@@ -148,27 +147,20 @@ _recent = threading.local()
 
 
 def _chunk_work(x: np.ndarray, y: np.ndarray) -> _ChunkWork:
-    """This chunk's shared work, found again if this thread scored the same rows lately (see `_ChunkWork`)."""
-    cache = getattr(_recent, "cache", None)
-    if cache is None:
-        cache = _recent.cache = OrderedDict()
-    for key, work in cache.items():
-        if work.matches(x, y):
-            cache.move_to_end(key)
-            return work
+    """This chunk's shared work, found again if this thread scored the same rows last (see `_ChunkWork`)."""
+    work = getattr(_recent, "work", None)
+    if work is not None and work.matches(x, y):
+        return work
     # Keep the rows as given when nothing can change them (a read-only chunk owning its memory), else a copy.
     own = [a if not a.flags.writeable and a.base is None else a.copy() for a in (x, y)]
-    work = _ChunkWork(*own)
-    cache.clear()  # the older one
-    cache[id(work)] = work
+    _recent.work = work = _ChunkWork(*own)  # in place of the older one
     return work
 
 
 def _keep_within_budget(work: _ChunkWork) -> None:
     """Forget `work` if, now that a variant is done with it, it holds more than SHARED_BYTES."""
-    cache = getattr(_recent, "cache", None)
-    if cache is not None and work.nbytes() > SHARED_BYTES:
-        cache.pop(id(work), None)
+    if getattr(_recent, "work", None) is work and work.nbytes() > SHARED_BYTES:
+        _recent.work = None
 
 
 def _scales(xc: np.ndarray, d: int, eps: float, shrinkage: str, gram: np.ndarray | None = None) -> tuple[float, float]:
@@ -227,19 +219,24 @@ def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: i
     return ((b @ v) * inv) @ v.T
 
 
-def _direct_problem(xc, yc, d, eps, shrinkage, work=None):
+def _shifted(gram: np.ndarray, c: float, a: float) -> np.ndarray:
+    """c·gram + a·I, a new array: a covariance Σ = c·XcᵀXc + α·I from its Gram matrix (see `_scales`)."""
+    sigma = c * gram
+    sigma[np.diag_indices(len(sigma))] += a
+    return sigma
+
+
+def _direct_problem(work: _ChunkWork, d, eps, shrinkage):
     """Mapped X rows and Y rows (both centred) in R^d, with d×d covariances: O(nd² + d³). eps: (ε_X, ε_Y)."""
-    gram_y = yc.T @ yc if work is None else work.gram_y
+    xc, yc = work.xc, work.yc
     cx, ax = _scales(xc, d, eps[0], shrinkage)
-    cy, ay = _scales(yc, d, eps[1], shrinkage, gram_y)
-    sigma_y = cy * gram_y
-    sigma_y[np.diag_indices(d)] += ay
-    root = _Root(sigma_y)
+    cy, ay = _scales(yc, d, eps[1], shrinkage, work.gram_y)
+    root = _Root(_shifted(work.gram_y, cy, ay))
     rows = _inv_sqrt_rows(root.right(xc), root.gram(), cx, ax, d, 0.0)
     return root.right_t(rows), yc
 
 
-def _map_problem(xc, yc, d, eps, shrinkage, work=None):
+def _map_problem(work: _ChunkWork, d, eps, shrinkage):
     """The direct path's rows through A = L (Lᵀ Σ_X L)^{+1/2} Lᵀ formed as a d×d matrix: cheaper when n ≳ d.
 
     Per metric the direct path makes five n×d×d products (x·L, bᵀb, b·V, ·Vᵀ, ·Lᵀ); this one makes one (xc·A) and
@@ -248,16 +245,11 @@ def _map_problem(xc, yc, d, eps, shrinkage, work=None):
     issue 40). Lᵀ Σ_X L is the same matrix as the direct path's cx·bᵀb + ax·LᵀL, hence the same eigenvalues and
     the same pinv cutoff.
     """
-    gram_x = xc.T @ xc if work is None else work.gram_x
-    gram_y = yc.T @ yc if work is None else work.gram_y
-    cx, ax = _scales(xc, d, eps[0], shrinkage, gram_x)
-    cy, ay = _scales(yc, d, eps[1], shrinkage, gram_y)
-    sigma_y = cy * gram_y
-    sigma_y[np.diag_indices(d)] += ay
-    sigma_x = cx * gram_x
-    sigma_x[np.diag_indices(d)] += ax
-    root = _Root(sigma_y)
-    m = root.left_t(root.right(sigma_x))  # Lᵀ Σ_X L
+    xc, yc = work.xc, work.yc
+    cx, ax = _scales(xc, d, eps[0], shrinkage, work.gram_x)
+    cy, ay = _scales(yc, d, eps[1], shrinkage, work.gram_y)
+    root = _Root(_shifted(work.gram_y, cy, ay))
+    m = root.left_t(root.right(_shifted(work.gram_x, cx, ax)))  # Lᵀ Σ_X L
     v, inv = psd_inv_sqrt_parts(m, d, 0.0)
     return _mapped_rows(xc, root.left(v), inv), yc
 
@@ -268,7 +260,7 @@ def _mapped_rows(xc: np.ndarray, lv: np.ndarray, inv: np.ndarray) -> np.ndarray:
     return xc @ (half @ half.T)
 
 
-def _span_problem(xc, yc, d, eps, shrinkage, work=None):
+def _span_problem(work: _ChunkWork, d, eps, shrinkage):
     """The same mapped rows and Y rows, in orthonormal coordinates of V = span(centred Y rows, centred X rows).
 
     Why it is exact: V has dimension k ≤ 2n; on V⊥ both Σ_X = α_X·I and Σ_Y = α_Y·I, so V and V⊥ are invariant
@@ -292,8 +284,8 @@ def _span_problem(xc, yc, d, eps, shrinkage, work=None):
     the rank of V (centring leaves rank ≤ 2n − 2) hold ~0 coordinates: like directions of V⊥, harmless. If
     d < 2n the coordinates are just a rotation of R^d.
     """
-    n = work.x.shape[0] if xc is None else xc.shape[0]
-    r = _span_r(xc, yc) if work is None else work.r  # min(d, 2n) × 2n upper trapezoidal (the rows are centred already)
+    n = work.x.shape[0]
+    r = work.r  # min(d, 2n) × 2n upper trapezoidal (the rows are centred already); the centred rows are let go
     ycoord, xcoord = r[:, :n].T, r[:, n:].T  # rows in the coordinates; Y rows vanish beyond column n
     k = r.shape[0]
     m = min(n, k)
@@ -301,9 +293,7 @@ def _span_problem(xc, yc, d, eps, shrinkage, work=None):
     cy, ay = _scales(ycoord, d, eps[1], shrinkage)
     # Σ_Y|_V = diag(cy·Y1ᵀY1 + ay·I_m, ay·I_{k−m}), so L = diag(L1, √ay·I): applied block by block.
     y1 = ycoord[:, :m]
-    block = cy * (y1.T @ y1)
-    block[np.diag_indices(m)] += ay
-    l1, root_ay = _Root(block), np.sqrt(ay)
+    l1, root_ay = _Root(_shifted(y1.T @ y1, cy, ay)), np.sqrt(ay)
     b = np.empty((n, k))
     b[:, :m] = l1.right(np.ascontiguousarray(xcoord[:, :m]))
     b[:, m:] = root_ay * xcoord[:, m:]
@@ -364,8 +354,7 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
             if method == "auto":
                 method = "span" if 2 * n < d else "map" if n >= MAP_ROWS_PER_DIM * d else "direct"
             problem = {"span": _span_problem, "map": _map_problem, "direct": _direct_problem}[method]
-            rows = (None, None) if method == "span" else (work.xc, work.yc)  # the span path reads R alone
-            a, b = problem(*rows, d, (eps_x, eps_y), shrinkage, work)
+            a, b = problem(work, d, (eps_x, eps_y), shrinkage)
             if solver == "sparse":
                 w2 = sparse_w2(a, b)[0]
             else:

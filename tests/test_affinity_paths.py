@@ -98,7 +98,7 @@ def test_variants_of_one_chunk_share_the_gram_matrices(rng, monkeypatch):
         monkeypatch.setattr(mod._ChunkWork, f"gram_{side}", property(counted))
     x = rng.standard_normal((90, 20))
     y = np.tanh(x)
-    mod._recent.cache = None
+    mod._recent.work = None
     for s in ("none", "ledoit_wolf"):
         affinity_score(x, y, shrinkage=s)
     assert sorted(made) == ["x", "y"]
@@ -122,17 +122,17 @@ def test_span_variants_share_r_when_the_settled_work_fits(rng, monkeypatch):
     settled = 2 * x.nbytes + 60 * 60 * 8  # X, Y and R (min(d, 2n) × 2n)
     monkeypatch.setattr(mod, "SHARED_BYTES", settled + 1)  # under X, Y, Xc, Yc
     made = _count_span_r(monkeypatch, mod)
-    mod._recent.cache = None
+    mod._recent.work = None
     fresh = []
     for s in ("none", "ledoit_wolf"):
         fresh.append(affinity_score(x, y, shrinkage=s))
     assert len(made) == 1
-    (work,) = mod._recent.cache.values()
+    work = mod._recent.work
     assert work.nbytes() == settled and work._xc is None and work._yc is None
     monkeypatch.setattr(mod, "SHARED_BYTES", settled - 1)  # now over: computed again for each variant, not kept
-    mod._recent.cache = None
+    mod._recent.work = None
     again = [affinity_score(x, y, shrinkage=s) for s in ("none", "ledoit_wolf")]
-    assert len(made) == 3 and not mod._recent.cache
+    assert len(made) == 3 and mod._recent.work is None
     assert again == fresh  # the same bits, shared or not
 
 
@@ -142,9 +142,9 @@ def test_a_path_after_the_span_path_recentres_to_the_same_bits(rng):
 
     x = rng.standard_normal((20, 64))
     y = np.tanh(x)
-    mod._recent.cache = None
+    mod._recent.work = None
     direct_alone = affinity_score(x, y, method="direct")
-    mod._recent.cache = None
+    mod._recent.work = None
     affinity_score(x, y, method="span")
     assert affinity_score(x, y, method="direct") == direct_alone
 
@@ -154,10 +154,10 @@ def test_work_over_the_budget_is_let_go_even_when_the_metric_fails(rng, monkeypa
 
     monkeypatch.setattr(mod, "SHARED_BYTES", 0)
     monkeypatch.setattr(mod, "exact_w2_squared", lambda a, b: 1 / 0)
-    mod._recent.cache = None
+    mod._recent.work = None
     with pytest.raises(ZeroDivisionError):
         affinity_score(rng.standard_normal((20, 8)), rng.standard_normal((20, 8)))
-    assert not mod._recent.cache
+    assert mod._recent.work is None
 
 
 FIXTURE_CASES = [("res_cnn_op17", 48), ("tiny_vit_op17", 48), ("tiny_vit_op17", 16), ("prenorm_vit_op17", 24),
