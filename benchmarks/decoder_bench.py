@@ -108,15 +108,15 @@ def save(model, path: Path) -> None:
 
 def prepare(work: Path, args) -> tuple[Path, dict[int, Path]]:
     """The model and one embeddings .npy per token count, written once (in a child: see analysis_bench)."""
-    tag = f"d{args.width}_h{args.hidden}_b{args.blocks}_t{args.seq}"
+    tag = f"d{args.width}_h{args.hidden}_n{args.heads}_b{args.blocks}_t{args.seq}"  # every size the model has
     model = work / f"decoder_{tag}.onnx"
     if not model.exists():
         save(decoder(args.width, args.hidden, args.heads, args.blocks, args.seq), model)
     data = {}
-    rng = np.random.default_rng(1)
     for tokens in args.tokens:
         data[tokens] = work / f"embeds_{tag}_{tokens}.npy"
-        if not data[tokens].exists():
+        if not data[tokens].exists():  # seeded by the token count: the same file whichever others exist
+            rng = np.random.default_rng(tokens)
             np.save(data[tokens], rng.standard_normal((tokens // args.seq, args.seq, args.width), np.float32))
     return model, data
 
