@@ -4,6 +4,7 @@
     python benchmarks/chunk_phases.py real --work /tmp/bw                     # phase shares over those chunks
     python benchmarks/chunk_phases.py synthetic --dims 64 256 512 1024 1280 4096 --rows 512 [--rows-per-dim 4]
     ... real|synthetic --method before                                        # the paths before issue 40
+    ... synthetic --plugins /tmp/before/plugins     # another checkout's scoring (git worktree add /tmp/before a133dc1)
     python benchmarks/chunk_phases.py floor --work /tmp/bw [--repeats 2]      # CPU s: plain, graph only, full
 
 `dump` runs `onnxaff analyze` on benchmarks/bench_models.py's MobileNetV2 (the analysis_bench model and images)
@@ -43,10 +44,11 @@ METRICS = {"affinity": "none", "affinity_lw": "ledoit_wolf"}
 class Phases:
     """Exclusive CPU seconds per phase of the wrapped functions (a stack: a callee's time is not its caller's)."""
 
-    def __init__(self, method: str = "auto"):
+    def __init__(self, method: str = "auto", transport: str = "auto"):
         self.seconds = collections.Counter()
         self._stack: list[list[float]] = []
         self.method = method
+        self.transport = transport
 
     def wrap(self, phase: str, fn):
         @functools.wraps(fn)
@@ -64,25 +66,32 @@ class Phases:
         return timed
 
     def install(self) -> None:
+        """Wrap the phases' functions; a name another checkout's plugins lack (--plugins) is left out."""
         import scipy.optimize
 
         import onnxaff_plugins.affinity as aff
         import onnxaff_plugins.linalg as linalg
 
-        aff._chunk_work = self.wrap("shared work", aff._chunk_work)
-        aff._span_r = self.wrap("shared work", aff._span_r)
+        def wrap_attr(owner, name: str, phase: str) -> None:
+            if hasattr(owner, name):
+                setattr(owner, name, self.wrap(phase, getattr(owner, name)))
+
+        wrap_attr(aff, "_chunk_work", "shared work")
+        wrap_attr(aff, "_span_r", "shared work")
         for side in ("gram_x", "gram_y"):
-            setattr(aff._ChunkWork, side, property(self.wrap("shared work", getattr(aff._ChunkWork, side).fget)))
-        aff.ledoit_wolf_shrinkage = self.wrap("Ledoit–Wolf", aff.ledoit_wolf_shrinkage)
+            if hasattr(aff._ChunkWork, side):
+                setattr(aff._ChunkWork, side, property(self.wrap("shared work", getattr(aff._ChunkWork, side).fget)))
+        wrap_attr(aff, "ledoit_wolf_shrinkage", "Ledoit–Wolf")
         aff._Root.__init__ = self.wrap("Cholesky", aff._Root.__init__)
         for name in ("left", "left_t"):  # the map path's products with L (trmm)
-            setattr(aff._Root, name, self.wrap("triangular products", getattr(aff._Root, name)))
+            wrap_attr(aff._Root, name, "triangular products")
         for name in ("times_lower", "times_lower_t", "lower_gram"):
-            setattr(aff, name, self.wrap("triangular products", getattr(aff, name)))
-        aff._inv_sqrt_rows = self.wrap("bᵀb, b·V·Vᵀ", aff._inv_sqrt_rows)
-        aff._mapped_rows = self.wrap("bᵀb, b·V·Vᵀ", aff._mapped_rows)  # the map path's A and x·A
-        linalg._eigh_psd = self.wrap("eigendecomposition", linalg._eigh_psd)
-        aff.squared_distances = self.wrap("cost matrix", aff.squared_distances)
+            wrap_attr(aff, name, "triangular products")
+        wrap_attr(aff, "_inv_sqrt_rows", "bᵀb, b·V·Vᵀ")
+        wrap_attr(aff, "_mapped_rows", "bᵀb, b·V·Vᵀ")  # the map path's A and x·A
+        wrap_attr(linalg, "_eigh_psd", "eigendecomposition")
+        wrap_attr(aff, "squared_distances", "cost matrix")
+        wrap_attr(aff, "sparse_w2", "assignment")  # the sparse path: its float32 strips, matchings and certificate
         scipy.optimize.linear_sum_assignment = self.wrap("assignment", scipy.optimize.linear_sum_assignment)
 
     def score(self, x: np.ndarray, y: np.ndarray, shrinkage: str) -> float:
@@ -94,15 +103,27 @@ class Phases:
         method = self.method
         if method == "before":  # auto as it was: the map path did not exist
             method = "span" if 2 * x.shape[0] < x.shape[1] else "direct"
-        value = affinity_score(x, y, shrinkage=shrinkage, method=method)
+        value = affinity_score(x, y, shrinkage=shrinkage, method=method, transport=self.transport)
         self.seconds["rest"] += time.process_time() - t0 - (sum(self.seconds.values()) - before)
         return value
+
+
+def _use_plugins(folder: Path) -> None:
+    """Import onnxaff_plugins from `folder` (a checkout's plugins/) instead of the installed one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("onnxaff_plugins", folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["onnxaff_plugins"] = module
+    spec.loader.exec_module(module)
 
 
 def forget_shared_work() -> None:
     import onnxaff_plugins.affinity as aff
 
     aff._recent.__dict__.pop("work", None)
+    aff._recent.__dict__.pop("cache", None)  # the name of the same slot before issue 40
 
 
 def one_blas_thread():
@@ -188,27 +209,29 @@ def real(work: Path, method: str) -> None:
     print(table(rows + [("both", both)]))
 
 
-def synthetic(dims: list[int], rows: int | None, rows_per_dim: int | None, repeats: int, method: str) -> None:
+def synthetic(dims: list[int], rows: int | None, rows_per_dim: int | None, repeats: int, method: str,
+              transport: str) -> None:
+    """One table row per chunk shape, printed as soon as it is timed (the largest take minutes)."""
     sys.path.insert(0, str(HERE))
     from chunk_bench import chunk
 
-    phases = Phases(method)
+    phases = Phases(method, transport)
     phases.install()
-    out = []
+    print(table([]), flush=True)
     with one_blas_thread():
         for d in dims:
             n = rows if rows is not None else rows_per_dim * d
             x, y = chunk(n, d)
-            for shrinkage in METRICS.values():
-                phases.score(x, y, shrinkage)  # warm-up (imports, first BLAS call)
+            if repeats > 1:  # warm-up (imports, first BLAS call); one repeat: the imports are noise beside it
+                for shrinkage in METRICS.values():
+                    phases.score(x, y, shrinkage)
             phases.seconds.clear()
             for _ in range(repeats):
                 forget_shared_work()  # the same rows again: a run scores each chunk's rows once
-                for shrinkage in METRICS.values():
-                    phases.score(x, y, shrinkage)
+                scores = [phases.score(x, y, shrinkage) for shrinkage in METRICS.values()]
             seconds = collections.Counter({p: s / repeats for p, s in phases.seconds.items()})
-            out.append((f"n = {n}, d = {d} (both metrics)", seconds))
-    print(table(out))
+            row = table([(f"n = {n}, d = {d} (both metrics; ρ = {scores[0]:.12f}, {scores[1]:.12f})", seconds)])
+            print(row.splitlines()[-1], flush=True)
 
 
 def main() -> None:
@@ -222,7 +245,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--method", default="auto", choices=["auto", "before"],
                     help="before: the paths of the scoring before issue 40 (direct, span when 2n < d)")
+    ap.add_argument("--transport", default="auto", choices=["auto", "dense", "sparse"],
+                    help="the assignment's solver (auto: as a run's metric takes it on this machine)")
+    ap.add_argument("--plugins", type=Path, default=None,
+                    help="score with another checkout's plugins/ (e.g. a git worktree of the commit before "
+                         "issue 40), its own auto paths; the phases it lacks are not wrapped")
     args = ap.parse_args()
+    if args.plugins is not None:
+        _use_plugins(args.plugins)
     if args.what == "dump":
         dump(args.work, args.images)
     elif args.what == "real":
@@ -232,7 +262,7 @@ def main() -> None:
     else:
         if (args.rows is None) == (args.rows_per_dim is None):
             ap.error("give one of --rows and --rows-per-dim")
-        synthetic(args.dims, args.rows, args.rows_per_dim, args.repeats, args.method)
+        synthetic(args.dims, args.rows, args.rows_per_dim, args.repeats, args.method, args.transport)
 
 
 if __name__ == "__main__":
