@@ -93,9 +93,15 @@ class _ChunkWork:
 
     def __init__(self, x: np.ndarray, y: np.ndarray):
         self.x, self.y = x, y
-        self._xc = self._yc = self._gram_x = self._gram_y = self._r = None
+        self._xc = self._yc = self._gram_x = self._gram_y = self._r = self._xx = None
         self.yy = float(np.einsum("ij,ij->", self.yc, self.yc))
-        self.xx = float(np.einsum("ij,ij->", self.xc, self.xc))
+
+    @property
+    def xx(self) -> float:
+        """‖Xc‖², read by the relative ε alone (so not made for the default metrics)."""
+        if self._xx is None:
+            self._xx = float(np.einsum("ij,ij->", self.xc, self.xc))
+        return self._xx
 
     @property
     def xc(self) -> np.ndarray:
