@@ -149,6 +149,20 @@ def test_a_path_after_the_span_path_recentres_to_the_same_bits(rng):
     assert affinity_score(x, y, method="direct") == direct_alone
 
 
+def test_the_norm_of_xc_is_made_for_the_relative_eps_only(rng):
+    """‖Xc‖² is read by the relative ε alone: the default metrics do not make it, affinity_rel makes it once."""
+    import onnxaff_plugins.affinity as mod
+
+    x = rng.standard_normal((40, 12))
+    y = np.tanh(x)
+    mod._recent.work = None
+    for s in ("none", "ledoit_wolf"):
+        affinity_score(x, y, shrinkage=s)
+    assert mod._recent.work._xx is None
+    affinity_score(x, y, relative_eps=True)
+    assert mod._recent.work._xx == pytest.approx(float(((x - x.mean(axis=0)) ** 2).sum()), rel=1e-12)
+
+
 def test_work_over_the_budget_is_let_go_even_when_the_metric_fails(rng, monkeypatch):
     import onnxaff_plugins.affinity as mod
 
