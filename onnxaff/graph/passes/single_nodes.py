@@ -1,5 +1,8 @@
 """Pass: activation nodes (Relu, LeakyRelu, ..., Softmax, a Clip or Max/Min against constants, onnxruntime's contrib
-Gelu/FastGelu/QuickGelu), each a site of its own with its attributes (schema defaults filled in) as params."""
+Gelu/FastGelu/QuickGelu), each a site of its own with its attributes (schema defaults filled in) as params.
+
+As for islands, only a map of floating-point data is a site: a Clip of int64 position indices, or a Clip(min=0) of
+a padding size computed from Shape, is index or shape arithmetic, not a layer's non-linearity."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import numpy as np
 import onnx
 
 from onnxaff.graph.elementwise import clip_bounds
+from onnxaff.graph.patterns.islands import maps_float_data
 from onnxaff.graph.site import Site
 from onnxaff.graph.view import GraphView
 
@@ -113,8 +117,11 @@ class SingleNodes:
             if hit is None or not node.output or not node.output[0]:
                 continue
             kind, params = hit
+            source = _source_input(view, i)
+            if not maps_float_data(view, source, node.output[0]):
+                continue
             found.append((view.order[i], Site(
-                index=-1, id=view.base_id(i, node.output[0]), kind=kind, input=_source_input(view, i),
+                index=-1, id=view.base_id(i, node.output[0]), kind=kind, input=source,
                 output=node.output[0], op_types=[node.op_type], nodes=[view.node_label(i)], params=params,
                 node_indices=[i])))
         return found

@@ -37,8 +37,12 @@ _REDUCING = {"GlobalAveragePool", "GlobalLpPool", "LpNormalization"}
 def data_path(view: GraphView, cand: Candidate) -> bool:
     """A floating-point map of data: the entry derives from a graph input through computation (not from weights or
     a Shape), and the entry and exit are float (unknown types pass). Integer, boolean and shape islands are none."""
-    return (cand.entry not in view.static and view.elem_type(cand.entry) in _FLOATS
-            and view.elem_type(cand.exit) in _FLOATS)
+    return maps_float_data(view, cand.entry, cand.exit)
+
+
+def maps_float_data(view: GraphView, entry: str, exit_: str) -> bool:
+    """data_path for any entry and exit tensors (a single activation node's too)."""
+    return entry not in view.static and view.elem_type(entry) in _FLOATS and view.elem_type(exit_) in _FLOATS
 
 
 def _reducing(view: GraphView, i: int | None) -> bool:
