@@ -18,6 +18,7 @@ Importing onnxaff is cheap: each name is imported when first used.
 """
 
 import importlib
+import importlib.util
 
 from onnxaff import defaults
 
@@ -34,6 +35,11 @@ __all__ = sorted(_HOME, key=lambda n: (n[0].islower(), n))  # the classes, then 
 
 def __getattr__(name: str):
     if name not in _HOME:
+        # a submodule is an attribute too, imported on first use as the names are (`onnxaff.export.from_torch`
+        # as the README writes it): Python sets it only once something has imported it
+        submodule = f"{__name__}.{name}"
+        if name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(submodule) is not None:
+            return importlib.import_module(submodule)
         raise AttributeError(f"module 'onnxaff' has no attribute {name!r}")
     value = getattr(importlib.import_module(_HOME[name]), name)
     globals()[name] = value

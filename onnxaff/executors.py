@@ -20,12 +20,13 @@ from onnxaff import defaults
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.lifecycle import open_run
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
+from onnxaff.files import absolute
 from onnxaff.signature import Signature
 
 
 def _absolute(path: str) -> str:
     """Workers may start elsewhere: a local path travels as an absolute one (synthetic specs as they are)."""
-    return str(Path(path).resolve()) if os.path.exists(path) else path
+    return str(absolute(path)) if os.path.exists(path) else path
 
 
 def _config(options: AnalysisConfig | dict) -> AnalysisConfig:

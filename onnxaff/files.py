@@ -21,6 +21,14 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b))
 
 
+def absolute(path: str | Path) -> Path:
+    """`path` made absolute with its folder's links resolved, not its own: a model reached through a symbolic link
+    reads its external data from beside the link (as onnx and onnxruntime do), so that is the path recorded, and the
+    one a worker elsewhere is given."""
+    path = Path(path)
+    return path.parent.resolve() / path.name if path.name not in ("", ".", "..") else path.resolve()
+
+
 def refuse_overwrite(outputs, inputs=()) -> None:
     """Refuse, before any work, an output that would replace an input or another output of the same command.
 

@@ -20,7 +20,19 @@ import onnx.parser
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SHARED_MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
+
+
+def _shared_models() -> Path:
+    """The larger pretrained models: ONNXAFF_SHARED_MODELS where set, else the `shared/models` beside this checkout
+    (or above it: a worktree of it); every test that reads them takes this one path."""
+    if os.environ.get("ONNXAFF_SHARED_MODELS"):
+        return Path(os.environ["ONNXAFF_SHARED_MODELS"])
+    here = Path(__file__).resolve().parents[2]
+    return next((p / "shared" / "models" for p in (here, *here.parents) if (p / "shared" / "models").is_dir()),
+                here / "shared" / "models")
+
+
+SHARED_MODELS = _shared_models()
 LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 # What tests/fixtures/build_fixtures.py wrote about each PyTorch fixture (its site kinds, its blocks): read once.
 TORCH_FIXTURES = json.loads((FIXTURES / "torch_fixtures.json").read_text())

@@ -16,11 +16,7 @@ from onnxaff.errors import OnnxaffError
 from tests.conftest import SHARED_MODELS, run_cli
 from tests.test_images import image_model, photo_folder, sample_photos  # noqa: F401 (a fixture)
 
-# the shared models sit beside the main checkout (…/shared/models) whether this is it or a worktree of it
-PADDLE_CLS = next((p / "shared" / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx" for p in
-                   (SHARED_MODELS.parents[1], *SHARED_MODELS.parents[1].parents)
-                   if (p / "shared" / "models" / "ch_ppocr_mobile_v2.0_cls_infer.onnx").exists()),
-                  SHARED_MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+PADDLE_CLS = SHARED_MODELS / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 
 
 def cover_reference(path, h, w, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)):

@@ -15,7 +15,7 @@ from tests.conftest import FIXTURES, LIGHT_MODELS, SHARED_MODELS
 
 FROZEN = FIXTURES / "frozen_sites.json"
 FIELDS = ("id", "kind", "input", "output", "op_types", "status")
-SHARED = Path(os.environ.get("ONNXAFF_SHARED_MODELS", SHARED_MODELS))
+SHARED = SHARED_MODELS
 
 
 def model_paths() -> dict[str, Path]:

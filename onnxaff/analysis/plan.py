@@ -17,6 +17,7 @@ from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.records import SiteRecord, Stage, StageRecord
 from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import ConfigError, OnnxaffError, option
+from onnxaff.files import absolute
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.complexity import model_stats
@@ -218,7 +219,7 @@ def _stage_entries(view: GraphView, stages: list[list], layout: str, first_index
 def _model_info(loaded: LoadedModel, sites: list[Site]) -> dict:
     m = loaded.model
     if loaded.path is not None:
-        digest, path, name = sha256_of(loaded.path), str(loaded.path.resolve()), loaded.path.stem
+        digest, path, name = sha256_of(loaded.path), str(absolute(loaded.path)), loaded.path.stem
         # The .onnx of an external-data model holds no weights: each weight file is identified too, so a
         # signature names the network it measured and a checkpoint refuses swapped weights.
         external = weight_files(loaded.path.parent, loaded.external_locations)

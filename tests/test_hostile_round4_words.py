@@ -1,0 +1,123 @@
+"""Issue 50, "unclear or wrong words": what onnxaff says must be what it did. A model reached through a link, the
+README's `onnxaff.export.from_torch`, the report's tooltip and site panel, a file that is no ONNX, a misspelt metric,
+images far smaller than the model's input, a data source giving other rows than it declares, the shared models'
+folder, and the README's test command."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import onnxaff
+from tests.conftest import need
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_line(code: int, out: str, err: str) -> str:
+    """The run ended in one user-error line (status 2): no traceback, no internal error."""
+    assert "internal error" not in out + err and "Traceback" not in out + err, err
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), err
+    return lines[0]
+
+
+# --- a model reached through a symbolic link: the path recorded is the one whose weights were used ---
+
+def _external_model(folder: Path, scale: float) -> Path:
+    """x @ (scale·W) → Relu → Tanh, its weights in `w.bin` beside it."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((scale * rng.standard_normal((8, 8))).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Tanh", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="w.bin", size_threshold=0)
+    return path
+
+
+def test_a_linked_model_records_the_link_whose_weights_it_used(tmp_path):
+    """onnx and onnxruntime read external data from beside the path they are given (the link's folder): the
+    signature said the target's path (whose w.bin holds other weights) while scoring the link's."""
+    target = _external_model(tmp_path / "a", 1.0)
+    twin = _external_model(tmp_path / "b", 3.0)  # the weights beside the link: a real file of its own
+    link = tmp_path / "b" / "link.onnx"
+    link.symlink_to(target)
+    x = np.random.default_rng(1).standard_normal((256, 8)).astype(np.float32)
+    options = dict(metrics=["affinity"], chunk_size=128, progress=False)
+    linked = onnxaff.analyze(str(link), x, **options)
+    assert linked.model["path"] == str(link.parent.resolve() / link.name)  # was the target's path, a/model.onnx
+    assert [w["sha256"] for w in linked.model["external_data"]] == [
+        w["sha256"] for w in onnxaff.analyze(str(twin), x, **options).model["external_data"]]
+    beside = onnxaff.analyze(str(twin), x, **options)  # the same weights as a plain file: the same run
+    other = onnxaff.analyze(str(target), x, **options)
+    for a, b, c in zip(linked.sites, beside.sites, other.sites, strict=True):
+        assert a["metrics"]["affinity"]["values"] == b["metrics"]["affinity"]["values"]
+        assert a["metrics"]["affinity"]["values"] != c["metrics"]["affinity"]["values"]  # the test can fail
+
+
+def test_a_worker_is_given_the_link_not_its_target(tmp_path):
+    """A Ray worker gets the model's absolute path: resolved, it named the target and so read its weights."""
+    from onnxaff.executors import _absolute
+
+    target = _external_model(tmp_path / "a", 1.0)
+    link = tmp_path / "b" / "link.onnx"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert _absolute("b/link.onnx") == str(link.parent.resolve() / link.name)
+    finally:
+        os.chdir(here)
+
+
+# --- the README's onnxaff.export.from_torch ---
+
+def test_the_export_helpers_are_an_attribute_of_the_package():
+    code = ("import sys, onnxaff; f = onnxaff.export.from_torch; print(f.__module__, callable(f), "
+            "'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.split() == ["onnxaff.export", "True", "False"]  # still cheap: torch is imported by the call only
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        onnxaff.nope  # noqa: B018
+    with pytest.raises(AttributeError):
+        getattr(onnxaff, "export.from_torch")
+
+
+def test_the_readme_export_line_runs(tmp_path):
+    torch = need("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    exported = onnxaff.export.from_torch(net, torch.randn(1, 4), tmp_path / "net.onnx")
+    assert Path(exported.path).is_file() and not exported.missing
+
+
+# --- the shared models' folder: one place reads it, ONNXAFF_SHARED_MODELS where set ---
+
+def test_the_shared_models_folder_follows_the_environment(tmp_path):
+    code = "from tests.conftest import SHARED_MODELS; print(SHARED_MODELS)"
+    env = dict(os.environ, ONNXAFF_SHARED_MODELS=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                         check=True).stdout
+    assert out.strip() == str(tmp_path)
+
+
+def test_no_test_file_builds_the_shared_models_path_itself():
+    """test_image_shapes searched the folders above for shared/models and test_sites_frozen read the variable
+    alone: every file now takes conftest.SHARED_MODELS."""
+    built = re.compile(r"""["']shared["']\s*/\s*["']models["']|ONNXAFF_SHARED_MODELS""")
+    offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
+                 if p.name not in ("conftest.py", Path(__file__).name) and built.search(p.read_text())]
+    assert offenders == []
