@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from onnxaff import defaults
 from onnxaff.data.feeding import FedSource, examples_in, split_inputs
+from onnxaff.data.guarded import opened
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.data.iterable import IterableSource, is_given
-from onnxaff.data.registry import find_kind, kind_of
+from onnxaff.data.registry import find_kind, kind_of, plugin_name
 from onnxaff.data.source import DataSource, InputSpec, fixed_batch_of, model_inputs, no_usable
 from onnxaff.data.text import TextSource, is_text, no_text_options
 from onnxaff.errors import ConfigError, OnnxaffError
@@ -71,9 +72,13 @@ def open_source(spec: str | list[str], inputs: list[InputSpec], limit: int | Non
     cls, path = kind or kind_of(spec)
     if cls is not TextSource:
         no_text_options(spec, tokenizer, max_length, pack)
-    source = cls.from_spec(spec, path, drawn, limit=limit, seed=seed, shapes=shapes, images=images,
-                           sample_rate=sample_rate, tokenizer=tokenizer, max_length=max_length, pack=pack,
-                           ranges=dict(input_ranges or {}), pad=pad, hints=dict(hints or {}))
+    def make() -> DataSource:
+        return cls.from_spec(spec, path, drawn, limit=limit, seed=seed, shapes=shapes, images=images,
+                             sample_rate=sample_rate, tokenizer=tokenizer, max_length=max_length, pack=pack,
+                             ranges=dict(input_ranges or {}), pad=pad, hints=dict(hints or {}))
+
+    plugin = plugin_name(cls)  # an installed kind: held to the contract, its faults one line naming it
+    source = make() if plugin is None else opened(plugin, make, drawn)
     return FedSource(source, inputs, constants or {}, held, shapes)
 
 

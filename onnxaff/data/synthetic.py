@@ -30,6 +30,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
         key, eq, value = item.partition("=")
         if not eq:
             raise OnnxaffError(f"synthetic option {item!r} is not key=value")
+        if key.strip() in params:  # which one would count is a guess: refuse both
+            raise OnnxaffError(f"synthetic option {key.strip()!r} is given twice")
         try:
             params[key.strip()] = float(value)
         except ValueError:
