@@ -1,4 +1,7 @@
-"""A dependency-free progress bar on stderr: count, rate and ETA; quiet when asked."""
+"""A dependency-free progress bar on stderr: count, rate and ETA; quiet when asked.
+
+A resumed run starts the bar at what its checkpoint held (`resumed`): the rate counts only the examples this
+process fed, so the ETA (what remains at that rate) is neither inflated nor shortened by the earlier run's work."""
 
 from __future__ import annotations
 
@@ -15,25 +18,26 @@ def _clock(seconds: float) -> str:
 
 class Progress:
     def __init__(self, total: int | None, label: str = "analyze", unit: str = "samples",
-                 enabled: bool = True, stream=None):
+                 enabled: bool = True, stream=None, resumed: int = 0):
         self.total, self.label, self.unit = total, label, unit
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.done = 0
+        self.done = self.resumed = resumed  # done before this process: shown in the count, not in the rate
         self.start = time.perf_counter()
         self._last = 0.0
         self.closed = False
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self.start
-        rate = self.done / elapsed if elapsed > 0 else 0.0
+        rate = (self.done - self.resumed) / elapsed if elapsed > 0 else 0.0
         if self.total:
             frac = min(self.done / self.total, 1.0)
             bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
-            eta = (self.total - self.done) / rate if rate > 0 else 0.0
+            left = self.total - self.done
+            eta = _clock(left / rate) if rate > 0 or left <= 0 else "--:--"  # nothing fed yet: no estimate
             return (f"{self.label} [{bar}] {self.done}/{self.total} {self.unit} {100 * frac:5.1f}% "
-                    f"{rate:8.1f} {self.unit}/s  elapsed {_clock(elapsed)}  ETA {_clock(eta)}")
+                    f"{rate:8.1f} {self.unit}/s  elapsed {_clock(elapsed)}  ETA {eta}")
         return f"{self.label} {self.done} {self.unit} {rate:8.1f} {self.unit}/s elapsed {_clock(elapsed)}"
 
     def update(self, n: int) -> None:

@@ -113,16 +113,25 @@ def run_key(data_spec: str, description: dict, total: int, options: dict, model_
     """Model (and external weights), data, result-changing options, each plugin file's content, and the code of
     every metric the run uses (`metrics`: {name: fingerprint}, entry points and plugin files alike)."""
     describe = {k: v for k, v in description.items() if k not in ("skipped", "workers")}
-    path = Path(data_spec)
-    if path.is_file():
-        st = path.stat()
-        describe["file"] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    describe["content"] = data_content(data_spec)
     data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
     numeric = {k: v for k, v in options.items() if k not in ("device",)}
     model = model_key(model_info["sha256"], model_info.get("external_data"))
     plugins = [{"path": p, "sha256": sha256_of(p) if Path(p).is_file() else None} for p in options["plugins"]]
     return {"model_sha256": model, "data_sha256": data, "options": numeric, "total": total, "unit": unit,
             "plugins": plugins, "metrics": dict(metrics)}
+
+
+def data_content(spec: str) -> list | None:
+    """The files a data spec reads, by content as its kind identifies them (DataSource.identity: each file's
+    sha256); None for data read from no file (synthetic, given in Python: their description says it all). Never
+    size and modification time alone: a file rewritten with its time put back would continue the old rows."""
+    from onnxaff.data.registry import find_kind
+
+    found = find_kind(spec) if isinstance(spec, str) and spec.strip() else None
+    if found is None or not found[1] or not Path(found[1]).exists():
+        return None
+    return found[0].identity(spec, found[1])
 
 
 def model_key(sha256: str, external: list | None) -> str:

@@ -108,8 +108,7 @@ class Run:
         self._stop = stop = StopFlag()  # an API caller may execute again after catching Interrupted
         saving = self.checkpoint is not None
         st = self.state
-        bar = Progress(st.stop - st.start, enabled=self.config.progress)
-        bar.update(st.cursor - st.start)
+        bar = Progress(st.stop - st.start, enabled=self.config.progress, resumed=st.cursor - st.start)
         self._clock = time.perf_counter()
         try:
             with stop.catching() if saving else contextlib.nullcontext(), \
