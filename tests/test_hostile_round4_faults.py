@@ -8,11 +8,13 @@ import sys
 import textwrap
 
 import numpy as np
+import onnx
+import onnx.parser
 import pytest
 
 from onnxaff.data import registry
 from onnxaff.signature import read_signature
-from tests.builders import chain, save
+from tests.builders import HEADER, chain, save
 from tests.conftest import run_cli
 
 # A well-behaved third-party kind, `hostile:N`: N examples of 8 floats, each drawn from its own index (a resumed
@@ -246,3 +248,17 @@ def test_a_key_given_twice_or_an_empty_spec_is_one_line(relu, tmp_path, capfd, m
     line = one_line(*run_cli(capfd, "analyze", relu, "--data", spec, "--quiet", "--out", tmp_path / "sig.json"))
     assert expected in line, line
     assert not (tmp_path / "sig.json").exists()
+
+
+@pytest.mark.parametrize("shape", [(8, 10 ** 10), (8,)])
+def test_a_constant_npy_whose_header_lies_about_its_size_is_malformed_not_out_of_memory(tmp_path, capfd, shape):
+    """The header declares 320 GB (or 32 bytes) over a file holding 12 bytes of data."""
+    model = save(onnx.parser.parse_model(HEADER + """
+        g (float[N, 8] x, float[N, 8] b) => (float[N, 8] y) { s = Add(x, b) y = Relu(s) }"""), tmp_path / "m.onnx")
+    lie = tmp_path / "c.npy"
+    with open(lie, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
+        f.write(b"\0" * 12)
+    line = one_line(*run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=64", "--constant",
+                             f"b={lie}", "--quiet", "--out", tmp_path / "sig.json"))
+    assert "out of memory" not in line and "malformed or truncated" in line, line

@@ -126,6 +126,7 @@ def _load(name: str, value, spec: InputSpec, shape: tuple) -> np.ndarray:
             with open(value, "rb") as f:
                 if f.read(6) != b"\x93NUMPY":
                     raise ConfigError("constants", f"{{option}} {name}={value}: not a .npy file (no NumPy header)")
+                _sized(f, f"{option('constants')} {name}={value}")
             array = np.load(value, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise ConfigError("constants", f"{{option}} {name}={value}: cannot read it ({exc})") from None
@@ -140,6 +141,25 @@ def _load(name: str, value, spec: InputSpec, shape: tuple) -> np.ndarray:
         raise ConfigError("constants", f"{{option}} {name} has shape {list(array.shape)}, but model input "
                           f"{spec.describe()} takes {want}")
     return _contiguous(cast_for(spec, array, what))
+
+
+def _sized(f, what: str) -> None:
+    """A .npy file whose header declares more (or fewer) bytes than the file holds is malformed or truncated: said
+    before numpy tries to allocate what the header claims (hundreds of GB read as out of memory)."""
+    f.seek(0)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+    except (ValueError, SyntaxError, TypeError) as exc:
+        raise OnnxaffError(f"{what}: a malformed .npy header ({exc})") from None
+    if dtype.hasobject:
+        return  # refused by np.load (no pickles)
+    declared = math.prod(shape) * dtype.itemsize
+    held = os.fstat(f.fileno()).st_size - f.tell()
+    if declared != held:
+        raise OnnxaffError(f"{what} is malformed or truncated: its header declares {dtype.name}{list(shape)} "
+                           f"({declared:,} bytes) but the file holds {held:,} bytes of data")
 
 
 def split_inputs(inputs: list[InputSpec], constants: Mapping, shapes: Mapping | None = None
