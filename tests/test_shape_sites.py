@@ -1,10 +1,17 @@
 """Shapes a site or a count reads (issue 50): no site on index or shape arithmetic, D from the shapes the graph
 computes rather than a value_info that lies, and MACs counted on the shapes a run fed."""
 
-import pytest
+import json
 
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxaff
 from onnxaff.graph import discover_sites
-from tests.conftest import parse
+from tests.builders import HEADER, with_weights
+from tests.conftest import parse, run_cli
 
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>\n'
 LAYER = "<float[6, 6] w = {" + ", ".join(str(round(0.1 * ((7 * k) % 11 - 5), 2)) for k in range(36)) + "}>"
@@ -74,3 +81,41 @@ def test_clamp_of_shape_arithmetic_is_no_site(dtype, clip):
                                              f"{dtype}>(zf)\n    p = ")
     sites = discover_sites(parse(text))
     assert [(s.kind, s.input, s.status) for s in sites] == [("relu", "xp", "ok")]  # only the Relu of the data
+
+
+def lying_value_info(rng, claim: int = 4) -> onnx.ModelProto:
+    """x·w (w 8×16) → Relu, with a value_info that declares the MatMul's output [N, claim] (real: [N, 16])."""
+    model = with_weights(HEADER + """ g (float[N, 8] x) => (float[N, 16] y) {
+        h = MatMul(x, w)
+        y = Relu(h)
+    }""", w=rng.standard_normal((8, 16)).astype(np.float32))
+    model.graph.value_info.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, ["N", claim]))
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["inline", "external_data"])
+def test_sites_takes_d_from_the_graph_not_a_lying_value_info(tmp_path, capfd, rng, external):
+    path = tmp_path / "lie.onnx"
+    onnx.save(lying_value_info(rng), path, save_as_external_data=external, size_threshold=0, location="lie.bin")
+    code, out, err = run_cli(capfd, "sites", path, "--format", "json")
+    assert code == 0, err
+    (site,) = json.loads(out)["sites"] if isinstance(json.loads(out), dict) else json.loads(out)
+    assert site["input_shape"] == ["N", 16]
+    assert "value_info declares h as [N, 4], but its graph computes [N, 16]" in err
+    (found,) = discover_sites(lying_value_info(rng))
+    assert found.input_shape == ["N", 16]
+
+
+def test_analyze_uses_the_real_d_and_scores_as_the_honest_twin(tmp_path, rng):
+    """The twin is the same model without the value_info: same code, same machine, same data, so the scores are
+    the same to the bit."""
+    lying = lying_value_info(np.random.default_rng(1))
+    honest = onnx.ModelProto.FromString(lying.SerializeToString())
+    del honest.graph.value_info[:]
+    x = rng.standard_normal((256, 8)).astype(np.float32)
+    sigs = [onnxaff.analyze(m, x, progress=False) for m in (lying, honest)]
+    (lied, told) = (s.sites[0] for s in sigs)
+    assert lied["dim"] == told["dim"] == 16 and lied["input_shape"] == ["N", 16]
+    assert lied["metrics"]["affinity"]["mean"] == told["metrics"]["affinity"]["mean"]
+    assert any("value_info declares h" in w for w in sigs[0].warnings)

@@ -13,7 +13,6 @@ import hashlib
 import math
 import os
 import stat
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +23,11 @@ from onnx import TensorProto, external_data_helper, helper
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph import runtime_ops
 from onnxaff.graph.expand import EXPANSIONS, expand
+from onnxaff.graph.foreign import not_onnx
+from onnxaff.graph.infer import INFER_BY_PATH_BYTES, infer
 from onnxaff.graph.toposort import sort_graph
 from onnxaff.graph.view import GraphView, iter_tensors
 from onnxaff.text import printable
-
-# Above this size shape inference runs on a file rather than on the in-memory proto.
-_INFER_BY_PATH_BYTES = 1 << 30
 
 
 @dataclass
@@ -246,9 +244,9 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning, ...
-        raise OnnxaffError(f"not a readable ONNX model: {path} ({type(exc).__name__})") from None
+        raise not_onnx(path, f"not a readable ONNX model: {path} ({type(exc).__name__})") from None
     if not model.graph.node and not model.graph.output:
-        raise OnnxaffError(f"not an ONNX model (empty graph): {path}")
+        raise not_onnx(path, f"not an ONNX model (empty graph): {path}")
     _check_text(model, path.name)
     _check_external(model, path)  # before the checker, which opens the files
     _check_inputs(model, path.name)
@@ -273,7 +271,7 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     _check_tensors(model, path.name)
     loaded = LoadedModel(model=model, path=path, external_locations=locations, notes=expand(model))
     if infer_shapes:  # the file's shapes only while the model is the file's; an expanded or sorted one in memory
-        loaded.model, loaded.inferred = _infer(model, None if moved or loaded.notes else path)
+        _infer(loaded, None if moved or loaded.notes else path)
     if checker_note:
         loaded.notes.insert(0, checker_note)
     return loaded
@@ -321,8 +319,17 @@ def from_proto(model: onnx.ModelProto, infer_shapes: bool = True) -> LoadedModel
         sort_graph(model.graph)
         loaded.notes = expand(model)
     if infer_shapes:
-        loaded.model, loaded.inferred = _infer(model, None)
+        _infer(loaded, None)
     return loaded
+
+
+def _infer(loaded: LoadedModel, path: Path | None) -> None:
+    """Shapes inferred (graph/infer.py: by path when the file is large or holds external data), never failing the
+    load: sites without shapes are skipped later, with a reason; a value_info the graph contradicts is a note."""
+    by_path = path is not None and (path.stat().st_size > INFER_BY_PATH_BYTES
+                                    or bool(external_locations_of(loaded.model)))
+    loaded.model, loaded.inferred, notes = infer(loaded.model, path, by_path)
+    loaded.notes += notes
 
 
 def _texts(graph: onnx.GraphProto):
@@ -357,40 +364,3 @@ def _check_tensors(model: onnx.ModelProto, name: str) -> None:
     for tensor in iter_tensors(model.graph):
         if (problem := tensor_problem(tensor)) is not None:
             raise OnnxaffError(f"invalid ONNX model {name}: {problem}")
-
-
-def _infer(model: onnx.ModelProto, path: Path | None) -> tuple[onnx.ModelProto, bool]:
-    """Shape inference that never fails the load: sites without shapes are skipped later, with a reason."""
-    try:
-        if path is not None and (path.stat().st_size > _INFER_BY_PATH_BYTES or external_locations_of(model)):
-            with tempfile.TemporaryDirectory() as tmp:
-                out = Path(tmp) / "inferred.onnx"
-                onnx.shape_inference.infer_shapes_path(str(path), str(out))
-                return onnx.load(str(out), load_external_data=False), True
-        return _infer_without_weights(model), True
-    except Exception:
-        return model, False
-
-
-# Initializers of up to this many elements keep their values for shape inference: shape, axes and slice
-# vectors, which inference reads; larger ones are weights, whose values no shape depends on.
-_SHAPE_VALUE_ELEMENTS = 128
-
-
-def _infer_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Shape inference with the weights' bytes held aside, put back into the result afterwards.
-
-    Inference passes the model through protobuf both ways: on ResNet-18 (47 MB of weights) that cost 0.15 s of
-    every run's start-up, for shapes the weights do not change. `model` is left as it was."""
-    held = {i: t.raw_data for i, t in enumerate(model.graph.initializer)
-            if t.HasField("raw_data") and math.prod(t.dims) > _SHAPE_VALUE_ELEMENTS}
-    try:
-        for i in held:
-            model.graph.initializer[i].ClearField("raw_data")
-        inferred = onnx.shape_inference.infer_shapes(model)
-    finally:
-        for i, data in held.items():
-            model.graph.initializer[i].raw_data = data
-    for i, data in held.items():
-        inferred.graph.initializer[i].raw_data = data
-    return inferred

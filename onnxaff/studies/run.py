@@ -168,7 +168,10 @@ def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: di
     for model in models:
         model_data = model.data_for(data)
         if model_data not in data_keys:
-            data_keys[model_data] = data_identity(model_data)
+            data_keys[model_data] = _data_key(model_data)
+        if isinstance(data_keys[model_data], _Unidentified):  # this model fails, the study goes on
+            plan[model.label] = (model_data, None, data_keys[model_data])
+            continue
         identity = model_identity(model.path) if digests[model.label] is not None else None
         opt_key = options_identity((per_model or {}).get(model.label, options))
         key = {"model_sha256": identity, "data": data_keys[model_data], "options": opt_key, "code": code}
@@ -176,6 +179,22 @@ def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: di
             option("force") if force else stale_reason(sig_dir / f"{model.label}.json", key))
         plan[model.label] = (model_data, key, reason)
     return plan
+
+
+class _Unidentified(str):
+    """Why a model's data could not be identified (a data source's `identity` failed): that model fails."""
+
+
+def _data_key(spec: str) -> str:
+    """data_identity, or _Unidentified naming the kind whose identity failed (an installed one by its entry point)."""
+    try:
+        return data_identity(spec)
+    except Exception as exc:  # a third-party kind's identity: its fault, this model's failure
+        from onnxaff.data.registry import find_kind, plugin_name
+
+        found = find_kind(spec)
+        who = (found and plugin_name(found[0])) or f"the data {spec}"
+        return _Unidentified(f"{who}: identity() failed ({type(exc).__name__}: {first_line(exc)})")
 
 
 @dataclass
@@ -221,7 +240,8 @@ def _ray_tasks(run: _Run, executor: str, shards: int, ray_address: str | None):
 
     ray_started, pool = _start_ray(ray_address), None
     try:
-        todo = [m for m in run.models if run.plan[m.label][2] not in (None, "unreadable")]
+        todo = [m for m in run.models if run.plan[m.label][2] not in (None, "unreadable") and
+                not isinstance(run.plan[m.label][2], _Unidentified)]
         pool = ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="onnxaff-study")
         yield {m.label: pool.submit(run_ray, str(m.path), run.plan[m.label][0], shards, run.options[m.label],
                                     address=ray_address, progress=False) for m in todo}  # run_ray: no bars
@@ -240,6 +260,8 @@ def _study_model(run: _Run, k: int, model: StudyModel) -> None:
     target = run.sig_dir / f"{model.label}.json"
     checkpoint = run.sig_dir / f"{model.label}.ckpt.npz"
     _, key, reason = run.plan[model.label]
+    if isinstance(reason, _Unidentified):
+        return run.fail(head, model.label, reason)
     if reason == "unreadable":
         why = "" if model.path.is_file() else " (not a regular file)" if model.path.exists() else " (no such file)"
         return run.fail(head, model.label, f"cannot read {model.path}{why}")
