@@ -262,3 +262,30 @@ def test_a_constant_npy_whose_header_lies_about_its_size_is_malformed_not_out_of
     line = one_line(*run_cli(capfd, "analyze", model, "--data", "synthetic:gaussian:n=64", "--constant",
                              f"b={lie}", "--quiet", "--out", tmp_path / "sig.json"))
     assert "out of memory" not in line and "malformed or truncated" in line, line
+
+
+@pytest.mark.parametrize("method", ["identity", "describe", "identity_no_json"])
+def test_a_failing_identity_or_description_stops_only_its_model_in_a_study(install, tmp_path, capfd, method):
+    body = {"identity": "@classmethod\ndef identity(cls, spec, path):\n    raise PermissionError('bucket')\n",
+            "identity_no_json": "@classmethod\ndef identity(cls, spec, path):\n    return [object()]\n",
+            "describe": "def describe(self):\n    raise PermissionError('bucket')\n"}[method]
+    install(attack("", body))
+    save(chain("Relu", width=8), tmp_path / "relu.onnx")
+    (tmp_path / "study.toml").write_text(textwrap.dedent("""\
+        data = "synthetic:gaussian:n=64"
+        [[model]]
+        label = "good"
+        path = "relu.onnx"
+        [[model]]
+        label = "bad"
+        path = "relu.onnx"
+        data = "hostile:64"
+        """))
+    code, out, err = run_cli(capfd, "study", tmp_path / "study.toml", "--out", tmp_path / "out", "--chunk-size", 32,
+                             "--metrics", "cka")
+    assert "internal error" not in out + err and "Traceback" not in out + err, err
+    assert (tmp_path / "out" / "signatures" / "good.json").exists(), err
+    assert not (tmp_path / "out" / "signatures" / "bad.json").exists(), err
+    failed = [line for line in (out + err).splitlines() if "bad: FAILED:" in line]
+    assert len(failed) == 1 and "data source hostile (hostile_source:Hostile)" in failed[0], out + err
+    assert "1 failed" in out + err, out + err
