@@ -16,7 +16,8 @@ from scipy.spatial.distance import squareform
 
 from onnxaff.differences import Difference, differences, differences_line, refuse
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.metrics import default_metrics, primary_metric, registry
+from onnxaff.metrics import primary_metric
+from onnxaff.metrics.loader import default_order
 from onnxaff.signature import Signature, signature_stats
 from onnxaff.text import printable
 
@@ -179,7 +180,7 @@ def default_metric(sigs: list[Signature]) -> str:
     shared = shared_metrics(sigs) if sigs else []
     if not shared:
         return primary_metric()
-    return next((m for m in default_metrics(registry()) if m in shared), shared[0])
+    return next(iter(default_order(shared)), shared[0])
 
 
 def metrics_to_compare(sigs: list[Signature], metric: str) -> list[str]:

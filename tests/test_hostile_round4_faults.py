@@ -289,3 +289,29 @@ def test_a_failing_identity_or_description_stops_only_its_model_in_a_study(insta
     failed = [line for line in (out + err).splitlines() if "bad: FAILED:" in line]
     assert len(failed) == 1 and "data source hostile (hostile_source:Hostile)" in failed[0], out + err
     assert "1 failed" in out + err, out + err
+
+
+# --- a broken installed metric plugin does not take report down ---
+
+def test_a_broken_installed_metric_does_not_take_report_or_compare_down(relu, tmp_path, capfd, monkeypatch):
+    sig = tmp_path / "sig.json"
+    code, _, err = run_cli(capfd, "analyze", relu, "--data", "synthetic:gaussian:n=256", "--metrics", "cka,affinity",
+                           "--quiet", "--out", sig)
+    assert code == 0, err
+    code, alone, err = run_cli(capfd, "report", sig)
+    assert code == 0, err
+    site = tmp_path / "metric_site"
+    info = site / "broken_metric-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "broken_metric.py").write_text("raise ImportError('No module named cupy')\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-metric\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[onnxaff.metrics]\nbroken = broken_metric:Broken\n")
+    monkeypatch.syspath_prepend(str(site))
+    try:
+        code, shown, err = run_cli(capfd, "report", sig)
+        assert code == 0 and "internal error" not in err, err
+        assert shown == alone  # the same metric shown first (affinity, the first default), the same table
+        code, _, err = run_cli(capfd, "compare", sig, sig, "--out", tmp_path / "c.html")
+        assert code == 0, err
+    finally:
+        sys.modules.pop("broken_metric", None)

@@ -195,6 +195,25 @@ def default_metrics(available: dict[str, Registered]) -> list[str]:
     return [name for _, name in picked]
 
 
+def default_order(names) -> list[str]:
+    """Of `names` (metrics a signature holds), those declaring `default`, in that order. Only their own entry points
+    are loaded, and one failing to load is passed over: showing signatures needs no other plugin's code (one broken
+    installed metric took `report` down)."""
+    picked = set()
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in names:
+            continue
+        try:
+            with plugin_output():
+                cls = ep.load()
+        except (Exception, SystemExit):
+            continue
+        default = getattr(cls, "default", None)
+        if getattr(cls, "name", None) == ep.name and _is_number(default):
+            picked.add((default, ep.name))
+    return [name for _, name in sorted(picked)]
+
+
 def stage_metrics(available: dict[str, Registered]) -> list[str]:
     """The tracks metrics residual stages get when the run asks for none."""
     return [name for name, r in available.items() if r.cls.stage_default and serving(r.cls).stage]
