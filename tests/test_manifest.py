@@ -103,11 +103,12 @@ def test_changing_one_models_preprocessing_redoes_only_that_model_and_a_flag_ove
     assert err.count("up to date (same model, data and options), skipped") == 2
     path.write_text(path.read_text().replace("std = [0.25, 0.25, 0.25]", "std = [0.5, 0.5, 0.5]"))
     _, err = study(capfd, path, out)
-    assert "[1/2] positive: up to date" in err and "[2/2] centred: analysing (the options changed)" in err
+    assert "[1/2] positive: up to date" in err
+    assert "[2/2] centred: analysing (the options changed: --std [0.25, 0.25, 0.25] → [0.5, 0.5, 0.5])" in err
     assert read_signature(out / "signatures" / "centred.json").data["preprocessing"]["std"] == [0.5] * 3
     # A flag given on the command line overrides [options]; a flag left at its default does not.
     _, err = study(capfd, path, out, "--chunk-size", "8", "--batch-size", "4")
-    assert err.count("analysing (the options changed)") == 2
+    assert err.count("analysing (the options changed: --chunk-size 4 → 8)") == 2
     assert {read_signature(out / "signatures" / f"{m}.json").options["chunk_size"] for m in ("positive",
                                                                                            "centred")} == {8}
 

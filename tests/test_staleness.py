@@ -121,6 +121,37 @@ def test_a_checkpoint_of_data_rewritten_with_the_same_size_and_mtime_is_never_co
     assert resumed.sites[0]["metrics"]["affinity"]["mean"] == fresh.sites[0]["metrics"]["affinity"]["mean"]
 
 
+def test_a_study_made_by_the_cli_is_up_to_date_for_the_python_api_with_the_same_options(tmp_path, capfd):
+    model = save(chain("Tanh"), tmp_path / "tanh.onnx")
+    data = npz(tmp_path / "x.npz", seed=1)
+    out = tmp_path / "s"
+    assert run_cli(capfd, "study", model, "--data", data, "--out", out, *FAST, "--workers", "3")[0] == 0
+    again = onnxaff.study([model], data, out, metrics=["affinity"], chunk_size=32, batch_size=16, progress=False)
+    assert again.skipped == ["tanh"]
+    # Options that change only the speed (decode workers, scoring threads, onnxruntime's threads) keep it current.
+    again = onnxaff.study([model], data, out, metrics=["affinity"], chunk_size=32, batch_size=16, progress=False,
+                          chunk_workers=1, threads=1, preprocess=onnxaff.ImagePreprocess(workers=1))
+    assert again.skipped == ["tanh"]
+    code, _, err = run_cli(capfd, "study", model, "--data", data, "--out", out, *FAST)
+    assert code == 0 and "up to date" in err, err
+
+
+def test_a_study_redoing_a_model_for_its_options_names_each_option_and_both_values(tmp_path, capfd):
+    model = save(chain("Tanh"), tmp_path / "tanh.onnx")
+    data = npz(tmp_path / "x.npz", seed=1)
+    out = tmp_path / "s"
+    assert run_cli(capfd, "study", model, "--data", data, "--out", out, *FAST)[0] == 0
+    code, _, err = run_cli(capfd, "study", model, "--data", data, "--out", out, *FAST, "--chunk-size", "64",
+                           "--seed", "3")
+    assert code == 0, err
+    assert "analysing (the options changed: --chunk-size 32 → 64, --seed 0 → 3)" in err, err
+    lines = []
+    onnxaff.studies.run_study([onnxaff.studies.StudyModel("tanh", tmp_path / "tanh.onnx")], data, out,
+                              options=dict(metrics=["affinity"], chunk_size=64, batch_size=16, progress=False),
+                              echo=lines.append)
+    assert any("analysing (the options changed: seed 3 → 0)" in line for line in lines), lines
+
+
 # --- progress after a resume ---
 
 def test_a_resumed_runs_rate_counts_only_this_processes_examples_and_its_eta_what_remains(monkeypatch):

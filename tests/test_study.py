@@ -76,7 +76,7 @@ def test_changed_options_data_or_model_redo_what_they_touch_and_force_redoes_all
     out = tmp_path / "study"
     assert run_cli(capfd, "study", *paths, "--data", DATA, "--out", out, *FAST)[0] == 0
     _, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", out, *FAST, "--chunk-size", "100")
-    assert err.count("analysing (the options changed)") == 3
+    assert err.count("analysing (the options changed: --chunk-size 128 → 100)") == 3
     # Speed-only options (device, threads) do not make a signature stale.
     _, _, err = run_cli(capfd, "study", *paths, "--data", DATA, "--out", out, *FAST, "--chunk-size", "100",
                         "--chunk-workers", "1", "--device", "cpu")

@@ -135,17 +135,21 @@ def test_plan_skips_an_up_to_date_signature_and_says_why_a_stale_one_is_redone(m
     first = plan([model], sig_dir)
     data, key, reason = first["a"]
     assert data == DATA and reason == "no signature yet"
-    assert set(key) == {"model_sha256", "data", "options", "code"} and key["code"] == "code-1"
+    assert set(key) == {"model_sha256", "data", "options", "code", "option_values"} and key["code"] == "code-1"
     sig, _ = analyse(model, tmp_path / "a.ckpt.npz")
     sig.runtime["study"] = key
     sig.write(sig_dir / "a.json")
     assert plan([model], sig_dir)["a"] == (DATA, key, None)
     # Speed-only options do not make it stale.
     assert plan([model], sig_dir, {**OPTIONS, "chunk_workers": 1, "progress": True})["a"][2] is None
-    assert plan([model], sig_dir, {**OPTIONS, "chunk_size": 32})["a"][2] == "the options changed"
+    assert plan([model], sig_dir, {**OPTIONS, "chunk_size": 32})["a"][2] == \
+        f"the options changed: {option('chunk_size')} 16 → 32"
     assert plan([model], sig_dir, data="synthetic:gaussian:n=65")["a"][2] == "the data changed"
     assert plan([model], sig_dir, code="code-2")["a"][2] == "the metric code or the onnxaff version changed"
     assert plan([model], sig_dir, force=True)["a"][2] == option("force")
+    del sig.runtime["study"]["option_values"]  # a signature of an older study: which options, it cannot say
+    sig.write(sig_dir / "a.json")
+    assert plan([model], sig_dir, {**OPTIONS, "chunk_size": 32})["a"][2] == "the options changed"
     model.path.write_bytes(model.path.read_bytes() + b"\n")  # trailing bytes: another file, parsed the same
     assert plan([model], sig_dir)["a"][2] == "the model or its weights changed"
 

@@ -7,11 +7,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from onnxaff.errors import OnnxaffError
+from onnxaff.errors import OnnxaffError, option
 from onnxaff.signature import read_signature
 
 # Options that change how fast a run goes, never its numbers: a signature made with others is still current.
-_SPEED_ONLY = ("progress", "device", "chunk_workers", "threads", "graph_optimization")
+# (`shard` too: a study analyses whole models.)
+_SPEED_ONLY = ("progress", "device", "chunk_workers", "threads", "graph_optimization", "shard")
 
 
 def file_digest(path: Path) -> str | None:
@@ -73,16 +74,52 @@ def code_identity(fingerprints: dict) -> str:
 
 
 def options_identity(options: dict) -> str:
-    """A digest of the options that change numbers (plugin files by content)."""
-    numeric = {k: v for k, v in options.items() if k not in _SPEED_ONLY}
-    if "images" in numeric:
-        numeric["images"] = {k: v for k, v in (numeric["images"] or {}).items() if k != "workers"}
-    numeric["plugins"] = [[str(p), file_digest(Path(p))] for p in numeric.get("plugins", [])]
-    if isinstance(numeric.get("tokenizer"), str):  # text data: the tokenizer by content too
-        numeric["tokenizer"] = [numeric["tokenizer"], file_digest(Path(numeric["tokenizer"]))]
-    if numeric.get("constants"):
-        numeric["constants"] = {k: _constant_identity(v) for k, v in numeric["constants"].items()}
-    return hashlib.sha256(json.dumps(numeric, sort_keys=True, default=str).encode()).hexdigest()
+    """A digest of the options that change numbers (`effective_options`)."""
+    return hashlib.sha256(json.dumps(effective_options(options), sort_keys=True).encode()).hexdigest()
+
+
+def effective_options(options: dict) -> dict:
+    """The options that change the numbers as the analysis takes them, as JSON values: every AnalysisConfig field
+    at its value, given or left at its default alike (the CLI sends every default, the Python API what the caller
+    gave: the same study either way), the speed-only ones and the decode workers left out, files by content."""
+    import dataclasses
+
+    from onnxaff.analysis import AnalysisConfig
+    from onnxaff.data.image_preprocess import ImagePreprocess
+
+    config = AnalysisConfig(**options)
+    numeric = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in _SPEED_ONLY}
+    images = ImagePreprocess.from_options(config.images or {}).options()
+    numeric["images"] = {k: v for k, v in images.items() if k != "workers"}
+    numeric["plugins"] = [[p, file_digest(Path(p))] for p in config.plugins]
+    if isinstance(config.tokenizer, str):  # text data: the tokenizer by content too
+        numeric["tokenizer"] = [config.tokenizer, file_digest(Path(config.tokenizer))]
+    elif hasattr(config.tokenizer, "to_str"):  # a tokenizers.Tokenizer: by its serialised form
+        numeric["tokenizer"] = hashlib.sha256(config.tokenizer.to_str().encode()).hexdigest()
+    numeric["constants"] = {k: _constant_identity(v) for k, v in config.constants.items()}
+    return json.loads(json.dumps(numeric, sort_keys=True, default=str))
+
+
+def options_changed(made: dict | None, mine: dict | None) -> str:
+    """"the options changed", naming each option that did and both values where the signature recorded them."""
+    if not isinstance(made, dict) or not isinstance(mine, dict):
+        return "the options changed"
+    made, mine = _flat(made), _flat(mine)
+    changed = [f"{option(k)} {_shown(made.get(k, 'default'))} → {_shown(mine.get(k, 'default'))}"
+               for k in sorted({*made, *mine}) if made.get(k, "default") != mine.get(k, "default")]
+    return f"the options changed: {', '.join(changed)}" if changed else "the options changed"
+
+
+def _flat(options: dict) -> dict:
+    """The image options as `images.KEY` (each its own option), the others as they are."""
+    images = options.get("images")
+    out = {k: v for k, v in options.items() if k != "images"}
+    return out | {f"images.{k}": v for k, v in (images.items() if isinstance(images, dict) else ())}
+
+
+def _shown(value) -> str:
+    text = "none" if value is None else value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _constant_identity(value):
@@ -107,5 +144,6 @@ def stale_reason(path: Path, key: dict) -> str | None:
                          ("options", "the options changed"),
                          ("code", "the metric code or the onnxaff version changed")):
         if made.get(field_) != key[field_]:
-            return what
+            return options_changed(made.get("option_values"), key.get("option_values")) if field_ == "options" \
+                else what
     return None

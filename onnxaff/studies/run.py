@@ -20,6 +20,7 @@ from onnxaff.studies.identity import (
     code_identity,
     data_identity,
     data_path,
+    effective_options,
     file_digest,
     model_identity,
     options_identity,
@@ -173,8 +174,9 @@ def _plan(models: list[StudyModel], data: str | None, sig_dir: Path, digests: di
             plan[model.label] = (model_data, None, data_keys[model_data])
             continue
         identity = model_identity(model.path) if digests[model.label] is not None else None
-        opt_key = options_identity((per_model or {}).get(model.label, options))
-        key = {"model_sha256": identity, "data": data_keys[model_data], "options": opt_key, "code": code}
+        mine = (per_model or {}).get(model.label, options)
+        key = {"model_sha256": identity, "data": data_keys[model_data], "options": options_identity(mine),
+               "code": code, "option_values": effective_options(mine)}  # the values: what a rerun names
         reason = "unreadable" if identity is None else (
             option("force") if force else stale_reason(sig_dir / f"{model.label}.json", key))
         plan[model.label] = (model_data, key, reason)
