@@ -1,12 +1,20 @@
 """Masked positions: the mask values in a softmax's input, and the padded tokens a mask input names.
 
-A transformer masks an attention score by writing the lowest float there (−3.4e38, what `transformers` writes,
-or −inf) before the softmax; a float32 mean of a few of those overflows to −inf. A softmax site whose input can
-hold one (`can_hold_masks`) takes each feature as a float64 mean over its unmasked positions only; a row with a
-feature that has none (a padded key that every query masks) is missing: the runtime says which rows (one more
-output per side, 1 for a missing row), and the collector drops and counts them (docs/metrics.md, "Masked
-positions"). A mask input [B, T] (1: token, 0: padding) leaves the padded tokens out of a tokens-layout tensor's
-token axis [B, T, C] and an attention map's query axis [B, H, Tq, Tk] the same way.
+A transformer masks an attention score by adding a large negative constant c there (or writing it with a `Where`)
+before the softmax: −inf, −3.4e38 (`transformers`), −1e9, −10000 (BERT, onnxruntime's `mask_filter_value`). Which
+one does not matter to the network: what masks is the effect, exp(s + c − m) = 0 in the softmax's precision (m the
+row's largest score). Rounding to nearest, exp(t) is 0 below ln of half the smallest subnormal: t < −103.97 in
+float32, −92.9 in bfloat16, −17.33 in float16, −745.1 in float64. With scores |s| < 4,600 (attention scores are
+O(10)), s + c − m ≤ 9,200 + c, so every c ≤ −1e4 (`MASK_CONSTANT`) is 0 after exp in each of them: a mask by
+effect. Its positions then lie at or below −1e4 + 4,600 = −5,400 and the genuine scores above −4,600, so one
+threshold for every float type, `THRESHOLD` = −5,000, tells them apart (a float32 mean of a few −3.4e38 overflows
+to −inf, and a mean over −1e9 or −10000 is no data either). A softmax site whose input can hold one
+(`can_hold_masks`) takes each feature as a float64 mean over its unmasked positions only, so its score is the same
+whichever of those constants an exporter wrote; a row with a feature that has none (a padded key that every query
+masks) is missing: the runtime says which rows (one more output per side, 1 for a missing row), and the collector
+drops and counts them (docs/metrics.md, "Masked positions"). A mask input [B, T] (1: token, 0: padding) leaves the
+padded tokens out of a tokens-layout tensor's token axis [B, T, C] and an attention map's query axis [B, H, Tq,
+Tk] the same way.
 """
 
 from __future__ import annotations
@@ -24,8 +32,9 @@ from onnxaff.graph.sites import NOT_ELEMENTWISE, Site
 from onnxaff.graph.view import GraphView
 
 MASK_CONSTANT = -1e4  # a constant at or below it (−inf included) feeding a softmax input can be a mask value
+THRESHOLD = MASK_CONSTANT / 2  # a value mask's positions: at or below it (−inf included, NaN not)
 _SMALL = 4096  # constants upstream larger than this are weights, never read for it
-_FOLDED = 1 << 24  # a constant added into the softmax input is read up to this many values, from external data too
+_FOLDED = 1 << 24  # a constant added into the softmax input is read whole up to this many values, beyond in parts
 _ADDING = frozenset({"Add", "Sub", "Sum"})
 _CARRYING = frozenset({"Reshape", "Cast", "CastLike", "Expand", "Squeeze", "Unsqueeze", "Identity", "Transpose",
                        "Slice", "Flatten", "QuantizeLinear", "DequantizeLinear"})
@@ -33,10 +42,8 @@ _QUANTIZING = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearAdd"
                          "QLinearSoftmax", "QLinearWhere"})
 _NOT_NUMERIC = frozenset({TensorProto.UNDEFINED, TensorProto.STRING, TensorProto.BOOL, TensorProto.COMPLEX64,
                           TensorProto.COMPLEX128})
-_LOWEST = {TensorProto.FLOAT16: 65504.0, TensorProto.BFLOAT16: 3.3895313892515355e38,
-           TensorProto.DOUBLE: float(np.finfo(np.float64).max)}
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _DOUBLE = TensorProto.DOUBLE
+_RAW = {TensorProto.FLOAT: np.dtype("<f4"), TensorProto.FLOAT16: np.dtype("<f2"), TensorProto.DOUBLE: np.dtype("<f8")}
 _FLOATS = {TensorProto.UNDEFINED, TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 
 
@@ -56,11 +63,6 @@ class SiteMask:
     def applies(self, which: str) -> bool:
         """Whether anything of the side is masked (its mean is then taken in float64)."""
         return self.threshold is not None or self.pad[self.side(which)] is not None
-
-
-def threshold(elem_type: int) -> float:
-    """Half the dtype's lowest finite value: float32 −1.7e38, float16 −32752 (−inf is below it; NaN is not)."""
-    return -_LOWEST.get(elem_type, _FLOAT32_MAX) / 2
 
 
 def mask_input(asked: str, view: GraphView) -> str | None:
@@ -98,7 +100,7 @@ def site_masks(view: GraphView, sites: list[Site], padding: str | None,
         if s.kind in NOT_ELEMENTWISE and s.layout == "softmax_axis" and (s.rank or 0) >= 3 and s.output_rank is None:
             evidence = evidence if evidence is not None else _evidence(view)
             if can_hold_masks(evidence, s.input) or added_mask(view, s.input, base_dir, read):
-                limit = threshold(view.elem_type(s.input))
+                limit = THRESHOLD
         pad = (None, None) if token is None else (_token_axis(s.side("x"), token), _token_axis(s.side("y"), token))
         if limit is not None or pad != (None, None):
             out[s.index] = SiteMask(limit, pad, padding if pad != (None, None) else None)
@@ -190,7 +192,7 @@ def _stored_mask(view: GraphView, name: str, node: onnx.NodeProto | None, base_d
     stored integers): True or False, each read once into `read`; None where it is no stored constant."""
     if name not in read:
         if name in view.initializers:
-            read[name] = _holds_mask(_read(view.initializers[name], _FOLDED, base_dir))
+            read[name] = _scanned(view.initializers[name], base_dir)
         elif node is not None and node.op_type == "DequantizeLinear":
             stored = _dequantized(view, node, base_dir)
             read[name] = None if stored is None else _holds_mask(stored)
@@ -253,6 +255,28 @@ def _mask_tensor(t: onnx.TensorProto) -> bool:
 
 def _holds_mask(value: np.ndarray | None) -> bool:
     return value is not None and bool(value.size) and bool((value.astype(np.float64) <= MASK_CONSTANT).any())
+
+
+def _scanned(t: onnx.TensorProto, base_dir: Path | None) -> bool:
+    """Whether a stored constant holds a mask value, at any size: a folded causal mask past 4,096 tokens holds more
+    than 2²⁴ values; a float one is read `_FOLDED` values at a time (mapped from its file, or from the model's
+    bytes), so no copy of it is made."""
+    n = int(np.prod(t.dims, dtype=np.int64))
+    dtype = _RAW.get(t.data_type)
+    if n <= _FOLDED or dtype is None:
+        return _holds_mask(_read(t, _FOLDED, base_dir))
+    entries = {e.key: e.value for e in t.external_data}
+    try:
+        if t.data_location != TensorProto.EXTERNAL:
+            values = np.frombuffer(t.raw_data, dtype, count=n) if t.raw_data else numpy_helper.to_array(t).ravel()
+        elif base_dir is not None and external_problem(t, Path(base_dir)) is None:
+            values = np.memmap(Path(base_dir) / entries["location"], dtype, "r", int(entries.get("offset", 0)), (n,))
+        else:
+            values = None
+    except (OSError, ValueError):  # bytes short of the dims: the session says so
+        return False
+    return values is not None and any(bool((values[i:i + _FOLDED] <= MASK_CONSTANT).any())
+                                      for i in range(0, n, _FOLDED))
 
 
 def _read(t: onnx.TensorProto, limit: int, base_dir: Path | None, floats_only: bool = False) -> np.ndarray | None:

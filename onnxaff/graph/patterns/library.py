@@ -223,8 +223,10 @@ def identify(g: np.ndarray, f: Callable[[np.ndarray], np.ndarray],
 def identify_columns(g: np.ndarray, slope_shape: tuple, misses: list[Miss] | None = None) -> tuple[str, dict] | None:
     """An island with per-position constants: PReLU when each position is a leaky ReLU of its own slope."""
     slopes = -g[np.searchsorted(WIDE, -1.0)]
-    reference = np.where(WIDE[:, None] < 0, slopes[None, :] * WIDE[:, None], WIDE[:, None])
-    if not close_to(g, reference):
+    with np.errstate(all="ignore"):  # an island of −inf constants (a Where writing a −inf mask): no warning, no fit
+        reference = np.where(WIDE[:, None] < 0, slopes[None, :] * WIDE[:, None], WIDE[:, None])
+        fits = close_to(g, reference)
+    if not fits:
         if misses is not None:
             misses.append(Miss("prelu", "its constants vary by position and no position-wise leaky ReLU fits it"))
         return None
