@@ -9,6 +9,7 @@ formula, inject HTML, drive a terminal with escape sequences, or crash an encode
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 import numbers
@@ -129,3 +130,10 @@ def md_table(header: list, rows: list[list]) -> list[str]:
     """The lines of a Markdown (GFM) table, every cell through md_cell."""
     lines = ["| " + " | ".join(md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
+
+
+def did_you_mean(name: str, choices) -> str:
+    """"; did you mean 'affinity'?" for a misspelt name (case aside), else "": for the end of a one-line error."""
+    lower = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(str(name).lower(), list(lower), n=1, cutoff=0.6)
+    return f"; did you mean {lower[close[0]]!r}?" if close else ""

@@ -17,7 +17,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import onnxaff
-from tests.conftest import need
+from tests.builders import chain, save
+from tests.conftest import need, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,3 +122,70 @@ def test_no_test_file_builds_the_shared_models_path_itself():
     offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
                  if p.name not in ("conftest.py", Path(__file__).name) and built.search(p.read_text())]
     assert offenders == []
+
+
+# --- a file that is no ONNX: what it is and what to do, in one line ---
+
+@pytest.fixture(scope="module")
+def relu(tmp_path_factory):
+    return save(chain("Relu", width=8), tmp_path_factory.mktemp("m") / "relu.onnx")
+
+
+def test_a_pytorch_checkpoint_is_named_not_a_bare_decode_error(tmp_path, capfd):
+    """`onnxaff sites model.pth` said `not a readable ONNX model: model.pth (DecodeError)`."""
+    torch = need("torch")
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    torch.save(net.state_dict(), tmp_path / "net.pth")  # a zip archive since torch 1.6
+    torch.save(net.state_dict(), tmp_path / "old.pth", _use_new_zipfile_serialization=False)  # a pickle
+    for name, what in (("net.pth", "is a zip archive"), ("old.pth", "is a Python pickle")):
+        for command in (["sites"], ["analyze", "--data", "synthetic:gaussian:64"]):
+            line = one_line(*run_cli(capfd, command[0], tmp_path / name, *command[1:]))
+            assert f"not an ONNX model: {tmp_path / name} {what}" in line, line
+            assert "onnxaff.export.from_torch" in line and "DecodeError" not in line, line
+
+
+@pytest.mark.parametrize("name, head, what", [
+    ("model.h5", b"\x89HDF\r\n\x1a\n" + bytes(64), "an HDF5 file (Keras .h5)"),
+    ("model.keras", b"PK\x03\x04" + bytes(64), "a Keras model"),
+    ("model.tflite", b"\x1c\x00\x00\x00TFL3" + bytes(64), "a TensorFlow Lite model"),
+    ("model.safetensors", (12).to_bytes(8, "little") + b'{"a": 1}    ' + bytes(8), "a safetensors file"),
+    ("weights.bin", bytes(range(7, 71)), "no ONNX file by its suffix .bin"),
+])
+def test_other_frameworks_files_are_named(tmp_path, capfd, name, head, what):
+    (tmp_path / name).write_bytes(head)
+    line = one_line(*run_cli(capfd, "sites", tmp_path / name))
+    assert f"not an ONNX model: {tmp_path / name} is {what}" in line, line
+
+
+def test_a_damaged_onnx_file_keeps_its_words(tmp_path, capfd, relu):
+    """A truncated .onnx is no other framework's file: the message stays as it was."""
+    data = Path(relu).read_bytes()
+    (tmp_path / "cut.onnx").write_bytes(data[:len(data) // 2])
+    line = one_line(*run_cli(capfd, "sites", tmp_path / "cut.onnx"))
+    assert "not a readable ONNX model" in line and "export" not in line, line
+
+
+# --- a misspelt metric: did you mean ---
+
+@pytest.mark.parametrize("given, meant", [("afinity", "affinity"), ("Affinity", "affinity"), ("cca", "cka"),
+                                          ("affinity_lww", "affinity_lw"), ("affinity:epz=1e-6", "eps")])
+def test_a_misspelt_metric_gets_a_suggestion(relu, tmp_path, capfd, given, meant):
+    line = one_line(*run_cli(capfd, "analyze", relu, "--data", "synthetic:gaussian:64", "--metrics", given,
+                             "--out", tmp_path / "s.json"))
+    assert line.endswith(f"; did you mean {meant!r}?"), line
+
+
+def test_a_name_far_from_every_metric_gets_no_suggestion(relu, tmp_path, capfd):
+    line = one_line(*run_cli(capfd, "analyze", relu, "--data", "synthetic:gaussian:64", "--metrics", "zzz",
+                             "--out", tmp_path / "s.json"))
+    assert "unknown metric 'zzz'" in line and "did you mean" not in line, line
+
+
+def test_report_and_compare_suggest_the_metric_too(relu, tmp_path, capfd):
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    onnxaff.analyze(relu, x, metrics=["affinity", "cka"], chunk_size=32, progress=False).write(tmp_path / "s.json")
+    line = one_line(*run_cli(capfd, "report", tmp_path / "s.json", "--metric", "afinity", "--out", tmp_path / "r.html"))
+    assert line.endswith("did you mean 'affinity'?"), line
+    line = one_line(*run_cli(capfd, "compare", tmp_path / "s.json", tmp_path / "s.json", "--metric", "CKA", "--out",
+                             tmp_path / "c.html"))
+    assert line.endswith("did you mean 'cka'?"), line

@@ -23,6 +23,7 @@ from onnx import TensorProto, external_data_helper, helper
 from onnxaff.errors import OnnxaffError, first_line
 from onnxaff.graph import runtime_ops
 from onnxaff.graph.expand import EXPANSIONS, expand
+from onnxaff.graph.foreign import not_onnx
 from onnxaff.graph.infer import INFER_BY_PATH_BYTES, infer
 from onnxaff.graph.toposort import sort_graph
 from onnxaff.graph.view import GraphView, iter_tensors
@@ -243,9 +244,9 @@ def load_model(path: str | os.PathLike, infer_shapes: bool = True) -> LoadedMode
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning, ...
-        raise OnnxaffError(f"not a readable ONNX model: {path} ({type(exc).__name__})") from None
+        raise not_onnx(path, f"not a readable ONNX model: {path} ({type(exc).__name__})") from None
     if not model.graph.node and not model.graph.output:
-        raise OnnxaffError(f"not an ONNX model (empty graph): {path}")
+        raise not_onnx(path, f"not an ONNX model (empty graph): {path}")
     _check_text(model, path.name)
     _check_external(model, path)  # before the checker, which opens the files
     _check_inputs(model, path.name)

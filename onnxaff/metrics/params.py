@@ -10,6 +10,7 @@ import math
 
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.metrics.output import plugin_output
+from onnxaff.text import did_you_mean
 
 SYNTAX = "name:key=value:key=value"
 
@@ -82,12 +83,13 @@ def build(spec: str, available: dict):
     """One metric instance; its `spec` is the spec written one way (the signature entry's key)."""
     name, given = parse_spec(spec)
     if name not in available:
-        raise ConfigError("metrics", f"{{option}}: unknown metric {name!r}; available: {', '.join(sorted(available))}")
+        raise ConfigError("metrics", f"{{option}}: unknown metric {name!r}; available: {', '.join(sorted(available))}"
+                                     + did_you_mean(name, available))
     reg = available[name]
     unknown = [k for k in given if k not in reg.cls.parameters()]
     if unknown:
         raise ConfigError("metrics", f"{{option}}: metric {name!r} has no parameter {unknown[0]!r}; it accepts "
-                                     f"{accepted(reg.cls)}")
+                                     f"{accepted(reg.cls)}" + did_you_mean(unknown[0], reg.cls.parameters()))
     kwargs = {k: _coerce(spec, reg.cls, k, v) for k, v in given.items()}
     try:
         with plugin_output():

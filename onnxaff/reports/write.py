@@ -8,6 +8,7 @@ from pathlib import Path
 
 from onnxaff.files import write_text_atomic
 from onnxaff.signature import Signature, write_json_atomic
+from onnxaff.text import did_you_mean
 
 COMPARISON_FORMATS = {".md": "md", ".csv": "csv", ".json": "json"}  # any other suffix: html
 
@@ -66,5 +67,5 @@ def write_single(out: str | os.PathLike, sig: Signature, metric: str) -> Path:
     scored = [m for m in sig.metrics if any(v is not None for v in sig.scores(m))]
     if metric not in scored:
         raise ConfigError("metric", f"{{option}} {metric!r}: the signature has no {metric} scores; it has: "
-                          f"{', '.join(scored) or 'none'}")
+                          f"{', '.join(scored) or 'none'}" + did_you_mean(metric, scored))
     return write_text_atomic(out, single_page(sig, metric))
