@@ -85,6 +85,10 @@ def test_a_folder_of_bmps_rewritten_with_the_same_sizes_and_mtimes_is_analysed_a
     assert code == 0 and ": up to date" not in err and "analysing (the data changed)" in err, err
     assert run_cli(capfd, *args, "--out", tmp_path / "fresh")[0] == 0
     assert score(tmp_path / "s", "tanh") == score(tmp_path / "fresh", "tanh") != before
+    # The same study through the Python API, its image options as one value and no decode workers: up to date.
+    again = onnxaff.study([model], str(data), tmp_path / "s", metrics=["affinity"], chunk_size=32, batch_size=16,
+                          progress=False, preprocess=onnxaff.ImagePreprocess(preset="raw", resize=8, crop=8))
+    assert again.skipped == ["tanh"]
 
 
 OPTIONS = dict(metrics=["affinity"], chunk_size=32, batch_size=16, progress=False, chunk_workers=0)

@@ -227,7 +227,8 @@ def folder_identity(root: Path, files: list[Path], prefix: str = "") -> list:
 
 
 def content_digest(path: Path) -> str:
-    """sha256 of a file's bytes (about 1.5 GB/s where the CPU hashes SHA-256 itself: issue 50 measured it)."""
+    """sha256 of a file's bytes: a 100 MB .npz in 0.17-0.27 s, 1000 JPEGs (46 MB) in 0.17 s, on two shared cores
+    (issue 50; the size-and-time key it replaced: 0.015 s, and blind to a rewrite that puts the time back)."""
     digest, block = hashlib.sha256(), bytearray(1 << 20)
     view = memoryview(block)
     with open(path, "rb", buffering=0) as f:
