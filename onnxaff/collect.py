@@ -167,6 +167,7 @@ class JvpAccumulator:
     scatter_sum: float = 0.0  # Σ_b Σ_i ‖y_i − ȳ_b‖²
     dof: int = 0  # Σ_b (B_b − 1)
     short_batches: int = 0
+    nonfinite_batches: int = 0  # batches whose in-graph sums held NaN/Inf (float32 overflow): the NLC gets no value
 
     def add(self, n: int, stats: dict[str, np.ndarray]) -> None:
         if self.form == "directional" and n < 2:

@@ -70,6 +70,10 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
         out.update(status="not_applicable", reason=reason)
     elif m.spec in st.scores.errors:
         out.update(status="error", error=st.scores.errors[m.spec])
+    elif serving(m).end_input == "jvp" and (bad := st.pooled.jvp.nonfinite_batches):
+        out.update(status="nonfinite", reason=f"NaN/Inf in the Jacobian-vector sums of {bad} batch(es) (float32 "
+                   "sums overflow from features near 1e19, or a finite difference met NaN): no value; the features "
+                   "and the other metrics are not affected")
     elif not values:
         out["status"] = "no_data"
         why = serving(m).no_data

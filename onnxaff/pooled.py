@@ -35,8 +35,10 @@ class Pooled:
         self.moments.update(x, y, block)
 
     def add_jvp(self, n: int, stats: dict[str, np.ndarray]) -> bool:
-        """False when the statistics hold NaN/Inf (the site is flagged; nothing is added)."""
+        """False when the statistics hold NaN/Inf: counted, nothing added, and the NLC gets no value (its own
+        problem: the features and the other metrics' scores are as they were)."""
         if not all(np.isfinite(a).all() for a in stats.values()):
+            self.jvp.nonfinite_batches += 1
             return False
         self.jvp.add(n, stats)
         return True
@@ -47,7 +49,7 @@ class Pooled:
     def inputs(self, rounding: float) -> dict[str, Moments | JvpStats | None]:
         """The input of every metric scored at the end, read-only."""
         moments = self.total()
-        traces = self.jvp.traces() if self.jvp is not None else None
+        traces = self.jvp.traces() if self.jvp is not None and not self.jvp.nonfinite_batches else None
         return {"moments": None if moments is None else readonly_moments(moments, rounding),
                 "jvp": None if traces is None else JvpStats(self.jvp.form, *traces)}
 

@@ -106,8 +106,7 @@ class SiteState:
     def add_jvp(self, n: int, arrays: list[np.ndarray]) -> None:
         if self.pooled.jvp is None or self.observed.nonfinite_rows:
             return
-        if not self.pooled.add_jvp(n, dict(zip(self.jvp_names, arrays, strict=True))):
-            self.observed.nonfinite_rows = max(self.observed.nonfinite_rows, 1)
+        self.pooled.add_jvp(n, dict(zip(self.jvp_names, arrays, strict=True)))  # non-finite: the NLC's entry says
 
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):

@@ -315,3 +315,29 @@ def test_a_broken_installed_metric_does_not_take_report_or_compare_down(relu, tm
         assert code == 0, err
     finally:
         sys.modules.pop("broken_metric", None)
+
+
+# --- NLC's overflow is its own: the other metrics keep their scores ---
+
+@pytest.mark.parametrize("std", [1e20, 1.0])
+def test_nlc_overflowing_on_features_near_1e20_costs_only_the_nlc(relu, tmp_path, capfd, std):
+    """Features near 1e20 are finite in float32; their squares are not. The twin run without nlc is the reference:
+    the same code on the same machine, so the other metrics' values must be equal to the bit."""
+    sigs = {}
+    for metrics in ("cka,affinity", "cka,affinity,nlc"):
+        out = tmp_path / f"{metrics}.json"
+        code, _, err = run_cli(capfd, "analyze", relu, "--data", f"synthetic:gaussian:n=256,std={std}", "--metrics",
+                               metrics, "--chunk-size", 64, "--quiet", "--out", out)
+        assert code == 0, err
+        sigs[metrics] = read_signature(out).sites[0]
+    alone, with_nlc = sigs["cka,affinity"], sigs["cka,affinity,nlc"]
+    assert with_nlc["status"] == alone["status"] == "ok", with_nlc.get("reason")
+    for metric in ("cka", "affinity"):
+        assert with_nlc["metrics"][metric]["values"] == alone["metrics"][metric]["values"]
+        assert len(alone["metrics"][metric]["values"]) == 4
+    nlc = with_nlc["metrics"]["nlc"]
+    if std > 1e19:
+        assert nlc["status"] == "nonfinite" and nlc["mean"] is None, nlc
+        assert "NaN/Inf in the Jacobian-vector sums of 4 batch(es)" in nlc["reason"], nlc  # 256 rows, batches of 64
+    else:  # the control: an ordinary scale scores
+        assert nlc["status"] == "ok" and np.isfinite(nlc["mean"]), nlc

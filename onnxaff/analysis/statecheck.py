@@ -299,7 +299,9 @@ def _jvp(j: dict, at: str, used: int) -> None:
         _number(_get(j, key, at), at + key)
     if _int(j, "dof", at) > used or _int(j, "short_batches", at) > used:
         raise Damaged(at + "dof", f"more than the {used} examples used")
-    if set(j) != {"form", "x", "y", "d2sum", "jv2_sum", "scatter_sum", "dof", "short_batches"}:
+    if "nonfinite_batches" in j and _int(j, "nonfinite_batches", at) > used:
+        raise Damaged(at + "nonfinite_batches", f"more than the {used} examples used")
+    if set(j) - {"nonfinite_batches"} != {"form", "x", "y", "d2sum", "jv2_sum", "scatter_sum", "dof", "short_batches"}:
         raise Damaged(at.rstrip("."), "unexpected fields")
 
 
