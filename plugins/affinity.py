@@ -183,7 +183,7 @@ class _Root:
     """Any L with L Lᵀ = Σ: Cholesky (a fraction of an eigendecomposition), the symmetric root if Σ is singular.
 
     L (Lᵀ Σ_X L)^{+1/2} Lᵀ = S (S Σ_X S)^{+1/2} S for every such L: L = S·Q with Q orthogonal, and Lᵀ Σ_X L =
-    Qᵀ (S Σ_X S) Q has the same eigenvalues (hence the same pinv cutoff) and rotated eigenvectors. Products with a
+    Qᵀ (S Σ_X S) Q has the same eigenvalues (hence the same floor or cutoff) and rotated eigenvectors. Products with a
     triangular L use trmm and lauum (half, a third of the work of a general product).
     """
 
@@ -217,8 +217,8 @@ class _Root:
 def _inv_sqrt_rows(b: np.ndarray, lt_l: np.ndarray, cx: float, ax: float, dim: int, floor: float) -> np.ndarray:
     """Rows b·(Lᵀ Σ_X L)^{+1/2} for b = Xc·L, where Lᵀ Σ_X L = cx·bᵀb + ax·LᵀL; xc·A is that times Lᵀ.
 
-    A itself (d×d) is never formed. dim and floor set the pinv cutoff as on the full d×d matrix (see
-    `psd_inv_sqrt_parts`).
+    A itself (d×d) is never formed. floor: α_X·α_Y, below which Lᵀ Σ_X L has no eigenvalue; at 0 (ε = 0), dim sets
+    the pinv cutoff as on the full d×d matrix (see `psd_inv_sqrt_parts`).
     """
     m = cx * (b.T @ b) + ax * lt_l
     v, inv = psd_inv_sqrt_parts(m, dim, floor)
@@ -238,7 +238,7 @@ def _direct_problem(work: _ChunkWork, d, eps, shrinkage):
     cx, ax = _scales(xc, d, eps[0], shrinkage)
     cy, ay = _scales(yc, d, eps[1], shrinkage, work.gram_y)
     root = _Root(_shifted(work.gram_y, cy, ay))
-    rows = _inv_sqrt_rows(root.right(xc), root.gram(), cx, ax, d, 0.0)
+    rows = _inv_sqrt_rows(root.right(xc), root.gram(), cx, ax, d, ax * ay)
     return root.right_t(rows), yc
 
 
@@ -249,14 +249,14 @@ def _map_problem(work: _ChunkWork, d, eps, shrinkage):
     d×d×d ones (Σ_X·L, Lᵀ·(Σ_X L), L·V, the symmetric A), from XcᵀXc computed once per chunk for every variant (and
     read by Ledoit–Wolf): 10–35 % less CPU per chunk from n ≈ d rows on, about even at n = d/2 (benchmarks/RESULTS.md,
     issue 40). Lᵀ Σ_X L is the same matrix as the direct path's cx·bᵀb + ax·LᵀL, hence the same eigenvalues and
-    the same pinv cutoff.
+    the same floor.
     """
     xc, yc = work.xc, work.yc
     cx, ax = _scales(xc, d, eps[0], shrinkage, work.gram_x)
     cy, ay = _scales(yc, d, eps[1], shrinkage, work.gram_y)
     root = _Root(_shifted(work.gram_y, cy, ay))
     m = root.left_t(root.right(_shifted(work.gram_x, cx, ax)))  # Lᵀ Σ_X L
-    v, inv = psd_inv_sqrt_parts(m, d, 0.0)
+    v, inv = psd_inv_sqrt_parts(m, d, ax * ay)
     return _mapped_rows(xc, root.left(v), inv), yc
 
 
@@ -276,13 +276,10 @@ def _span_problem(work: _ChunkWork, d, eps, shrinkage):
     and Y rows are distances in V, so W2² is unchanged too; tr Σ_Y still counts α_Y on all d dimensions (the
     caller uses d, not k).
 
-    The pinv cutoff of the direct path is d·eps·λ_max(S Σ_X S) over R^d. S Σ_X S is α_X·α_Y on V⊥ and at least
-    that on V (Σ_X ≥ α_X·I and S² ≥ α_Y·I), so λ_max is the largest eigenvalue on V and we use d (not k) to
-    reproduce the same cutoff on V. On V⊥ the direct path may zero α_X·α_Y (it does when λ_max ≥ α_X·α_Y /
-    (d·eps_machine), e.g. λ_max ≳ 1 for ε = 1e-6 and d = 4096: common) but the rows have no component there, so
-    both paths give the same rows. On V every
-    eigenvalue is ≥ α_X·α_Y ≥ ε², and usually ≳ ε·(smallest data variance), so the cutoff seldom bites on V, and
-    when it does it bites the same eigenvalues in both paths up to rounding.
+    With ε > 0 every eigenvalue of S Σ_X S is ≥ α_X·α_Y (Σ_X ≥ α_X·I and S² ≥ α_Y·I), the one it has on V⊥: the
+    paths invert it without a cutoff, eigenvalues computed below that floor raised to it (`psd_inv_sqrt_parts`).
+    With ε = 0 (floor 0) the direct path's pinv cutoff is d·eps·λ_max over R^d; λ_max is the largest eigenvalue on
+    V, and d (not k) reproduces the same cutoff on V.
 
     Coordinates come from Householder QR of [Ycᵀ Xcᵀ] (d × 2n; R only, O(dn²)): backward stable, no rank decision
     (the Gram matrix would be cheaper, but its rounding costs ρ ≈ 1 about half its digits, as ρ goes with the

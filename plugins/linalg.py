@@ -57,15 +57,20 @@ def psd_sqrt(m: np.ndarray) -> np.ndarray:
 
 
 def psd_inv_sqrt_parts(m: np.ndarray, dim: int | None = None, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Eigenvectors V and weights w with m^{+1/2} = V diag(w) Vᵀ, so callers can apply it to rows without forming it.
+    """Eigenvectors V and weights w with m^{-1/2} = V diag(w) Vᵀ (m^{+1/2}, the pseudo-inverse root, when floor = 0),
+    so callers can apply it to rows without forming it.
 
-    Eigenvalues at or below dim·eps·max are treated as zero, as pinv does. `dim` and `floor` let a caller that
-    holds m only on a subspace reproduce the cutoff of the full matrix: dim is the full size and floor an
-    eigenvalue that the full matrix has outside the subspace.
+    floor: a lower bound of m's eigenvalues known from how m was made (α_X·α_Y for S Σ_X S with ε > 0). When it is
+    positive m is invertible and no eigenvalue is cut: those computed below it are rounding, raised to it. pinv's
+    cutoff (dim·eps·max) zeroed hundreds of genuine eigenvalues of order ε² at n < d and moved ρ by up to 1e-8
+    (issue 50). With floor = 0, eigenvalues at or below dim·eps·max are treated as zero, as pinv does; `dim` lets
+    a caller that holds m only on a subspace reproduce the cutoff of the full matrix (the full size).
     """
     w, v = _eigh_psd(m)
+    if floor > 0.0:
+        return v, 1.0 / np.sqrt(np.maximum(w, floor))
     dim = m.shape[0] if dim is None else dim
-    top = max(w.max() if w.size else 0.0, floor)
+    top = w.max() if w.size else 0.0
     cutoff = max(dim, 1) * np.finfo(np.float64).eps * top
     inv = np.zeros_like(w)
     keep = w > cutoff
