@@ -47,13 +47,14 @@ def _dedupe(sites: list[Site]) -> list[Site]:
 
 
 def list_sites(loaded: LoadedModel, layout: str = defaults.LAYOUT, pairs=(), blocks=(),
-               explain: bool = False) -> SiteList:
+               explain: bool = False, batch_axes: dict | None = None) -> SiteList:
     """Activations, then pairs and blocks, numbered in that order (shapes as static inference gives them).
 
     explain: also say why the non-linearities no site names were refused (one more discovery pass).
+    batch_axes: input name -> the axis it stacks examples on (0 for the others), followed to every site.
     """
     view = loaded.view
-    activations = find_sites(view, layout)
+    activations = find_sites(view, layout, batch_axes)
     extra = pair_sites(view, [tuple(p) for p in pairs], layout) if pairs else []
     stages: list[list] = []
     if blocks:
@@ -77,7 +78,8 @@ def sites_of(model, layout: str = defaults.LAYOUT, pairs=(), blocks=(), *, data=
     """The sites `analyze` scores (`onnxaff sites`, onnxaff.sites): `model` a path or a ModelProto, its sites
     listed, a rank static inference missed resolved by a probe run on `data` (see resolve_by_probe)."""
     loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
-    listed = list_sites(loaded, layout, pairs, blocks, explain=explain)
+    listed = list_sites(loaded, layout, pairs, blocks, explain=explain,
+                        batch_axes=dict(feeding or {}).get("batch_axes"))
     listed.notes = list(loaded.notes)
     resolve_by_probe(loaded, listed, layout, data, shapes=shapes, feeding=feeding, explicit=explicit)
     return listed

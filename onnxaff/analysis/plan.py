@@ -100,7 +100,8 @@ class Plan:
     @classmethod
     def build(cls, model, data: str | list[str], config: AnalysisConfig) -> Plan:
         loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
-        listed = list_sites(loaded, config.layout, list(config.pairs), list(config.blocks))  # as `onnxaff sites`
+        listed = list_sites(loaded, config.layout, list(config.pairs), list(config.blocks),  # as `onnxaff sites`
+                            batch_axes=dict(config.batch_axes))
         sites = listed.sites
         if not sites:
             raise OnnxaffError("the model has no non-linearity to analyse (no activation node or pattern found; "

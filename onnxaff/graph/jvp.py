@@ -95,6 +95,8 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP, masked: float 
     elem = builder.view.elem_type(site.input)
     if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE) or not site.node_indices or site.rank is None:
         return None
+    if site.params.get("batch_axis"):
+        return None  # the statistics read axis 0 as the examples (graph.batch)
     produced = {o for i in site.node_indices for o in builder.view.nodes[i].output}
     if site.output not in produced or not any(site.input in builder.view.nodes[i].input for i in site.node_indices):
         return None  # X and Y are not the site's own nodes' (a recurrent gate's steps stacked by Concats)

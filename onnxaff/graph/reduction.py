@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxaff.graph.batch import batch_axis
 from onnxaff.graph.conv_means import conv_channel_means
 from onnxaff.graph.load import default_opset
 from onnxaff.graph.names import Namer, graph_names
@@ -68,12 +69,15 @@ class GraphBuilder:
         return self.node("Unsqueeze", [x], prefix, axes=[1])
 
     def features(self, tensor: str, site: Site, mode: str, prefix: str) -> str:
-        key = (tensor, mode, site.rank, site.feature_axis)
+        moved = batch_axis(site)
+        key = (tensor, mode, site.rank, site.feature_axis, moved)
         if key in self.cache:
             return self.cache[key]
         x = tensor
         if self.view.elem_type(tensor) not in FLOAT_TYPES | {TensorProto.UNDEFINED}:
             x = self.node("Cast", [x], prefix, to=TensorProto.FLOAT)  # fp16/bf16: reduce in fp32
+        if moved:  # the examples on another axis (graph.batch): moved to the front, the site's shapes read so
+            x = self.node("Transpose", [x], prefix, perm=batch_first(site.rank, moved))
         rank, axis = site.rank, site.feature_axis
         if rank == 1:
             out = self._unsqueeze_last(x, prefix)
@@ -108,6 +112,11 @@ class GraphBuilder:
         return out
 
 
+def batch_first(rank: int, axis: int) -> list[int]:
+    """The permutation that moves `axis` to the front, the others in order."""
+    return [axis, *[a for a in range(rank) if a != axis]]
+
+
 def averaged_axes(rank: int, axis: int | None, mode: str) -> list[int]:
     """The axes a `mean` or `reference` feature averages: every axis but the batch and the feature axis (mean);
     the reference code's convention, every axis after the second (rank 4: the last two; rank 3: the last)."""
@@ -124,6 +133,8 @@ def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
     """
     if a.dtype not in (np.float32, np.float64):
         a = a.astype(np.float32)
+    if batch_axis(site):
+        a = np.moveaxis(a, batch_axis(site), 0)
     rank, axis = a.ndim, site.feature_axis
     if rank == 1:
         return a[:, None]
@@ -164,7 +175,10 @@ def feature_dim(site: Site, mode: str) -> int | None:
 def positions(site: Site, mode: str, shape=None) -> int | None:
     """P, how many values of the tensor one feature averages: 1 where nothing is averaged (rank ≤ 2, `positions`,
     `flatten`). `shape`: a run-time shape instead of the static one; None when a needed dim is symbolic."""
+    given = shape is not None
     shape = site.input_shape if shape is None else [int(d) for d in shape]
+    if given and batch_axis(site):  # a run-time shape is the tensor's own: read batch first as the site's
+        shape = [shape[a] for a in batch_first(len(shape), batch_axis(site))]
     rank, axis = site.rank, site.feature_axis
     if shape is None or rank is None:
         return None

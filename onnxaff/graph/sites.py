@@ -12,6 +12,7 @@ import onnx
 
 from onnxaff import defaults
 from onnxaff.graph import qdq
+from onnxaff.graph.batch import FRONT, Axis, BatchFlow, Lost, Mixed, propagated_shapes
 from onnxaff.graph.infer import infer
 from onnxaff.graph.layout import from_neighbours, sequence_layout
 from onnxaff.graph.load import default_opset
@@ -20,7 +21,8 @@ from onnxaff.graph.site import NOT_ELEMENTWISE, Site
 from onnxaff.graph.span import unique_ids
 from onnxaff.graph.view import GraphView
 
-__all__ = ["NOT_ELEMENTWISE", "Site", "discover_sites", "find_sites", "format_params", "sanitize", "settle_shape"]
+__all__ = ["NOT_ELEMENTWISE", "Site", "discover_sites", "find_sites", "format_params", "place_batch", "sanitize",
+           "settle_shape"]
 
 def settle_shape(view: GraphView, site: Site, layout: str = defaults.LAYOUT) -> None:
     """Rank, feature axis and layout from site.input_shape (or a skip reason when unusable)."""
@@ -79,9 +81,12 @@ def discover_sites(model: onnx.ModelProto, layout: str = defaults.LAYOUT, infer_
     return find_sites(GraphView(model.graph, opset=default_opset(model)), layout)
 
 
-def find_sites(view: GraphView, layout: str = defaults.LAYOUT) -> list[Site]:
+def find_sites(view: GraphView, layout: str = defaults.LAYOUT, batch_axes: dict | None = None,
+               follow_batch: bool = True) -> list[Site]:
     """`discover_sites` over a graph already indexed (shapes as the view's graph holds them): the passes
-    (graph/passes/) in their order, each on the nodes no earlier one took, then every site settled."""
+    (graph/passes/) in their order, each on the nodes no earlier one took, then every site settled, on the batch
+    axis followed from the inputs (`batch_axes`: input name -> axis, 0 for the others; graph.batch) unless
+    follow_batch is False (a subgraph, whose inputs are no examples)."""
     if layout not in ("auto", "channels_first", "channels_last"):
         raise ValueError(f"unknown layout {layout!r}")
     entries: list[tuple[float, Site]] = []  # (forward position of the exit node, site)
@@ -101,6 +106,8 @@ def find_sites(view: GraphView, layout: str = defaults.LAYOUT) -> list[Site]:
             site.params = {**site.params, "quantized": quantized}
         if site.status == "ok" and site.scope is None:  # a subgraph's sites were settled in their own scope
             _settle_site(view, site, layout)
+    if follow_batch:
+        place_batch(view, sites, layout, batch_axes)
     unique_ids(sites)
     return sites
 
@@ -114,6 +121,80 @@ def _settle_site(view: GraphView, site: Site, layout: str) -> None:
         site.status, site.reason = "skipped", "input is a constant"
     else:
         settle_shape(view, site, layout)
+
+
+def _input_axes(view: GraphView, batch_axes: dict | None) -> dict | None:
+    """Input name -> its batch axis (None: rank 0); None where a fixed batch of 1 leaves nothing to follow."""
+    axes = {}
+    for name in view.graph_inputs:
+        shape = view.shape(name)
+        if shape is not None and not shape:
+            axes[name] = None
+            continue
+        axis = int((batch_axes or {}).get(name, 0))
+        axes[name] = axis % len(shape) if shape else axis
+        if shape and shape[axes[name]] == 1:
+            return None  # one example per batch: no axis to tell apart, and none to mix
+    return axes
+
+
+def place_batch(view: GraphView, sites: list[Site], layout: str, batch_axes: dict | None = None) -> None:
+    """Each settled site on its batch axis (graph.batch): one the examples were mixed in before, or whose axis
+    is provably not axis 0 and was lost on the way, is skipped with the reason; one whose examples lie on axis
+    k > 0 gets params["batch_axis"] = k, its shapes read batch first (its reduction moves the axis to the front)."""
+    inputs = _input_axes(view, batch_axes)
+    pending = [s for s in sites if s.ok and s.scope is None and s.group == "activation" and s.rank]
+    if inputs is None or not pending:
+        return
+    flow, shapes = BatchFlow(view, inputs), {}
+    symbols = {view.shape(n)[a] for n, a in inputs.items() if a is not None and view.shape(n)
+               and isinstance(view.shape(n)[a], str) and view.shape(n)[a] != "?"}
+    for site in pending:
+        state = flow.state(site.input)
+        if isinstance(state, Lost):
+            shapes = shapes or propagated_shapes(view)
+            state = _by_symbol(shapes.get(site.input), symbols, state)
+        if isinstance(state, Mixed):
+            site.status, site.reason = "skipped", (
+                f"the examples of a batch are mixed upstream ({state.why}, at {state.node}): its scores would "
+                "depend on the batch size")
+        elif isinstance(state, Lost):
+            site.status, site.reason = "skipped", f"the batch axis is lost upstream ({state.why}, at {state.node})"
+        elif isinstance(state, Axis) and state.outer != 1:
+            site.status, site.reason = "skipped", (
+                f"the batch is merged into axis {state.axis} after other dims: its rows would not be examples")
+        elif isinstance(state, Axis) and state != FRONT:
+            _move_batch(view, site, layout, state.axis)
+
+
+def _by_symbol(shape, symbols: set, lost: Lost):
+    """Where the follow was lost for want of a shape: the one axis whose dim is the batch symbol (shapes with
+    data propagation), axis 0 when nothing says otherwise (as before), Lost when axis 0 is a fixed size."""
+    if shape is None:
+        return FRONT
+    hits = [k for k, d in enumerate(shape) if d in symbols]
+    if len(hits) == 1:
+        return Axis(hits[0])
+    if symbols and isinstance(shape[0], int):
+        return Lost(lost.node, f"{lost.why}; axis 0 has the fixed size {shape[0]}")
+    return FRONT
+
+
+def _move_batch(view: GraphView, site: Site, layout: str, axis: int) -> None:
+    """A site whose examples lie on `axis`: its shapes batch first, settled again; a normalisation is skipped."""
+    if site.kind in NOT_ELEMENTWISE:
+        site.status, site.reason = "skipped", f"normalised with the batch on axis {axis}, not 0: not supported"
+        return
+    if site.rank != len(site.output_shape or ()) or axis >= site.rank:
+        site.status, site.reason = "skipped", f"the batch is on axis {axis} and the output's rank differs"
+        return
+
+    def front(shape):
+        return [shape[axis], *shape[:axis], *shape[axis + 1:]]
+
+    site.params = {**site.params, "batch_axis": axis}
+    site.input_shape, site.output_shape = front(site.input_shape), front(site.output_shape)
+    settle_shape(view, site, layout)
 
 
 def format_params(params: dict) -> str:

@@ -68,7 +68,7 @@ def subgraph_sites(view: GraphView, i: int, layout: str, find_sites: Callable) -
             continue
         inner = ScopedView(attr.g, view)
         where = f"{view.node_label(i)}/{_SHORT.get(attr.name, attr.name)}"
-        for site in find_sites(inner, layout):
+        for site in find_sites(inner, layout, follow_batch=False):
             site.id = f"{where}/{site.id}"
             site.node_indices = []  # positions in the subgraph: no main-graph node is claimed
             if site.scope is None:
