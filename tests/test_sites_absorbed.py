@@ -145,3 +145,88 @@ def test_bounds_follow_pairs_pooling_and_products():
     assert bounds(view, "m") == (0.0, np.inf)  # 0·∞ is 0 in an interval product
     assert bounds(view, "n") == (-np.inf, 0.0)
     assert bounds(view, "y") == (-np.inf, np.inf)
+
+
+# --- degenerate quantization is no evidence of a clamp (issue 50) ---
+
+def _clamped(scale: float, producer: str = "MatMul") -> onnx.ModelProto:
+    """x → MatMul (or Add of a −3.4e38 causal mask: Phi's QDQ) → Q(scale, uint8 0) → DQ."""
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    if producer == "Add":
+        w = numpy_helper.from_array(np.where(np.tril(np.ones((4, 4))), 0, np.finfo(np.float32).min)
+                                    .astype(np.float32), "w")
+    nodes = [helper.make_node(producer, ["x", "w"], ["h"]), helper.make_node("QuantizeLinear", ["h", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    inits = [w, numpy_helper.from_array(np.array(scale, np.float32), "s"), numpy_helper.from_array(np.uint8(0), "z")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _relus(model: onnx.ModelProto) -> list:
+    return [s for s in find_sites(GraphView(model.graph, opset=17)) if s.kind == "relu"]
+
+
+@pytest.mark.parametrize("scale, producer, absorbed", [
+    (0.05, "MatMul", True),  # the control: a calibrated range [0, 12.75]
+    (np.inf, "MatMul", False), (np.inf, "Add", False),  # a range of −3.4e38 whose width overflowed (Phi: 2 sites)
+    (np.nan, "MatMul", False), (0.0, "MatMul", False),  # no range at all
+    (1e-40, "MatMul", False),  # below float32's smallest normal: onnxruntime's quantizer reads it as no range
+    (3e38, "MatMul", False),  # 255 · scale overflows: an infinite top
+])
+def test_a_degenerate_scale_is_no_clamp(scale, producer, absorbed):
+    """Before: every one of these was an absorbed ReLU (its zero point is uint8's minimum, whatever the data)."""
+    assert bool(_relus(_clamped(scale, producer))) == absorbed
+
+
+def _zero_branch(tmp_path, form: str) -> tuple:
+    """LeViT's residual branch: its last BatchNormalization zero-initialised (γ = β = 0), or that BN folded into
+    the Conv (zero weights); through quantize_static, whose calibrated range [0, 0] gives scale 1, zero point 0."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    inits = {"w0": rng.normal(0, .5, (C, 3, 3, 3)), "b0": np.zeros(C), "w1": rng.normal(0, .5, (C, C, 1, 1)),
+             "g": np.zeros(C), "beta": np.zeros(C), "mean": np.zeros(C), "var": np.ones(C)}
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1] * 4)]
+    if form == "batchnorm":
+        nodes += [helper.make_node("Conv", ["c0", "w1"], ["c1"]),
+                  helper.make_node("BatchNormalization", ["c1", "g", "beta", "mean", "var"], ["branch"])]
+    else:
+        inits["w1"] = np.zeros((C, C, 1, 1))
+        nodes += [helper.make_node("Conv", ["c0", "w1"], ["branch"])]
+    nodes.append(helper.make_node("Add", ["c0", "branch"], ["y"]))
+    used = {i for n in nodes for i in n.input}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", C, 8, 8])],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()
+                               if k in used])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "float.onnx")
+    data = iter([{"x": a[None]} for a in rng.normal(0, 1, (8, 3, 8, 8)).astype(np.float32)])
+    reader = type("Reader", (), {"get_next": lambda self: next(data, None)})()
+    quantize_static(tmp_path / "float.onnx", tmp_path / "qdq.onnx", reader, quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+
+
+@pytest.mark.parametrize("form", ["batchnorm", "zero_weights"])
+def test_a_zero_initialised_branch_is_no_clamp(form, tmp_path):
+    """Before: the branch's Q (scale 1, zero point 0) was a `relu` site (LeViT QDQ: 20 of them); the float model
+    has no ReLU and the quantized one lists none either."""
+    plain, quantized = _zero_branch(tmp_path, form)
+    q = next(n for n in onnx.load(quantized).graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "branch")
+    scale = next(numpy_helper.to_array(t) for t in onnx.load(quantized).graph.initializer if t.name == q.input[1])
+    assert scale == 1.0  # what the quantizer writes for the zero-width range
+    assert _sites(plain) == [] and _sites(quantized) == []
+
+
+def test_a_zero_scaled_normalisation_is_its_bias():
+    """bounds: a BatchNormalization of γ = 0 is β whatever its input (a negative β: still no clamp, X is constant)."""
+    text = ('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 2] x) => (float[N, 2] y) {'
+            " g = Constant<value = float[2] {0, 0}>()  b = Constant<value = float[2] {-1, 2}>()"
+            " m = Constant<value = float[2] {0, 0}>()  v = Constant<value = float[2] {1, 1}>()"
+            " h = BatchNormalization(x, g, b, m, v)  s = Constant<value_float = 0.05>()"
+            " z = Constant<value = uint8 {0}>()  q = QuantizeLinear(h, s, z)  y = DequantizeLinear(q, s, z) }")
+    view = GraphView(parse(text).graph, opset=17)
+    assert bounds(view, "h") == (-1.0, 2.0)
+    assert [s for s in find_sites(view) if s.kind == "relu"] == []

@@ -7,6 +7,10 @@ Such a Q is a ReLU when what it reads can be negative: it is produced by a linea
 a normalisation ...) of data, and is not non-negative by construction (`bounds`: a pooled ReLU, x·x, tanh(x) + 1
 inside a GELU, whose calibrated ranges also start at 0). Each is a
 site of kind `relu`, X the float tensor the Q reads and Y the DQ's output, with `params.absorbed_by`.
+A degenerate calibration puts the zero point at the minimum too, whatever the data, and is no clamp: an
+infinite (or non-finite, or sub-normal, or zero) scale, as a −3.4e38 mask's overflowing range gives, and the
+zero-width range (scale 1, zero point 0) of a tensor the data does not reach (`data_free`: a zero-initialised
+BatchNormalization, zero weights).
 
 In QOperator files the clamp sits inside a QLinearConv / QLinearMatMul / QGemm whose output zero point is the
 minimum: no float tensor exists before the clamp, so the ReLU is listed as skipped with that reason.
@@ -15,7 +19,7 @@ minimum: no float tensor exists before the clamp, so the ReLU is listed as skipp
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.graph import qdq
 from onnxaff.graph.view import GraphView
@@ -37,6 +41,12 @@ _UNBOUNDED = (-np.inf, np.inf)
 _QOPERATOR_ZP = {"QLinearConv": 7, "QLinearMatMul": 7, "QGemm": 8}
 _STANDARD = ("", "ai.onnx")
 _MAX_DEPTH = 24
+_TINY, _FLOAT32_MAX = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+_ZEROS_READ = 1 << 22  # weights read to see whether they are all zeros: at most this many values
+# Ops whose output is its bias alone when the (constant) multiplier input is all zeros: a zero-initialised
+# BatchNormalization (LeViT's residual branches), a layer with zero weights. Input index of the multiplier, the bias.
+_BIASED = {"BatchNormalization": (1, 2), "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2),
+           "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (1, 2), "MatMul": (1, None), "Mul": (1, None)}
 
 
 def clamp_range(view: GraphView, node, zp_index: int = 2, scale_index: int = 1) -> tuple[float, float] | None:
@@ -56,7 +66,13 @@ def clamp_range(view: GraphView, node, zp_index: int = 2, scale_index: int = 1) 
     scale = view.constant(node.input[scale_index]) if len(node.input) > scale_index else None
     if scale is None or scale.size != 1 or int(zp.ravel()[0]) != info.min:
         return None
-    return 0.0, float(np.float32(float(scale.ravel()[0]) * (info.max - info.min)))
+    top = float(scale.ravel()[0]) * (info.max - info.min)
+    # a scale below float32's smallest normal (0 included) or not finite, or a top that is not, is no clamp: a
+    # zero-width calibrated range, or one of −3.4e38 whose width overflowed to an infinite scale (zero point then
+    # at the minimum whatever the data); onnxruntime's quantizer itself reads a scale below it as no range
+    if not _TINY <= float(scale.ravel()[0]) < np.inf or not top <= _FLOAT32_MAX:
+        return None
+    return 0.0, float(np.float32(top))
 
 
 def bounds(view: GraphView, tensor: str, depth: int = 0) -> tuple[float, float]:
@@ -71,6 +87,8 @@ def bounds(view: GraphView, tensor: str, depth: int = 0) -> tuple[float, float]:
     node, op = view.nodes[p], view.nodes[p].op_type
     if op in _RANGE:
         return _RANGE[op]
+    if (flat := data_free(view, node)) is not None:
+        return flat
     args = [bounds(view, t, depth + 1) for t in node.input if t]
     if op in _KEEP and args:
         return args[0]
@@ -101,6 +119,44 @@ def bounds(view: GraphView, tensor: str, depth: int = 0) -> tuple[float, float]:
     return _UNBOUNDED
 
 
+def data_free(view: GraphView, node) -> tuple[float, float] | None:
+    """The range of a node's output that the data does not reach: its bias (or 0) where what multiplies the data is
+    a constant of zeros; None otherwise. A quantizer calibrates it to a zero-width range (scale 1, zero point 0:
+    the minimum of uint8), which is no clamp."""
+    where = _BIASED.get(node.op_type)
+    if where is None:
+        return None
+    k, bias = where
+    if not any(_zeros(view, t) for t in (node.input[k:k + 1] if node.op_type != "Mul" else node.input[:2])):
+        return None
+    name = node.input[bias] if bias is not None and len(node.input) > bias else ""
+    b = view.constant(name) if name else np.zeros(1)
+    if b is None:
+        return None  # a computed bias
+    beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0) if node.op_type == "Gemm" else 1.0
+    b = np.asarray(b, np.float64) * beta if b.size else np.zeros(1)
+    return float(b.min()), float(b.max())
+
+
+def _zeros(view: GraphView, name: str) -> bool:
+    """Whether a constant (inline, or a DequantizeLinear of one) holds zeros only; read without keeping a copy."""
+    p = view.producer.get(name)
+    dq = view.nodes[p] if p is not None and view.nodes[p].op_type == qdq.DQ else None
+    stored = view.initializers.get(dq.input[0] if dq is not None else name)
+    if stored is None:
+        c = view.constant(name) if dq is None else None
+        return c is not None and c.size > 0 and not np.any(c)
+    if stored.data_location == TensorProto.EXTERNAL or int(np.prod(stored.dims)) > _ZEROS_READ:
+        return False
+    values = numpy_helper.to_array(stored)
+    if dq is None:
+        return values.size > 0 and not np.any(values)
+    zero = view.constant(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros(1, values.dtype)
+    if zero is None or not values.size:
+        return False
+    return bool(np.all(values == zero.ravel()[0])) if zero.size == 1 else not np.any(zero) and not np.any(values)
+
+
 def find(view: GraphView, claimed: set[int]) -> list[dict]:
     """Each absorbed ReLU of the graph: {x, y, nodes (Q and DQ indices), exit (the DQ), max, skipped}."""
     found, seen = [], set()
@@ -112,7 +168,7 @@ def find(view: GraphView, claimed: set[int]) -> list[dict]:
         p = view.producer.get(x)
         rng = clamp_range(view, node)
         if (rng is None or p is None or x in seen or x in view.static or view.nodes[p].op_type not in LINEAR
-                or bounds(view, x)[0] >= 0):
+                or data_free(view, view.nodes[p]) is not None or bounds(view, x)[0] >= 0):
             continue
         dqs = [c for c in view.consumers.get(node.output[0], []) if view.nodes[c].op_type == qdq.DQ
                and view.nodes[c].domain in _STANDARD and c not in claimed]
