@@ -17,6 +17,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import onnxaff
+from onnxaff.signature import read_signature
 from tests.builders import chain, save
 from tests.conftest import need, run_cli
 
@@ -189,3 +190,122 @@ def test_report_and_compare_suggest_the_metric_too(relu, tmp_path, capfd):
     line = one_line(*run_cli(capfd, "compare", tmp_path / "s.json", tmp_path / "s.json", "--metric", "CKA", "--out",
                              tmp_path / "c.html"))
     assert line.endswith("did you mean 'cka'?"), line
+
+
+# --- the report: the tooltip says what its interval is, the site panel the rows scored ---
+
+@pytest.fixture(scope="module")
+def six_hundred(tmp_path_factory):
+    """600 rows at chunk size 512: one chunk of 512 scored (the interval from its half-chunks), 88 rows left."""
+    from onnxaff_models import shipped_models
+
+    model = next(m for m in shipped_models() if m.name == "sk_mlp_relu")
+    x = np.random.default_rng(0).standard_normal((600, 784)).astype(np.float32)
+    return onnxaff.analyze(str(model.path), x, metrics=["affinity", "cka"], progress=False)
+
+
+def test_a_one_chunk_tooltip_says_its_interval_is_from_half_chunks(six_hundred):
+    """It said `affinity = 0.6290 ± 0.0000 over 1 chunks` above `95 % interval [0.6232, 0.6347]`."""
+    from onnxaff.reports import svg
+
+    points = svg.site_points(six_hundred, "affinity")
+    assert points and all(p["chunks"] == 1 and p["ci95"][1] > p["ci95"][0] for p in points)
+    for p in points:
+        tip = svg.point_title("m", p, "affinity")
+        assert "± 0.0000" not in tip and "1 chunks" not in tip, tip
+        assert f"affinity = {p['y']:.4f} (1 chunk)\n" in tip, tip
+        assert (f"95 % interval [{p['ci95'][0]:.4f}, {p['ci95'][1]:.4f}] (from 4 half-chunks of the one chunk)"
+                in tip), tip
+
+
+@pytest.mark.parametrize("intervals, source", [("auto", "Student t over the 4 chunks"),
+                                               ("half", "from the first chunk's half-chunks, over 4 chunks")])
+def test_a_tooltip_over_chunks_names_the_std_and_the_interval(relu, intervals, source):
+    from onnxaff.reports import svg
+
+    x = np.random.default_rng(0).standard_normal((256, 8)).astype(np.float32)
+    sig = onnxaff.analyze(relu, x, metrics=["affinity"], chunk_size=64, intervals=intervals, progress=False)
+    (p,) = svg.site_points(sig, "affinity")
+    tip = svg.point_title("m", p, "affinity")
+    assert f"± {p['std']:.4f} over 4 chunks (std)\n95 % interval" in tip and tip.endswith(f"({source})"), tip
+
+
+def test_the_site_panel_data_give_the_rows_scored_beside_those_collected(six_hundred, relu):
+    from onnxaff.reports import explore
+
+    sites = explore.page_data([("m", six_hundred)])["models"][0]["sites"]
+    assert {(s["rows"], s["scored_rows"], s["chunks"]) for s in sites.values()} == {(600, 512, 1)}
+    x = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)  # one partial chunk: all 40 scored
+    partial = onnxaff.analyze(relu, x, metrics=["affinity"], chunk_size=64, progress=False)
+    (site,) = explore.page_data([("m", partial)])["models"][0]["sites"].values()
+    assert (site["rows"], site["scored_rows"]) == (40, 40)
+
+
+def test_the_site_panel_and_tooltip_as_the_browser_shows_them(six_hundred, tmp_path):
+    """Clicked in Chromium: the panel says `rows: 512 scored in 1 chunk (600 collected)` (it said `rows: 600`), and
+    the hovered tooltip is the text above."""
+    from onnxaff.reports import svg
+    from onnxaff.reports.html import single_page
+    from tests.test_report_browser import ARGS, Opened, missing
+
+    browser_path = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if Path(p).exists()), None)
+    if browser_path is None:
+        missing("no headless Chromium installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("playwright is not installed (pip install -e '.[browser]')")
+    point = svg.site_points(six_hundred, "affinity")[0]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_path, args=ARGS)
+        try:
+            opened = Opened(browser, tmp_path, single_page(six_hundred, "affinity"), "rows")
+            marker = opened.page.locator(f'svg.sig >> nth=0 >> g.pt[data-s="{point["index"]}"]')
+            marker.hover()
+            assert opened.page.locator("#onnxaff-tip").text_content() == svg.point_title(
+                six_hundred.model["name"], point, "affinity")
+            marker.click()
+            facts = opened.page.locator(".detail p.facts").text_content()
+            assert "rows: 512 scored in 1 chunk (600 collected)" in facts, facts
+            assert opened.clean(), (opened.errors, opened.requests)
+        finally:
+            browser.close()
+
+
+# --- images far smaller than the model's input: said once ---
+
+def _images(folder: Path, sizes) -> Path:
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for k, (w, h) in enumerate(sizes):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / f"{k:03d}.bmp")
+    return folder
+
+
+def test_tiny_images_enlarged_to_the_input_are_said_once(tmp_path, capfd):
+    """8×8 BMPs fed to a 224×224 model were resized to 256 and cropped without a word."""
+    model = save(chain("Relu", dims="N, 3, 224, 224"), tmp_path / "m.onnx")
+    folder = _images(tmp_path / "tiny", [(8, 8)] * 5 + [(300, 260)] * 3)
+    code, out, err = run_cli(capfd, "analyze", model, "--data", folder, "--out", tmp_path / "s.json",
+                             "--chunk-size", 4, "--metrics", "affinity")
+    assert code == 0, err
+    said = [w for w in read_signature(tmp_path / "s.json").warnings if "enlarged" in w]
+    assert said == ["image folder: 5 of the 8 examined images are enlarged more than 4× to reach the model's "
+                    "224x224 input (the smallest 8x8): their pixels are mostly interpolated"], said
+    assert (out + err).count("enlarged more than 4×") == 1  # said once, not per batch
+
+
+def test_images_near_the_input_size_are_not_warned_about(tmp_path):
+    from onnxaff.data.images import small_images_message
+    from onnxaff.data.preprocess import build_preprocess
+    from onnxaff.data.source import InputSpec
+
+    spec = InputSpec("x", np.dtype(np.float32), ("N", 3, 224, 224))
+    p = build_preprocess("torchvision", spec)
+    files = sorted(_images(tmp_path / "ok", [(64, 64), (120, 90), (500, 375)]).iterdir())
+    assert small_images_message(files, p) is None  # 64 → 256 is exactly 4×: enlarged, not far smaller
+    many = sorted(_images(tmp_path / "many", [(8, 8)] * 300).iterdir())
+    line = small_images_message(many, p)
+    assert line.startswith("image folder: 256 of the 256 examined (of 300) images"), line

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxaff import defaults
-from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize
+from onnxaff.data.preprocess import Preprocess, check_cost, crop_pixels, normalize, resized_size
 from onnxaff.data.source import DataSource, InputSpec, folder_identity
 from onnxaff.errors import DataFailed, OnnxaffError, StopWhileWaiting, first_line
 
@@ -83,6 +83,35 @@ def found_message(found: dict) -> str | None:
         if found[key]:
             parts.append(what.format(found[key]) + ("s" if found[key] > 1 else ""))
     return "; ".join(parts)
+
+
+ENLARGED = 4  # an image resized up by more than this on a side is said once: its pixels are mostly interpolated
+_EXAMINED = 256  # the files whose headers are read for it (evenly spread over those the run reads)
+
+
+def small_images_message(files: list[Path], p: Preprocess) -> str | None:
+    """One line when images are much smaller than what the model takes (8×8 enlarged to 256 before a 224 crop),
+    from the headers of up to _EXAMINED of `files` (no decoding): they would otherwise be upscaled without a word."""
+    from PIL import Image
+
+    picked = [files[int(k)] for k in np.unique(np.linspace(0, len(files) - 1, min(len(files), _EXAMINED)))]
+    small = []
+    for path in picked:
+        try:
+            with Image.open(path) as img:
+                size = img.size
+        except Exception:  # unreadable: skipped with its reason when decoded
+            continue
+        w, h = resized_size(size, p)
+        if w > ENLARGED * size[0] or h > ENLARGED * size[1]:
+            small.append(size)
+    if not small:
+        return None
+    least = min(small, key=lambda s: s[0] * s[1])
+    h, w = p.crop_hw()
+    of = f"{len(small)} of the {len(picked)} examined" + (f" (of {len(files)})" if len(picked) < len(files) else "")
+    return (f"image folder: {of} images are enlarged more than {ENLARGED}× to reach the model's {h}x{w} input "
+            f"(the smallest {least[0]}x{least[1]}): their pixels are mostly interpolated")
 
 
 def class_of(root: Path, path: Path) -> str:
@@ -226,6 +255,8 @@ class ImageFolderSource(DataSource):
         if not all_files:
             raise OnnxaffError(f"no images ({', '.join(sorted(EXTENSIONS))}) found under {self.root}")
         self.files = select(all_files, self.root, limit, shuffle, seed)
+        if (m := small_images_message(self.files, preprocess)):
+            self.warnings.append(m)
         self.available = len(all_files)
         self.spec, self.p, self.workers, self.draft = spec, preprocess, workers, draft
         self.prefetch = prefetch or max(2, 2 * workers)

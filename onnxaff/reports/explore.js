@@ -243,7 +243,7 @@
     htmlEl("h4", model.name + " \u2014 site #" + index + " " + site.id + " (" + site.kind + ")", panel);
     var facts = ["op types: " + (site.op_types.join(" + ") || "\u2013"), "nodes: " + site.nodes,
                  "D = " + fmt(site.dim) + (site.dim_y != null && site.dim_y !== site.dim ? " \u2192 " + site.dim_y : ""),
-                 "rows: " + fmt(site.rows),
+                 rowsText(site),
                  "X: " + site.input + (site.input_shape ? " [" + shape(site.input_shape) + "]" : ""),
                  "Y: " + site.output];
     htmlEl("p", facts.join(" \u00b7 "), panel, "facts");
@@ -257,6 +257,14 @@
     htmlEl("h4", "neighbourhood in the graph", panel);
     drawNeighbourhood(site.neighbourhood, panel);
   };
+
+  /* the rows the chunk scores saw, and the rows collected where more (those short of a whole chunk) */
+  function rowsText(site) {
+    var scored = site.scored_rows;
+    if (scored == null || scored === site.rows) return "rows: " + fmt(site.rows);
+    return "rows: " + fmt(scored) + " scored in " + fmt(site.chunks) + (site.chunks === 1 ? " chunk" : " chunks") +
+      " (" + fmt(site.rows) + " collected)";
+  }
 
   function scoresTable(site, first, panel) {
     var names = Object.keys(site.metrics).sort(function (a, b) { return (b === first) - (a === first); });

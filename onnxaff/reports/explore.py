@@ -46,11 +46,23 @@ def _clean(v):
     return printable(str(v))
 
 
-def _site(s: dict) -> dict:
+def scored_rows(s: dict, chunk_size) -> int | None:
+    """The rows the chunk scores saw: whole chunks (the rows short of one are dropped), or the one partial chunk's;
+    a site's `rows` counts every row collected (600 collected, 512 scored at chunk size 512)."""
+    rows, chunks = s.get("rows"), s.get("chunks")
+    if s.get("partial_chunk"):
+        return rows
+    if isinstance(chunks, int) and isinstance(chunk_size, int):
+        return chunks * chunk_size
+    return None
+
+
+def _site(s: dict, chunk_size=None) -> dict:
     metrics = {m: {k: e[k] for k in _METRIC_KEYS if k in e} for m, e in (s.get("metrics") or {}).items() if e}
     return {"id": s.get("id"), "kind": s.get("kind"), "op_types": s.get("op_types") or [],
             "nodes": len(s.get("nodes") or []), "params": s.get("params") or {}, "dim": s.get("dim"),
-            "dim_y": s.get("dim_y"), "rows": s.get("rows"), "input_shape": s.get("input_shape"),
+            "dim_y": s.get("dim_y"), "rows": s.get("rows"), "scored_rows": scored_rows(s, chunk_size),
+            "chunks": s.get("chunks"), "input_shape": s.get("input_shape"),
             "input": s.get("input"), "output": s.get("output"), "metrics": metrics,
             "neighbourhood": s.get("neighbourhood", "absent")}
 
@@ -59,7 +71,7 @@ def page_data(named_sigs) -> dict:
     """{"models": [{"name", "sites": {index: site}}]}: the ok activation sites (those the plots draw)."""
     models = []
     for name, sig in named_sigs:
-        sites = {str(s["index"]): _site(s) for s in sig.sites
+        sites = {str(s["index"]): _site(s, (sig.options or {}).get("chunk_size")) for s in sig.sites
                  if s.get("status") == "ok" and s.get("group", "activation") == "activation"}
         models.append({"name": name, "sites": sites})
     return {"models": models}

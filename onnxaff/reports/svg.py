@@ -67,13 +67,26 @@ def _esc(v) -> str:
 def point_title(model: str, p: dict, metric: str) -> str:
     """The tooltip text (plain, not yet escaped): one line each for the model, the site, D and the score; every
     name printable, so only these line breaks are line breaks."""
-    spread = f" ± {p['std']:.4f} over {printable(p['chunks'])} chunks" if p.get("std") is not None else " (pooled)"
+    one = p.get("chunks") == 1
+    spread = (" (pooled)" if p.get("std") is None else " (1 chunk)" if one else
+              f" ± {p['std']:.4f} over {printable(p['chunks'])} chunks (std)")
     partial = " — partial chunk" if p.get("partial") else ""
-    ci = f"\n95 % interval [{p['ci95'][0]:.4f}, {p['ci95'][1]:.4f}]" if p.get("ci95") else ""
+    ci = (f"\n95 % interval [{p['ci95'][0]:.4f}, {p['ci95'][1]:.4f}] ({_interval_source(p)})"
+          if p.get("ci95") else "")
     flags = f"\nflags: {', '.join(printable(f) for f in p['flags'])}" if p.get("flags") else ""
     return (f"{printable(model)}\n#{p['index']} {printable(p['site'])} ({printable(p['kind'])}; "
             f"{printable(p['ops'])})\nD = {printable(p.get('dim') or '?')}\n"
             f"{printable(metric)} = {p['y']:.4f}{spread}{partial}{ci}{flags}")
+
+
+def _interval_source(p: dict) -> str:
+    """How the point's ci95 was made (docs/statistics.md, "Confidence intervals"): one chunk's from its half-chunks,
+    else Student t over the chunks, or under `intervals` half the first chunk's half-chunks."""
+    if p.get("chunks") == 1:
+        return "from 4 half-chunks of the one chunk"
+    if p.get("intervals") == "half":
+        return f"from the first chunk's half-chunks, over {printable(p['chunks'])} chunks"
+    return f"Student t over the {printable(p['chunks'])} chunks"
 
 
 @dataclass(frozen=True)
@@ -205,5 +218,6 @@ def site_points(sig, metric: str) -> list[dict]:
         out.append({"x": k / (n - 1) if n > 1 else 0.0, "y": e["mean"], "std": e.get("std"),
                     "chunks": e.get("chunks"), "partial": bool(e.get("partial")), "index": s["index"],
                     "site": s["id"], "kind": s["kind"], "ops": "+".join(s.get("op_types") or []),
-                    "dim": s.get("dim"), "ci95": e.get("ci95"), "flags": list(e.get("flags") or [])})
+                    "dim": s.get("dim"), "ci95": e.get("ci95"), "flags": list(e.get("flags") or []),
+                    "intervals": (sig.options or {}).get("intervals", "auto")})
     return out
