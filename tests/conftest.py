@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,13 +77,40 @@ def need(module: str):
     """pytest.importorskip, except for the modules ONNXAFF_REQUIRE names (.ci/run: torch): a test that would
     skip for want of one fails instead, so CI runs the torch examples the README's command may skip."""
     if module not in REQUIRED_MODULES:
-        return pytest.importorskip(module)
+        return pytest.importorskip(module, reason=f"{module} is not installed (ONNXAFF_REQUIRE={module} fails this "
+                                                  "test instead)")
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         pytest.fail(f"ONNXAFF_REQUIRE names {module}, which does not import: {exc}")
+
+
+# Tests skipped for want of an optional part, said after the run with what runs them (CI does: .ci/run).
+BROWSER_SKIP = re.compile(r"Chromium|playwright")
+MODULE_SKIP = re.compile(r"ONNXAFF_REQUIRE=(\w+)")
+
+
+def optional_skips(reasons: list[str]) -> list[str]:
+    """One line per optional part whose tests were skipped: how many, and how to run them."""
+    browser = sum(bool(BROWSER_SKIP.search(r)) for r in reasons)
+    modules: dict[str, int] = {}
+    for r in reasons:
+        if (m := MODULE_SKIP.search(r)):
+            modules[m.group(1)] = modules.get(m.group(1), 0) + 1
+    lines = [f"{browser} browser tests skipped: no headless Chromium or playwright (apt-get install chromium, pip "
+             "install -e '.[browser]'; ONNXAFF_REQUIRE_BROWSER=1 fails them instead, as CI does)"] if browser else []
+    lines += [f"{n} tests skipped without {m} (pip install {'torch==2.13.0' if m == 'torch' else m}; "
+              f"ONNXAFF_REQUIRE={m} fails them instead, as CI does)" for m, n in sorted(modules.items())]
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter):
+    reasons = [str(r.longrepr[2]) for r in terminalreporter.stats.get("skipped", [])
+               if isinstance(r.longrepr, tuple) and len(r.longrepr) == 3]
+    for line in optional_skips(reasons):
+        terminalreporter.write_line(line, yellow=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -309,3 +310,41 @@ def test_images_near_the_input_size_are_not_warned_about(tmp_path):
     many = sorted(_images(tmp_path / "many", [(8, 8)] * 300).iterdir())
     line = small_images_message(many, p)
     assert line.startswith("image folder: 256 of the 256 examined (of 300) images"), line
+
+
+# --- the README's test command: the tests it skips for want of an optional part are said ---
+
+def test_skips_for_want_of_the_browser_or_a_module_are_said_after_the_run(tmp_path):
+    """`python -m pytest -q` skipped the browser and torch tests among 20 other skips, unsaid; CI runs them."""
+    (tmp_path / "test_optional.py").write_text(textwrap.dedent('''
+        import pytest
+        from tests.conftest import need
+
+        def test_browser():
+            pytest.skip("no headless Chromium installed (apt-get install chromium)")
+
+        @pytest.mark.parametrize("k", range(3))
+        def test_module(k):
+            need("onnxaff_no_such_module")
+
+        def test_other():
+            pytest.skip("slow: set ONNXAFF_SLOW=1")
+    '''))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+                          "--rootdir", str(tmp_path), str(tmp_path / "test_optional.py")],
+                         capture_output=True, text=True, cwd=ROOT,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("ONNXAFF_REQUIRE")})
+    assert "5 skipped" in run.stdout, run.stdout + run.stderr
+    lines = [ln for ln in run.stdout.splitlines() if "skipped:" in ln or "skipped without" in ln]
+    assert lines == ["1 browser tests skipped: no headless Chromium or playwright (apt-get install chromium, pip "
+                     "install -e '.[browser]'; ONNXAFF_REQUIRE_BROWSER=1 fails them instead, as CI does)",
+                     "3 tests skipped without onnxaff_no_such_module (pip install onnxaff_no_such_module; "
+                     "ONNXAFF_REQUIRE=onnxaff_no_such_module fails them instead, as CI does)"], run.stdout
+
+
+def test_the_readme_says_what_its_test_command_skips():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("Run the tests:"):readme.index("## The demo")]
+    for words in ("ONNXAFF_REQUIRE_BROWSER=1", "ONNXAFF_REQUIRE=torch", ".[browser]", "torch==2.13.0",
+                  "ONNXAFF_SHARED_MODELS"):
+        assert words in section, words
