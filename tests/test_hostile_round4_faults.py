@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import time
 
 import numpy as np
 import onnx
@@ -341,3 +342,20 @@ def test_nlc_overflowing_on_features_near_1e20_costs_only_the_nlc(relu, tmp_path
         assert "NaN/Inf in the Jacobian-vector sums of 4 batch(es)" in nlc["reason"], nlc  # 256 rows, batches of 64
     else:  # the control: an ordinary scale scores
         assert nlc["status"] == "ok" and np.isfinite(nlc["mean"]), nlc
+
+
+# --- a site too wide for its metrics' working memory is refused before allocating ---
+
+def test_a_site_whose_metrics_cannot_fit_is_refused_before_allocating(tmp_path):
+    """The issue's 10⁶ features × 64 rows under 8 GB, scaled to the 3 GB cap: 2.5·10⁵ features × 64 rows. The
+    buffers and half-samples (1.28 GB) fit, so the run went on and affinity ended in `MemoryError` (exit 0); the
+    metrics' working copies (measured, onnxaff.analysis.budget.METRIC_WORK) do not, so it is refused first."""
+    from tests.test_resources import capped_cli
+
+    model = save(chain("Relu", width=250_000), tmp_path / "wide.onnx")
+    start = time.monotonic()
+    line = one_line(*capped_cli("analyze", model, "--data", "synthetic:gaussian:n=64", "--out", tmp_path / "s.json",
+                                "--quiet", timeout=120))
+    assert time.monotonic() - start < 60
+    assert "working copies of site" in line and "--chunk-size" in line and "GB" in line, line
+    assert not (tmp_path / "s.json").exists()

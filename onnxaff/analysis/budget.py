@@ -18,6 +18,11 @@ from onnxaff.metrics.dispatch import serving
 from onnxaff.stats import HALVES
 
 FLOAT64 = 8
+# Chunk copies (X and Y, float64) the metrics hold while scoring, beyond the buffers and half-samples: measured at
+# 64 rows × 10⁵ features, maximum resident set less the buffers' five copies, 4.4 (affinity, one thread), 5.6 (the
+# default metrics, two threads), 8.3 (four threads).
+METRIC_WORK = 5.0
+THREAD_WORK = 1.5
 HELD = 3  # a site's chunk as buffered batches, as the float64 chunk metrics read, and as the previous/first chunk
 SLOW_CHUNK_SECONDS = 10.0  # a metric slower than this a chunk is announced with its predicted time
 
@@ -49,8 +54,26 @@ def _dims(site, reduce: str) -> tuple[int | None, int | None]:
 
 def check_sites(sites, stage_probes, metrics, config, examples: int) -> None:
     """Refuse chunk buffers (and pooled d×d moments) that cannot be held: rows × features × 8 bytes × copies
-    for every site, plus the half-sample copies of the largest one-chunk site."""
-    check_fits(site_memory(sites, stage_probes, metrics, config, examples))
+    for every site, plus the half-sample copies of the largest one-chunk site and the metrics' working copies of
+    its chunks (without them a site of 10⁶ features passed at 7.2 GB of an 8 GB cap and every metric ran out)."""
+    check_fits(site_memory(sites, stage_probes, metrics, config, examples) + metric_work(sites, config, examples))
+
+
+def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
+    """What the scoring threads' metrics hold while they score the widest site's chunks (centred copies, QR and
+    Gram factors): METRIC_WORK chunk copies for the first thread, THREAD_WORK for each further one."""
+    from onnxaff.scoring import default_workers
+
+    rows = config.chunk_size if config.reduce == "positions" else max(2, min(config.chunk_size, examples))
+    widths = [(rows * sum(dims) * FLOAT64, s.id) for s in sites if None not in (dims := _dims(s, config.reduce))]
+    if not widths:
+        return []
+    widest = max(widths)
+    threads = max(1, default_workers() if config.chunk_workers is None else config.chunk_workers)
+    copies = METRIC_WORK + THREAD_WORK * (threads - 1)
+    return [(int(copies * widest[0]), f"the metrics' working copies of site {widest[1]}'s chunks ({copies:g} "
+             f"chunks over {threads} scoring thread(s))", f"lower {option('chunk_size')} or "
+             f"{option('chunk_workers')} (or {option('reduce', 'mean')} for fewer features)")]
 
 
 def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tuple[int, str, str]]:
