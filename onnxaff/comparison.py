@@ -322,7 +322,7 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
         have = ", ".join(shared_metrics(sigs)) or "none shared"
         raise ConfigError("metric", f"{{option}} {metric!r}: not every signature has {metric} scores (they share: "
                                     f"{have}; {unscored(sigs, metric)})")
-    rows = []
+    rows, partial = [], []
     for s, name in zip(sigs, run_labels(sigs), strict=True):
         key = next((k for k in (name, s.model.get("name"), s.model.get("sha256")) if k in accuracy), None)
         if key is None:
@@ -332,7 +332,9 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
         features = {f"{metric} {k}": v for k, v in stats.items() if k not in ("sites", "near_linear") and v is not None}
         for label, (section, field) in BASELINES.items():
             value = s.model.get(section, {}).get(field)
-            if value is not None:
+            if field == "gflops" and s.model.get(section, {}).get("macs_unknown_nodes"):
+                partial.append(name)  # a count of some nodes only: not the model's GFLOPs
+            elif value is not None:
                 features[label] = float(value)
         group = (groups or {}).get(name) or (groups or {}).get(s.model.get("sha256", "")) or "all"
         flagged, scored = _flag_counts(s, metric)
@@ -364,6 +366,9 @@ def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | Non
     sizes = {g: next(iter(t.values()))["models"] for g, t in table.items() if t}
     warnings = [f"{'' if g == 'all' else f'group {g}: '}{w}" for g, n in sizes.items()
                 if (w := few_models_warning(n))]  # the differences: differences.line_of
+    if partial:
+        warnings.append(f"GFLOPs left out: the MACs of some nodes of {', '.join(partial)} are unknown "
+                        "(model.stats.macs_unknown_nodes)")
     # a statistic some signature lacks (an older file without model.stats) is left out, and said so
     return Correlation({"metric": metric, "rows": rows, "table": table, "left_out": sorted(everything - common),
                         "p_method": method_text(*sorted(set(sizes.values()) or {len(rows)})),

@@ -2,6 +2,7 @@
 computes rather than a value_info that lies, and MACs counted on the shapes a run fed."""
 
 import json
+import warnings
 
 import numpy as np
 import onnx
@@ -9,7 +10,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxaff
-from onnxaff.graph import discover_sites
+from onnxaff.graph import discover_sites, load_model
+from onnxaff.graph.complexity import model_stats
 from tests.builders import HEADER, with_weights
 from tests.conftest import parse, run_cli
 
@@ -119,3 +121,107 @@ def test_analyze_uses_the_real_d_and_scores_as_the_honest_twin(tmp_path, rng):
     assert lied["dim"] == told["dim"] == 16 and lied["input_shape"] == ["N", 16]
     assert lied["metrics"]["affinity"]["mean"] == told["metrics"]["affinity"]["mean"]
     assert any("value_info declares h" in w for w in sigs[0].warnings)
+
+
+def conv_net(tmp_path):
+    """A small conv net (grouped and strided convs, a Linear) exported by TorchScript with symbolic N, H, W; the
+    module and the file."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=4)
+            self.c3, self.fc = nn.Conv2d(8, 16, 1), nn.Linear(16, 5)
+
+        def forward(self, x):
+            x = torch.relu(self.c3(torch.relu(self.c2(torch.relu(self.c1(x))))))
+            return self.fc(x.mean((2, 3)))
+
+    torch.manual_seed(0)
+    net, path = Net().eval(), tmp_path / "convnet.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.randn(2, 3, 40, 48),), str(path), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "N", 2: "H", 3: "W"}}, opset_version=17, dynamo=False)
+    return net, path
+
+
+def hook_macs(net, shape) -> int:
+    """MACs of one example of `shape` counted by forward hooks: Conv out elements × in_channels/groups × kernel,
+    Linear out elements × in_features (the convention of docs/signature.md, independent of the graph)."""
+    import torch
+
+    total, handles = [0], []
+
+    def hook(m, _, out):
+        per = out.numel() // out.shape[0]
+        if isinstance(m, torch.nn.Conv2d):
+            total[0] += per * m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+        elif isinstance(m, torch.nn.Linear):
+            total[0] += per * m.in_features
+
+    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, torch.nn.Conv2d | torch.nn.Linear)]
+    with torch.no_grad():
+        net(torch.zeros(1, *shape))
+    for h in handles:
+        h.remove()
+    return total[0]
+
+
+@pytest.mark.parametrize("hw", [(40, 48), (24, 32)])
+def test_macs_are_counted_on_the_shape_the_run_fed(tmp_path, hw):
+    """Before: 568 MACs (every symbolic dim read as 1), against 545,360 by hooks at 40×48 and 218,192 at 24×32."""
+    net, path = conv_net(tmp_path)
+    x = np.random.default_rng(0).standard_normal((16, 3, *hw)).astype(np.float32)
+    stats = onnxaff.analyze(path, x, progress=False).model["stats"]
+    assert stats["macs_unknown_nodes"] == []
+    assert stats["macs"] == hook_macs(net, (3, *hw))
+    assert stats["gflops"] == round(stats["macs"] / 1e9, 6)
+
+
+def test_macs_on_an_image_folder_are_the_decoded_size(tmp_path, capfd):
+    """An image folder says its size only by decoding: counted on the first batch's shape (a 28×32 crop)."""
+    from PIL import Image
+
+    net, path = conv_net(tmp_path)
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for i in range(4):
+        pixels = (np.random.default_rng(i).random((30, 36, 3)) * 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i}.png")
+    out = tmp_path / "sig.json"
+    code, _, err = run_cli(capfd, "analyze", path, "--data", folder, "--crop", "28x32", "--out", out)
+    assert code == 0, err
+    stats = json.loads(out.read_text())["model"]["stats"]
+    assert stats["macs_unknown_nodes"] == [] and stats["macs"] == hook_macs(net, (3, 28, 32))
+
+
+def test_macs_without_a_fed_shape_are_unknown_never_counted_at_1(tmp_path):
+    """No feeds to read the spatial dims from: the convolutions are listed unknown and left out, the Linear
+    (batch × 16 → 5: its batch symbol is the input's) is counted."""
+    net, path = conv_net(tmp_path)
+    loaded = load_model(path)
+    stats = model_stats(loaded.model, [], loaded.view)
+    assert sorted(stats["macs_unknown_nodes"]) == ["/c1/Conv", "/c2/Conv", "/c3/Conv"]
+    assert stats["macs"] == 16 * 5
+
+
+def test_correlate_leaves_out_gflops_of_a_partial_count():
+    from onnxaff.comparison import correlate
+    from onnxaff.signature import Signature
+
+    def sig(name, score, gflops, unknown):
+        sites = [{"index": 0, "id": "s0", "kind": "relu", "status": "ok", "metrics": {"affinity": {"mean": score}}}]
+        stats = {"parameters": 10, "gflops": gflops, "depth_sites": 1, "macs_unknown_nodes": unknown}
+        return Signature(model={"name": name, "sha256": name * 8, "stats": stats}, data={}, options={}, runtime={},
+                         metrics={"affinity": {}}, sites=sites)
+
+    accuracy = {"a": "0.7", "b": "0.75", "c": "0.8", "d": "0.72"}
+    whole = [sig(n, 0.5 + k / 10, 1.0 + k, []) for k, n in enumerate(accuracy)]
+    assert "GFLOPs" in correlate(whole, accuracy)["table"]["all"]
+    whole[2] = sig("c", 0.7, 0.003, ["/c1/Conv"])
+    result = correlate(whole, accuracy)
+    assert "GFLOPs" not in result["table"]["all"] and "GFLOPs" in result["left_out"]
+    assert any("GFLOPs left out" in w and "c" in w for w in result["warnings"])

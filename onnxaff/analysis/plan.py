@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from onnxaff.analysis.budget import check_batches, check_sites, slow_chunk_warnings
+from onnxaff.analysis.budget import check_batches, check_sites, fed_shapes, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.records import SiteRecord, Stage, StageRecord
 from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
@@ -20,7 +20,7 @@ from onnxaff.errors import ConfigError, OnnxaffError, option
 from onnxaff.files import absolute
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import stage_tracks
-from onnxaff.graph.complexity import model_stats
+from onnxaff.graph.complexity import batch_symbols, model_stats
 from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks
@@ -100,6 +100,9 @@ class Plan:
     @classmethod
     def build(cls, model, data: str | list[str], config: AnalysisConfig) -> Plan:
         loaded = from_proto(model) if isinstance(model, onnx.ModelProto) else load_model(model)
+        inputs = model_inputs(loaded.model, config.batch_axes)
+        if not inputs:  # every value is a constant (so no site either): no batch to feed, nothing a data set changes
+            raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         listed = list_sites(loaded, config.layout, list(config.pairs), list(config.blocks),  # as `onnxaff sites`
                             batch_axes=dict(config.batch_axes))
         sites = listed.sites
@@ -114,9 +117,6 @@ class Plan:
                 raise ConfigError("chunk_size", f"{{option}} {config.chunk_size}: metric {m.spec} needs chunks of at "
                                   f"least {m.min_rows} rows")
         fingerprints = code_fingerprints(metrics + track_metrics, available)
-        inputs = model_inputs(loaded.model, config.batch_axes)
-        if not inputs:  # every value is a constant: no batch to feed, nothing a data set changes
-            raise OnnxaffError("the model has no inputs (its graph computes from constants only): nothing to analyse")
         fixed_batch = fixed_batch_of(inputs)
         source = open_source(data, inputs, limit=config.limit, seed=config.seed, shapes=config.input_shapes,
                              images=config.images, sample_rate=config.sample_rate, tokenizer=config.tokenizer,
@@ -152,8 +152,10 @@ class Plan:
         names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
         unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
         start, stop = shard_window(len(source), config.shard, unit)
-        model_info = {**_model_info(loaded, listed.activations), "stats": model_stats(loaded.model, listed.activations,
-                                                                                       loaded.view)}
+        stats = model_stats(loaded.model, listed.activations, loaded.view,  # MACs on the shapes the run feeds
+                            batch=batch_symbols(loaded.view, {s.name: s.batch_axis for s in inputs}),
+                            fed=lambda: fed_shapes(source, inputs, batch_size))
+        model_info = {**_model_info(loaded, listed.activations), "stats": stats}
         if listed.extra:
             model_info["extra_sites"] = {g: sum(s.group == g for s in listed.extra) for g in ("pair", "block")}
         return cls(config=config, data=data, loaded=loaded, sites=sites, ok_sites=ok_sites, stages=stages,

@@ -106,3 +106,29 @@ def _without_weights(model: onnx.ModelProto, strict: bool) -> onnx.ModelProto:
     for i, data in held.items():
         inferred.graph.initializer[i].raw_data = data
     return inferred
+
+
+def with_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto | None:
+    """The graph's shapes when its inputs are `shapes` (name -> dims): inferred on a copy of the graph without its
+    weights' bytes and without value_info, so that no symbolic dim of the file survives where the feeds fix it.
+    None where inference fails. `model` is not touched."""
+    copy = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    g = copy.graph
+    g.node.extend(model.graph.node)
+    g.output.extend(model.graph.output)
+    for t in model.graph.initializer:
+        if math.prod(t.dims) > SHAPE_VALUE_ELEMENTS:  # a weight: its dims are all inference reads
+            g.initializer.append(onnx.TensorProto(name=t.name, data_type=t.data_type, dims=t.dims))
+        else:
+            g.initializer.append(t)
+    for vi in model.graph.input:
+        vi = g.input.add(name=vi.name, type=vi.type)
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape
+            dims.ClearField("dim")
+            for d in shapes[vi.name]:
+                dims.dim.add(dim_value=int(d))
+    try:
+        return onnx.shape_inference.infer_shapes(copy)
+    except Exception:
+        return None
