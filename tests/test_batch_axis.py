@@ -192,3 +192,59 @@ def test_torchscript_seq_first_transformer_layer_scores_as_batch_first(capfd, tm
             scores[name, batch_size] = site["metrics"]["affinity"]["mean"]
     want = scores["first", 64]
     assert all(abs(v - want) < TOL for v in scores.values()), scores
+
+
+def states(body: str, out: str, opset: int = 17):
+    """The batch state of every tensor of x [N, S, E] → `body` (graph.batch.BatchFlow, axis 0 of x)."""
+    from onnxaff.graph.batch import BatchFlow
+    from onnxaff.graph.load import from_proto
+
+    text = HEADER.replace("17", str(opset)) + f"g (float[N, {S}, {E}] x) => ({out}) {{\n{body}\n}}"
+    return BatchFlow(from_proto(with_weights(text)).view, {"x": 0}).states
+
+
+def test_reshape_keeps_the_flattened_order():
+    """[S, N, E] split to [S, N, 2, E/2] by 0 copies keeps axis 1; merged to [S·N, E] the examples sit behind S
+    (outer = S: no rows of examples there); split back to [S, N, E] they are axis 1 again."""
+    from onnxaff.graph.batch import Axis
+
+    got = states(f"""t = Transpose<perm = [1, 0, 2]>(x)
+        s4 = Constant<value = int64[4] {{0, 0, 2, {E // 2}}}>()
+        a = Reshape(t, s4)
+        s2 = Constant<value = int64[2] {{-1, {E}}}>()
+        m = Reshape(t, s2)
+        s3 = Constant<value = int64[3] {{{S}, -1, {E}}}>()
+        y = Reshape(m, s3)""", f"float[{S}, N, {E}] y")
+    assert got["t"] == got["a"] == got["y"] == Axis(1)
+    assert got["m"] == Axis(0, outer=S)
+
+
+def test_merged_batch_skips_the_site():
+    model = with_weights(HEADER + f"""g (float[N, {S}, {E}] x) => (float[M, {E}] y) {{
+        t = Transpose<perm = [1, 0, 2]>(x)
+        s2 = Constant<value = int64[2] {{-1, {E}}}>()
+        m = Reshape(t, s2)
+        y = Relu(m)
+    }}""")
+    (site,) = discover_sites(model)
+    assert site.status == "skipped" and "merged" in site.reason
+
+
+@pytest.mark.parametrize("body", ["y = ReduceMean<keepdims = 1>(x)",
+                                  "e = Constant<value = int64[0] {}>()\n y = ReduceMean<keepdims = 1>(x, e)"])
+def test_reduce_without_axes_reduces_the_batch_too(body):
+    """No axes, or an empty axes input (noop_with_empty_axes = 0): every axis is reduced, the batch's too."""
+    from onnxaff.graph.batch import Mixed
+
+    got = states(body, "float[1, 1, 1] y", opset=18)
+    assert isinstance(got["y"], Mixed) and "every axis" in got["y"].why
+
+
+def test_unsqueeze_and_squeeze_shift_the_axis():
+    from onnxaff.graph.batch import Axis
+
+    got = states("""t = Transpose<perm = [1, 0, 2]>(x)
+        ax = Constant<value = int64[1] {0}>()
+        u = Unsqueeze(t, ax)
+        y = Squeeze(u, ax)""", f"float[{S}, N, {E}] y")
+    assert (got["t"], got["u"], got["y"]) == (Axis(1), Axis(2), Axis(1))

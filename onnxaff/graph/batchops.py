@@ -143,14 +143,14 @@ def _reduce(flow, node, got):
         axes = [int(attr(node, "axis", 0))]
     else:
         axes = flow.ints(node, "axes", 1)
-    if axes is None and attr(node, "noop_with_empty_axes", 0):
+    if not axes and attr(node, "noop_with_empty_axes", 0):
         return s
-    if axes is None:
-        if len(node.input) > 1 and node.input[1]:
-            return None  # axes computed at run time
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        return None  # axes computed at run time
+    if not axes:
         return Mixed(_label(node), f"{node.op_type} over every axis, the batch's too")
-    if rank is None:
-        return Mixed(_label(node), f"{node.op_type} over axes of a tensor of unknown rank") if s != FRONT else None
+    if rank is None:  # negative axes cannot be placed: the generic rule decides
+        return Mixed(_label(node), f"{node.op_type} over the batch axis") if s.axis in axes else None
     axes = [a % rank for a in axes]
     if s.axis in axes:
         return Mixed(_label(node), f"{node.op_type} over the batch axis")
