@@ -348,3 +348,36 @@ def test_the_readme_says_what_its_test_command_skips():
     for words in ("ONNXAFF_REQUIRE_BROWSER=1", "ONNXAFF_REQUIRE=torch", ".[browser]", "torch==2.13.0",
                   "ONNXAFF_SHARED_MODELS"):
         assert words in section, words
+
+
+# --- a source giving other examples than its length declares: a warning (a third-party one is refused for it) ---
+
+def test_a_source_giving_other_examples_than_it_declares_is_warned_about(relu, tmp_path, monkeypatch):
+    """Only a checked third-party source was held to its length (onnxaff.data.guarded, a one-line error); a source
+    the run does not check gave fewer or more examples without a word."""
+    from onnxaff.data import arrays
+
+    x = np.random.default_rng(0).standard_normal((96, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    options = dict(metrics=["affinity"], chunk_size=16, batch_size=16, progress=False)
+    clean = onnxaff.analyze(relu, str(tmp_path / "x.npy"), **options)
+    assert not [w for w in clean.warnings if "declares" in w]
+    length, batches = arrays.ArraySource.__len__, arrays.ArraySource.batches
+
+    monkeypatch.setattr(arrays.ArraySource, "__len__", lambda self: length(self) + 32)  # declares 128, gives 96
+    fewer = onnxaff.analyze(relu, str(tmp_path / "x.npy"), **options)
+    assert [w for w in fewer.warnings if "declares" in w] == [
+        f"the arrays source {tmp_path / 'x.npy'} gave 96 examples (used, dropped and unreadable) where its length "
+        "declares 128: the scores are of the 96; a shard or a resumed run splits the data by the declared count"]
+
+    def one_more(self, batch_size, start=0, stop=None, should_stop=None):  # a batch past the window asked for
+        yield from batches(self, batch_size, start, stop, should_stop)
+        yield from batches(self, batch_size, 0, batch_size, should_stop)
+
+    monkeypatch.setattr(arrays.ArraySource, "__len__", length)
+    monkeypatch.setattr(arrays.ArraySource, "batches", one_more)
+    more = onnxaff.analyze(relu, str(tmp_path / "x.npy"), **options)
+    assert more.data["samples"] == 112
+    assert [w for w in more.warnings if "declares" in w] == [
+        f"the arrays source {tmp_path / 'x.npy'} gave 112 examples (used, dropped and unreadable) where its length "
+        "declares 96: the scores are of the 112; a shard or a resumed run splits the data by the declared count"]
