@@ -182,8 +182,7 @@ class RunState:
                        dict(zip(self.indices, self.sites, strict=True)), metrics, network)
         if self.ragged:
             sig.warnings.append(ragged_warning(self.ragged, self.sites))
-        if (given := self.used + self.dropped + len(self.skipped)) != self.stop - self.start:
-            sig.warnings.append(count_warning(given, self.stop - self.start, self.header.get("data") or {}))
+        sig.warnings += count_warning(self.used + self.dropped + len(self.skipped), self.stop - self.start, self.header)
         sig.stages = stage_results(self.stage_records, self.stages, track_metrics)
         return sig
 
@@ -211,10 +210,14 @@ def ragged_warning(ragged: list[str], sites: list[SiteState]) -> str:
            "from one run's"
 
 
-def count_warning(given: int, declared: int, data: dict) -> str:
-    """A source that gave other examples than its length declares (a checked third-party source is refused for it:
-    onnxaff.data.guarded): the scores are of what it gave, and a shard or a resume splits by the declared count."""
+def count_warning(given: int, declared: int, header: dict) -> list[str]:
+    """A source that gave other examples (used, dropped, unreadable) than its length declares (a checked third-party
+    source is refused for it: onnxaff.data.guarded): the scores are of what it gave; a shard or a resume splits by
+    the declared count."""
+    if given == declared:
+        return []
+    data = header.get("data") or {}
     what = f"{data.get('kind') or 'data'} source {data.get('source') or ''}".rstrip()
-    return (f"the {what} gave {given} examples (used, dropped and unreadable) where its length declares "
+    return [f"the {what} gave {given} examples (used, dropped and unreadable) where its length declares "
             f"{declared}: the scores are of the {given}; a shard or a resumed run splits the data by the declared "
-            "count")
+            "count"]
