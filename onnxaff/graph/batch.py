@@ -79,7 +79,7 @@ class BatchFlow:
             found.add(Axis(s.axis + r - ri, s.outer))
         if len(found) == 1:
             return found.pop()
-        return Mixed(node.name or node.op_type, "its inputs carry the batch on different axes")
+        return Lost(node.name or node.op_type, "its inputs carry the batch on different axes")
 
 
 def batch_axis(site) -> int:

@@ -124,17 +124,25 @@ def _settle_site(view: GraphView, site: Site, layout: str) -> None:
 
 
 def _input_axes(view: GraphView, batch_axes: dict | None) -> dict | None:
-    """Input name -> its batch axis (None: rank 0); None where a fixed batch of 1 leaves nothing to follow."""
-    axes = {}
+    """Input name -> its batch axis (None: rank 0, or a fixed dim there that is not the others' batch, as a
+    mask [T, T] beside inputs [B, T, E]); None where a fixed batch of 1 leaves nothing to follow."""
+    given, axes, dims = dict(batch_axes or {}), {}, {}
     for name in view.graph_inputs:
         shape = view.shape(name)
         if shape is not None and not shape:
             axes[name] = None
             continue
-        axis = int((batch_axes or {}).get(name, 0))
+        axis = int(given.get(name, 0))
         axes[name] = axis % len(shape) if shape else axis
-        if shape and shape[axes[name]] == 1:
-            return None  # one example per batch: no axis to tell apart, and none to mix
+        dims[name] = shape[axes[name]] if shape else "?"
+    symbolic = any(isinstance(d, str) for d in dims.values())
+    fixed = [d for d in dims.values() if isinstance(d, int)]
+    batch = None if symbolic or not fixed else max(set(fixed), key=fixed.count)
+    if batch == 1:
+        return None  # one example per batch: no axis to tell apart, and none to mix
+    for name, d in dims.items():
+        if isinstance(d, int) and d != batch and name not in given:
+            axes[name] = None
     return axes
 
 
@@ -163,6 +171,8 @@ def place_batch(view: GraphView, sites: list[Site], layout: str, batch_axes: dic
         elif isinstance(state, Axis) and state.outer != 1:
             site.status, site.reason = "skipped", (
                 f"the batch is merged into axis {state.axis} after other dims: its rows would not be examples")
+        elif isinstance(flow.state(site.output), Axis) and flow.state(site.output) != state:
+            site.status, site.reason = "skipped", "its input and output hold the examples on different axes"
         elif isinstance(state, Axis) and state != FRONT:
             _move_batch(view, site, layout, state.axis)
 
