@@ -4,7 +4,9 @@ d×d formulas on every shape class a chunk comes in, and on the shipped models' 
 Tolerance 1e-9 on ρ (range [0, 1]): the issue's bound. The paths differ in the order of float64 products only;
 largest difference from the direct path over 20 seeds of the classes below (both shrinkages, absolute and relative ε,
 and ε = 0): 6e-15 (n ≈ d, n ≫ d), 2e-13 (rank-deficient), 2e-12 (constant columns; n < d on the map path), 5e-11
-(n < d on the span path, whose QR coordinates round differently).
+(n < d on the span path, whose QR coordinates round differently). The literal d×d formulas share the paths'
+eigendecompositions; tests/test_numbers_words.py holds every path to the definition computed another way (the
+Σ_X-side form of the map, checked against mpmath) at n < d (issue 50).
 """
 
 import numpy as np
