@@ -15,7 +15,7 @@ from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
 from onnxaff.data import examples_in
 from onnxaff.graph.masks import numpy_masked
-from onnxaff.graph.reduction import feature_rounding, numpy_features
+from onnxaff.graph.reduction import feature_rounding, host_batch_first, numpy_features
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
@@ -125,7 +125,7 @@ class Feeder:
                 st.observed.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
                                                        tuple(shapes) if shapes else (x.shape, y.shape)))
             if host is not None and not out.reduced and out.mask is not None:
-                x, y, missing = numpy_masked(x, y, site, host, out.mask, batch)
+                x, y, missing = numpy_masked(*host_batch_first(x, y, site), host, out.mask, batch)
                 missing = [missing]
             elif host is not None and not out.reduced:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)

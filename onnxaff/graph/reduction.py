@@ -7,6 +7,8 @@ observation (`subrewrite.py`), which all append their nodes through one builder.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -148,6 +150,16 @@ def numpy_features(a: np.ndarray, site: Site, mode: str) -> np.ndarray:
     if mode == "flatten":
         return a.reshape(a.shape[0], -1)
     raise ValueError(f"unknown reduction {mode!r}; choose one of {', '.join(REDUCTIONS)}")
+
+
+def host_batch_first(x: np.ndarray, y: np.ndarray, site: Site) -> tuple[np.ndarray, np.ndarray, Site]:
+    """A site's raw X and Y with the examples moved to axis 0 (graph.batch), and the site read batch first: what
+    a masked host reduction takes (as rewrite's `_front` does in the graph)."""
+    axis = batch_axis(site)
+    if not axis:
+        return x, y, site
+    params = {k: v for k, v in site.params.items() if k != "batch_axis"}
+    return np.moveaxis(x, axis, 0), np.moveaxis(y, axis, 0), replace(site, params=params)
 
 
 def feature_dim(site: Site, mode: str) -> int | None:

@@ -7,14 +7,15 @@ naive baseline of the benchmarks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 from onnx import TensorProto, helper
 
 from onnxaff import defaults
+from onnxaff.graph.batch import batch_axis
 from onnxaff.graph.masks import graph_features
-from onnxaff.graph.reduction import FLOAT_TYPES, REDUCTIONS, GraphBuilder, feature_dim, feature_rounding
+from onnxaff.graph.reduction import FLOAT_TYPES, REDUCTIONS, GraphBuilder, batch_first, feature_dim, feature_rounding
 from onnxaff.graph.sites import Site, sanitize
 from onnxaff.graph.view import GraphView
 
@@ -88,8 +89,8 @@ def augment_model(
             if raw:
                 inner = builder.raw(tensor, f"{prefix}.{side}")
             elif mask is not None and mask.applies(side):
-                inner, gone = graph_features(builder, tensor, site.side(side), reduce, mask, side, site.input,
-                                             f"{prefix}.{side}")
+                t, seen, source = _front(builder, tensor, site.side(side), site.input, prefix)
+                inner, gone = graph_features(builder, t, seen, reduce, mask, side, source, f"{prefix}.{side}")
                 missing.append(_exported(gone, TensorProto.DOUBLE, [None], exported, new_outputs))
                 elem = TensorProto.DOUBLE if reduce in ("mean", "reference") else elem
             else:
@@ -113,6 +114,21 @@ def augment_model(
     augmented.graph.output.extend(new_outputs)
     _schedule(augmented, builder, groups)
     return augmented, outputs
+
+
+def _front(builder: GraphBuilder, tensor: str, site: Site, source: str, prefix: str) -> tuple[str, Site, str]:
+    """(tensor, site, X) for a masked reduction: a site whose examples lie off axis 0 (graph.batch) gets both
+    tensors moved batch first and is read as a batch-first site (the mask's axes are the batch-first ones)."""
+    axis = batch_axis(site)
+    if not axis:
+        return tensor, site, source
+    moved = []
+    for t in (tensor, source):
+        key = ("batch_first", t, axis)
+        if key not in builder.cache:
+            builder.cache[key] = builder.node("Transpose", [t], prefix, perm=batch_first(site.rank, axis))
+        moved.append(builder.cache[key])
+    return moved[0], replace(site, params={k: v for k, v in site.params.items() if k != "batch_axis"}), moved[1]
 
 
 def _scoped(builder: GraphBuilder, site: Site, reduce: str, prefix: str, scoped: dict) -> SiteOutputs:
