@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnxaff.graph import qdq
+from onnxaff.graph.batch import batch_axis
 from onnxaff.graph.sites import Site
 
 STEP = 1e-3  # δ: float32 rounding costs ~eps32/δ ≈ 6e-5 relative, the central-difference bias ~δ²
@@ -70,11 +71,12 @@ def _roll(builder, x: str, k: int, prefix: str) -> str:
     return builder.node("Concat", [sl(-k, _INT64_MAX), sl(0, -k)], prefix, axis=0)
 
 
-def _batch_moments(builder, t: str, prefix: str) -> tuple[str, str]:
-    mean = builder.reduce("ReduceMean", t, [0], prefix, keepdims=1)
+def _batch_moments(builder, t: str, prefix: str, axis: int = 0) -> tuple[str, str]:
+    """Per-element mean and centred sum of squares over the batch (`axis`: where the examples lie)."""
+    mean = builder.reduce("ReduceMean", t, [axis], prefix, keepdims=1)
     centred = builder.node("Sub", [t, mean], prefix)
-    m2 = builder.reduce("ReduceSum", builder.node("Mul", [centred, centred], prefix), [0], prefix)
-    return builder.reduce("ReduceMean", t, [0], prefix), m2
+    m2 = builder.reduce("ReduceSum", builder.node("Mul", [centred, centred], prefix), [axis], prefix)
+    return builder.reduce("ReduceMean", t, [axis], prefix), m2
 
 
 def _scale(builder, x: str, site: Site, prefix: str) -> str:
@@ -83,8 +85,9 @@ def _scale(builder, x: str, site: Site, prefix: str) -> str:
     (batch size, shards, a resumed run)."""
     elem = builder.view.elem_type(x)
     square = builder.node("Mul", [x, x], prefix)
-    rank = site.side("x").rank
-    ms = builder.reduce("ReduceMean", square, list(range(1, rank)), prefix, keepdims=1) if rank > 1 else square
+    rank, batch = site.side("x").rank, batch_axis(site)
+    ms = (builder.reduce("ReduceMean", square, [a for a in range(rank) if a != batch], prefix, keepdims=1)
+          if rank > 1 else square)
     rms = builder.node("Max", [builder.node("Sqrt", [ms], prefix), builder.scalar(TINY, elem, prefix)], prefix)
     return builder.node("Min", [rms, builder.scalar(1.0, elem, prefix)], prefix)
 
@@ -95,8 +98,9 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP, masked: float 
     elem = builder.view.elem_type(site.input)
     if elem not in (TensorProto.FLOAT, TensorProto.DOUBLE) or not site.node_indices or site.rank is None:
         return None
-    if site.params.get("batch_axis"):
-        return None  # the statistics read axis 0 as the examples (graph.batch)
+    batch = batch_axis(site)  # the examples' axis (graph.batch): the batch sums run over it
+    if batch and not site.elementwise:
+        return None  # the directional form rolls examples along axis 0 (such a site is skipped anyway)
     produced = {o for i in site.node_indices for o in builder.view.nodes[i].output}
     if site.output not in produced or not any(site.input in builder.view.nodes[i].input for i in site.node_indices):
         return None  # X and Y are not the site's own nodes' (a recurrent gate's steps stacked by Concats)
@@ -109,8 +113,8 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP, masked: float 
         plus = _clone(builder, site, builder.node("Add", [x, h], p), f"{p}.plus")
         minus = _clone(builder, site, builder.node("Sub", [x, h], p), f"{p}.minus")
         d = builder.node("Div", [builder.node("Sub", [plus, minus], p), builder.node("Add", [h, h], p)], p)
-        names["d2sum"] = builder.reduce("ReduceSum", builder.node("Mul", [d, d], p), [0], p)
-        names["xmean"], names["xm2"] = _batch_moments(builder, x, p)
+        names["d2sum"] = builder.reduce("ReduceSum", builder.node("Mul", [d, d], p), [batch], p)
+        names["xmean"], names["xm2"] = _batch_moments(builder, x, p, batch)
         form = "elementwise"
     else:
         safe = x
@@ -129,7 +133,7 @@ def add_jvp(builder, site: Site, prefix: str, step: float = STEP, masked: float 
         jv = builder.node("Div", [builder.node("Sub", [plus, minus], p), builder.scalar(2 * step, elem, p)], p)
         names["jv2"] = builder.reduce("ReduceSumSquare", jv, list(range(1, site.side("y").rank)), p)
         form = "directional"
-    names["ymean"], names["ym2"] = _batch_moments(builder, site.output, p)
+    names["ymean"], names["ym2"] = _batch_moments(builder, site.output, p, batch)
     for key, name in names.items():
         rank = 1 if key == "jv2" else site.side("y" if key.startswith("y") else "x").rank - 1  # per example or element
         builder.new_outputs.append(helper.make_tensor_value_info(name, elem, [None] * rank))
