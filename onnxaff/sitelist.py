@@ -19,7 +19,7 @@ from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.blocks import find_blocks, residual_stages
 from onnxaff.graph.load import LoadedModel, from_proto
 from onnxaff.graph.pairs import block_sites, pair_sites
-from onnxaff.graph.sites import Site, find_sites, settle_shape
+from onnxaff.graph.sites import Site, find_sites, place_batch, settle_shape
 from onnxaff.runtime import Runner
 
 PROBE_DATA = "synthetic:gaussian"  # what a probe run feeds where no data is given
@@ -62,6 +62,7 @@ def list_sites(loaded: LoadedModel, layout: str = defaults.LAYOUT, pairs=(), blo
         extra += block_sites(view, found, layout)
         stages = residual_stages(found)
     extra = _dedupe(extra)
+    place_batch(view, extra, layout, batch_axes)  # (the activations were placed by find_sites)
     sites = activations + extra
     for k, s in enumerate(sites):
         s.index = k

@@ -295,3 +295,17 @@ def test_nlc_of_a_seq_first_site_is_the_twins():
         got[name] = site["metrics"]["nlc"]
     assert got["seq"]["status"] == got["twin"]["status"] == "ok"
     assert abs(got["seq"]["mean"] - got["twin"]["mean"]) < TOL
+
+
+def test_pairs_are_read_with_the_examples_on_axis_0_or_skipped():
+    """--pairs inside the [S, N, E] part would take the sequence as the batch: skipped with the reason; a pair
+    of batch-first tensors around it is kept, and a pair after a mixing op is skipped as its activations are."""
+    from onnxaff.sitelist import sites_of
+
+    listed = sites_of(seq_first(), pairs=[("t", "a"), ("x", "y")])
+    inside, around = [s for s in listed.sites if s.group == "pair"]
+    assert inside.status == "skipped" and "X holds the examples on axis 1" in inside.reason
+    assert around.status == "ok"
+    body, weights, _ = MIXERS["reduce_mean"]
+    (pair,) = [s for s in sites_of(mixing(body, **weights), pairs=[("t", "y")]).sites if s.group == "pair"]
+    assert pair.status == "skipped" and "mixed" in pair.reason

@@ -149,32 +149,50 @@ def _input_axes(view: GraphView, batch_axes: dict | None) -> dict | None:
 def place_batch(view: GraphView, sites: list[Site], layout: str, batch_axes: dict | None = None) -> None:
     """Each settled site on its batch axis (graph.batch): one the examples were mixed in before, or whose axis
     is provably not axis 0 and was lost on the way, is skipped with the reason; one whose examples lie on axis
-    k > 0 gets params["batch_axis"] = k, its shapes read batch first (its reduction moves the axis to the front)."""
+    k > 0 gets params["batch_axis"] = k, its shapes read batch first (its reduction moves the axis to the front).
+    A pair or block (X and Y of their own ranks) is read with the examples on axis 0, or skipped."""
     inputs = _input_axes(view, batch_axes)
-    pending = [s for s in sites if s.ok and s.scope is None and s.group == "activation" and s.rank]
+    pending = [s for s in sites if s.ok and s.scope is None and s.rank]
     if inputs is None or not pending:
         return
-    flow, shapes = BatchFlow(view, inputs), {}
+    flow, cache = BatchFlow(view, inputs), {}
     symbols = {view.shape(n)[a] for n, a in inputs.items() if a is not None and view.shape(n)
                and isinstance(view.shape(n)[a], str) and view.shape(n)[a] != "?"}
+
+    def state(tensor: str):
+        got = flow.state(tensor)
+        if isinstance(got, Lost):
+            if "shapes" not in cache:  # computed once, only where needed
+                cache["shapes"] = propagated_shapes(view)
+            got = _by_symbol(cache["shapes"].get(tensor), symbols, got)
+        return got
+
     for site in pending:
-        state = flow.state(site.input)
-        if isinstance(state, Lost):
-            shapes = shapes or propagated_shapes(view)
-            state = _by_symbol(shapes.get(site.input), symbols, state)
-        if isinstance(state, Mixed):
-            site.status, site.reason = "skipped", (
-                f"the examples of a batch are mixed upstream ({state.why}, at {state.node}): its scores would "
-                "depend on the batch size")
-        elif isinstance(state, Lost):
-            site.status, site.reason = "skipped", f"the batch axis is lost upstream ({state.why}, at {state.node})"
-        elif isinstance(state, Axis) and state.outer != 1:
-            site.status, site.reason = "skipped", (
-                f"the batch is merged into axis {state.axis} after other dims: its rows would not be examples")
-        elif isinstance(flow.state(site.output), Axis) and flow.state(site.output) != state:
+        x, y = state(site.input), state(site.output)
+        if site.group != "activation":
+            why = next((f"{side}: {r}" for side, r in (("X", _refusal(x)), ("Y", _refusal(y))) if r), None)
+            off = next((f"{side} holds the examples on axis {s.axis}" for side, s in (("X", x), ("Y", y))
+                        if isinstance(s, Axis) and s != FRONT), None)
+            if why or off:
+                site.status, site.reason = "skipped", why or f"{off}: a pair or block is read with them on axis 0"
+        elif _refusal(x):
+            site.status, site.reason = "skipped", _refusal(x)
+        elif isinstance(y, Axis) and y != x:
             site.status, site.reason = "skipped", "its input and output hold the examples on different axes"
-        elif isinstance(state, Axis) and state != FRONT:
-            _move_batch(view, site, layout, state.axis)
+        elif isinstance(x, Axis) and x != FRONT:
+            _move_batch(view, site, layout, x.axis)
+
+
+def _refusal(state) -> str | None:
+    """Why a tensor's rows cannot be its examples (graph.batch), None when they can."""
+    if isinstance(state, Mixed):
+        return (f"the examples of a batch are mixed upstream ({state.why}, at {state.node}): its scores would "
+                "depend on the batch size")
+    if isinstance(state, Lost):
+        return f"the batch axis is lost upstream ({state.why}, at {state.node})"
+    if isinstance(state, Axis) and state.outer != 1:
+        return f"the batch is merged into axis {state.axis} after other dims: its rows would not be examples"
+    return None
 
 
 def _by_symbol(shape, symbols: set, lost: Lost):
