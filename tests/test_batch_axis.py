@@ -309,3 +309,39 @@ def test_pairs_are_read_with_the_examples_on_axis_0_or_skipped():
     body, weights, _ = MIXERS["reduce_mean"]
     (pair,) = [s for s in sites_of(mixing(body, **weights), pairs=[("t", "y")]).sites if s.group == "pair"]
     assert pair.status == "skipped" and "mixed" in pair.reason
+
+
+def test_a_checkpoint_saved_before_the_axis_was_followed_is_not_continued(capfd, tmp_path):
+    """A seq-first site's state saved by an onnxaff that read it on axis 0 holds rows mixing examples: its key
+    lacks the site's batch axis, and --resume refuses it in one line rather than add batch-first rows to it."""
+    import signal
+
+    from onnxaff.analysis import open_run
+    from onnxaff.analysis.checkpoint import load_state, save_state
+    from onnxaff.errors import Interrupted
+
+    model, ckpt = save(seq_first(), tmp_path / "m.onnx"), tmp_path / "c.npz"
+    options = dict(metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
+    run = open_run(str(model), "synthetic:gaussian:n=256", checkpoint=ckpt, **options)
+    original, count = run.runner.run, [0]
+
+    def runner(names, feed):
+        count[0] += 1
+        if count[0] == 3:
+            signal.raise_signal(signal.SIGINT)
+        return original(names, feed)
+
+    run.runner.run = runner
+    with pytest.raises(Interrupted):
+        run.execute()
+    run.close()
+    state = load_state(ckpt)
+    (axis,) = state["key"]["reading"].values()
+    assert axis == 1
+    args = ("analyze", model, "--data", "synthetic:gaussian:n=256", "--metrics", "affinity", "--chunk-size", 64,
+            "--batch-size", 32, "--quiet", "--checkpoint", ckpt, "--resume", "--out", tmp_path / "s.json")
+    assert run_cli(capfd, *args)[0] == 0  # its own key: continued (and the checkpoint removed once written)
+    del state["key"]["reading"]  # the key as an onnxaff before the batch axis was followed wrote it
+    save_state(ckpt, state)
+    code, _, err = run_cli(capfd, *args)
+    assert code == 2 and "another batch axis" in err and len(err.strip().splitlines()) == 1, err

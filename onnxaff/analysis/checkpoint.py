@@ -109,9 +109,11 @@ def state_kind(path: str | Path) -> str | None:
 # --- the key: what a saved state must match to be continued or merged ---
 
 def run_key(data_spec: str, description: dict, total: int, options: dict, model_info: dict, unit: int,
-            metrics: dict[str, str | None]) -> dict:
-    """Model (and external weights), data, result-changing options, each plugin file's content, and the code of
-    every metric the run uses (`metrics`: {name: fingerprint}, entry points and plugin files alike)."""
+            metrics: dict[str, str | None], reading: dict[str, int] | None = None) -> dict:
+    """Model (and external weights), data, result-changing options, each plugin file's content, the code of
+    every metric the run uses (`metrics`: {name: fingerprint}, entry points and plugin files alike), and the
+    sites read with their examples off axis 0 (`reading`: {site id: batch axis}; graph.batch): a state saved
+    before they were read so holds rows that mix examples."""
     describe = {k: v for k, v in description.items() if k not in ("skipped", "workers")}
     describe["content"] = data_content(data_spec)
     data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
@@ -119,7 +121,7 @@ def run_key(data_spec: str, description: dict, total: int, options: dict, model_
     model = model_key(model_info["sha256"], model_info.get("external_data"))
     plugins = [{"path": p, "sha256": sha256_of(p) if Path(p).is_file() else None} for p in options["plugins"]]
     return {"model_sha256": model, "data_sha256": data, "options": numeric, "total": total, "unit": unit,
-            "plugins": plugins, "metrics": dict(metrics)}
+            "plugins": plugins, "metrics": dict(metrics), "reading": dict(reading or {})}
 
 
 def data_content(spec: str) -> list | None:
@@ -152,6 +154,8 @@ def key_mismatch(mine: dict, theirs: dict) -> str | None:
                               if mine["options"].get(k) != theirs["options"].get(k))
                 what += f" ({', '.join(diff)})"
             return what
+    if (mine.get("reading") or {}) != (theirs.get("reading") or {}):
+        return "sites read on another batch axis (a state saved before the batch axis was followed to them)"
     for a, b in zip(mine.get("plugins", []), theirs.get("plugins", []), strict=False):
         if a != b:
             return f"another version of the plugin {a['path']} (the file has changed)"

@@ -66,8 +66,9 @@ class Feeder:
         """What a saved state must match to be continued or merged: model, data, options, plugin files, the code
         of each metric used."""
         plan = self.plan
+        reading = {s.id: s.params["batch_axis"] for s in plan.sites if s.params.get("batch_axis")}
         return run_key(plan.data, plan.source.describe(), len(plan.source), plan.options, plan.model_info,
-                       plan.unit, plan.fingerprints)
+                       plan.unit, plan.fingerprints, reading)
 
     def _header(self) -> dict:
         """Everything of the signature that does not come from the collectors (skipped files and counts come
