@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ALL_METRICS = ["affinity", "affinity_lw", "cka", "cka_pooled", "r2", "r2_heldout", "r2_pooled", "nlc",
-               "sparsity_change", "entropy_change", "lss", "ots"]
+ALL_METRICS = ["affinity", "affinity_lw", "affinity_rel", "affinity_bc", "cka", "cka_pooled", "r2", "r2_heldout",
+               "r2_pooled", "nlc", "sparsity_change", "entropy_change", "lss", "ots"]
 RUNS = {"demo": {}, "all": {"metrics": ALL_METRICS, "blocks": ["residual", "attention", "mlp"]}}
 
 
