@@ -28,14 +28,14 @@ from onnxaff.analysis.plan import Plan
 from onnxaff.chunks import readonly
 from onnxaff.data import no_usable
 from onnxaff.entries import not_applicable
-from onnxaff.graph.reduction import feature_dim
+from onnxaff.graph.reduction import feature_dim, graph_mode
 from onnxaff.memory import status_bytes
 from onnxaff.metrics import Chunk
 from onnxaff.metrics.dispatch import serving
 from onnxaff.observations import Observations
 from onnxaff.runtime import CUDA, Runner
 from onnxaff.scoring import MetricScorer, default_workers
-from onnxaff.stats import HALVES, metric_flags
+from onnxaff.stats import HALVES, metric_flags, rows_needed
 
 WARM_EXAMPLES = 8  # the first calibration batch, which warms the session (counted once); then one full batch
 JITTER = 0.1  # of each feature's spread, added to rows drawn again so no two rows of a timed chunk are equal
@@ -59,6 +59,7 @@ class SiteCost:
     chunks: int = 0
     partial: bool = False
     few_rows: list[str] = field(default_factory=list)
+    needs: dict[str, int] = field(default_factory=dict)  # rows each row-ruled metric needs (rows_per_dim × D)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -87,6 +88,8 @@ class Estimate:
     peak_bytes: int
     calibration_seconds: float
     notes: list[str] = field(default_factory=list)
+    examples_needed: int | None = None  # examples from which no site is flagged few_rows (None: none is short)
+    chunk_size_needed: int | None = None  # the chunk size that takes too (None: this one does)
 
     @property
     def wall_seconds(self) -> float:
@@ -153,7 +156,22 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
                     intervals=config.intervals, metrics=[m.spec for m in plan.metrics + plan.track_metrics],
                     provider=feeder.runner.providers[0], workers=timer.workers, sites=sites, stages=stages,
                     seconds=seconds, peak_bytes=int(peak), calibration_seconds=time.perf_counter() - began,
-                    notes=[*plan.warnings, *timer.notes])
+                    notes=[*plan.warnings, *timer.notes], **data_need(sites, plan.metrics, config.chunk_size))
+
+
+def data_need(sites: list[SiteCost], metrics, chunk_size: int) -> dict[str, int | None]:
+    """The examples (and the chunk size) from which no site is flagged few_rows: a pooled metric's rows grow with
+    the examples; a chunk metric's are capped at the chunk size, and a single partial chunk has them all."""
+    pooled = {m.spec for m in metrics if serving(m).pooled}
+    examples = chunk = None
+    for s in sites:
+        for spec, need in s.needs.items():
+            if spec not in s.few_rows or not s.rows_per_example:
+                continue
+            examples = max(examples or 0, math.ceil(need / s.rows_per_example))
+            if spec not in pooled and need > chunk_size:
+                chunk = max(chunk or 0, need)
+    return {"examples_needed": examples, "chunk_size_needed": chunk}
 
 
 class _Recorder:
@@ -231,13 +249,16 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int)
     st = next((st for st in states if st.index == site.index), None)
     if st is None:
         return SiteCost(**base)
-    dims = st.observed.dims or (feature_dim(site, plan.config.reduce), feature_dim(site.side("y"), plan.config.reduce))
+    dims = st.observed.dims or (feature_dim(site, graph_mode(plan.config.reduce)),
+                                    feature_dim(site.side("y"), graph_mode(plan.config.reduce)))
     total, rows, chunks, partial = _chunking(st, fed, examples, plan.config.chunk_size)
-    few, seconds = [], {}
+    few, needs, seconds = [], {}, {}
     for m in plan.metrics:
         if not_applicable(st, m) is not None or None in dims:
             continue
         how = serving(m)
+        if how.row_rule:
+            needs[m.spec] = rows_needed(getattr(m, "rows_per_dim", None), max(dims))
         flags = metric_flags(m, total if how.pooled else rows, max(dims), partial, set())  # the run's own rule
         if "few_rows" in flags:
             few.append(m.spec)
@@ -245,7 +266,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int)
     if chunks and any(serving(m).site_chunks for m in plan.metrics):
         timer.diagnostics += chunks * timer.diagnostic_seconds(st, rows, plan.metrics)
     return SiteCost(**base, dim=dims[0], dim_y=dims[1], rows_per_example=st.observed.rows / fed.examples, rows=rows,
-                    chunks=chunks, partial=partial, few_rows=few, seconds=seconds)
+                    chunks=chunks, partial=partial, few_rows=few, needs=needs, seconds=seconds)
 
 
 def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:

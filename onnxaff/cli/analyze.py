@@ -40,7 +40,8 @@ def print_estimates(estimates: dict) -> None:
         if isinstance(est, str):
             echo_err(f"failed: {label}: {render_options(est, flag_of)}")
             continue
-        click.echo("\n".join(([printable(f"== {label}")] if label else []) + estimate_lines(est.to_dict())))
+        lines = ([printable(f"== {label}")] if label else []) + estimate_lines(est.to_dict())
+        click.echo("\n".join(render_options(line, flag_of) for line in lines))
         for note in est.notes:
             echo_err(f"warning: {render_options(note, flag_of)}")
     if len(estimates) > 1:

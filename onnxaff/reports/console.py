@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from onnxaff.errors import option
 from onnxaff.signature import DAGGER, DAGGER_NOTE
 from onnxaff.terminal import table, wrapped
 from onnxaff.text import printable, short_names
@@ -167,12 +168,13 @@ def estimate_lines(est: dict) -> list[str]:
     rows = []
     for s, shown in zip(items, ids, strict=True):
         if s["status"] != "ok":
-            rows.append([s["index"], shown, s["kind"], "-", "-", "-", s["status"], *["-"] * len(metrics)])
+            rows.append([s["index"], shown, s["kind"], "-", "-", "-", "-", s["status"], *["-"] * len(metrics)])
             continue
         chunks = f"{s['chunks']}{' (partial)' if s['partial'] else ''}"
         cells = [fmt_seconds(s["seconds"][m]) if m in s["seconds"] else "-" for m in metrics]
-        rows.append([s["index"], shown, s["kind"], s["dim"] if s["dim"] is not None else "?", f"{s['rows']:,}", chunks,
-                     ", ".join(s["few_rows"]) or "-", *cells])
+        needs = "/".join(f"{s['needs'][m]:,}" if m in s.get("needs", {}) else "-" for m in metrics)
+        rows.append([s["index"], shown, s["kind"], s["dim"] if s["dim"] is not None else "?", f"{s['rows']:,}", needs,
+                     chunks, ", ".join(s["few_rows"]) or "-", *cells])
     secs = est["seconds"]
     scoring = ", ".join(f"{m} {fmt_seconds(t)}" for m, t in secs["scoring"].items())
     plain = secs["plain_inference"]
@@ -181,14 +183,25 @@ def estimate_lines(est: dict) -> list[str]:
     return [
         printable(f"{est['model']}: {est['examples']:,} examples from {est['data']} in {est['batches']} batches of "
                   f"{est['batch_size']}, chunks of {est['chunk_size']}, reduce={est['reduce']}, {est['provider']}"),
-        wrapped(rows, ["#", "site", "kind", "D", "rows/chunk", "chunks", "few_rows", *[f"{m} s" for m in metrics]],
-                fixed=7, repeat=2),
+        wrapped(rows, ["#", "site", "kind", "D", "rows/chunk", f"needs ({'/'.join(metrics)})", "chunks", "few_rows",
+                       *[f"{m} s" for m in metrics]], fixed=8, repeat=2),
         f"predicted: inference {fmt_seconds(secs['inference'])}{plain}, scoring "
         f"{fmt_seconds(sum(secs['scoring'].values()))} ({scoring}), start and setup "
         f"{fmt_seconds(secs['startup'] + secs['setup'])}",
         f"predicted: wall {fmt_seconds(secs['wall'])}{ratio}, peak memory {size(est['peak_bytes'])} "
         f"(this preview took {fmt_seconds(est['calibration_seconds'])}; docs/cost.md)",
+        data_need_line(est),
     ]
+
+
+def data_need_line(est: dict) -> str:
+    """How many examples (and what chunk size) make every site unflagged few_rows."""
+    examples, chunk = est.get("examples_needed"), est.get("chunk_size_needed")
+    if examples is None:
+        return f"data: no site flagged few_rows with {est['examples']:,} examples"
+    with_chunk = f" with {option('chunk_size', str(chunk))}" if chunk is not None else ""
+    return (f"data: every site unflagged few_rows from {max(examples, est['examples']) if chunk else examples:,} "
+            f"examples{with_chunk} (now {est['examples']:,}, chunks of {est['chunk_size']:,})")
 
 
 def estimates_table(estimates: dict[str, dict]) -> str:
