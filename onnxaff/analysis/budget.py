@@ -13,7 +13,7 @@ import numpy as np
 
 from onnxaff.data import examples_in
 from onnxaff.errors import option
-from onnxaff.graph.reduction import feature_dim
+from onnxaff.graph.reduction import feature_dim, graph_mode, sampled
 from onnxaff.memory import check_fits, size
 from onnxaff.metrics.dispatch import serving
 from onnxaff.stats import HALVES
@@ -79,8 +79,8 @@ def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
     Gram factors): METRIC_WORK chunk copies for the first thread, THREAD_WORK for each further one."""
     from onnxaff.scoring import default_workers
 
-    rows = config.chunk_size if config.reduce == "positions" else max(2, min(config.chunk_size, examples))
-    widths = [(rows * sum(dims) * FLOAT64, s.id) for s in sites if None not in (dims := _dims(s, config.reduce))]
+    rows, mode = chunk_rows(config, examples), graph_mode(config.reduce)
+    widths = [(rows * sum(dims) * FLOAT64, s.id) for s in sites if None not in (dims := _dims(s, mode))]
     if not widths:
         return []
     widest = max(widths)
@@ -91,14 +91,21 @@ def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
              f"{option('chunk_workers')} (or {option('reduce', 'mean')} for fewer features)")]
 
 
+def chunk_rows(config, examples: int) -> int:
+    """The rows of a site's chunk: the chunk size, or fewer where the examples (× K under sample:K) give fewer."""
+    if config.reduce == "positions":
+        return config.chunk_size
+    return max(2, min(config.chunk_size, examples * (sampled(config.reduce) or 1)))
+
+
 def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tuple[int, str, str]]:
     """What the sites' chunk buffers, pooled moments and half-samples hold: (bytes, what, what to lower) parts (the
     cost preview, onnxaff.analysis.cost, adds them up too)."""
-    rows = config.chunk_size if config.reduce == "positions" else max(2, min(config.chunk_size, examples))
+    rows = chunk_rows(config, examples)
     moments = any(serving(m).end_input == "moments" for m in metrics)
     parts, widest = [], (0, "")
     for s in sites:
-        dx, dy = _dims(s, config.reduce)
+        dx, dy = _dims(s, graph_mode(config.reduce))
         if dx is None or dy is None:
             continue
         chunk = rows * (dx + dy) * FLOAT64
@@ -110,7 +117,7 @@ def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tup
                           f"leave the pooled-moment metrics out of {option('metrics')}, or {option('reduce', 'mean')} "
                           "for fewer features"))
     for probes in stage_probes:
-        d = [feature_dim(p, config.reduce) for p in probes]
+        d = [feature_dim(p, graph_mode(config.reduce)) for p in probes]
         if None not in d:
             parts.append((HELD * rows * sum(d) * FLOAT64, f"a residual stage's {rows:,}-row chunks of {sum(d):,} "
                           "features", f"lower {option('chunk_size')}"))
@@ -126,8 +133,9 @@ def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, exa
     chunks = max(1, examples // rows)
     lines = []
     for m in metrics + track_metrics:
-        dims = ([_dims(s, config.reduce) for s in sites] if m in metrics else
-                [(sum(feature_dim(p, config.reduce) or 0 for p in probes),) * 2 for probes in stage_probes])
+        mode = graph_mode(config.reduce)
+        dims = ([_dims(s, mode) for s in sites] if m in metrics else
+                [(sum(feature_dim(p, mode) or 0 for p in probes),) * 2 for probes in stage_probes])
         costs = [m.chunk_seconds(rows, dx or 0, dy or 0) for dx, dy in dims]
         costs = [c for c in costs if c is not None]
         if not costs or max(c[0] for c in costs) < SLOW_CHUNK_SECONDS:

@@ -17,7 +17,7 @@ from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError
 from onnxaff.graph.pairs import parse_block_kinds
-from onnxaff.graph.reduction import REDUCTIONS
+from onnxaff.graph.reduction import REDUCTIONS, SAMPLE, sampled
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
 from onnxaff.network import parse_directions
 from onnxaff.runtime import GRAPH_OPTIMIZATIONS
@@ -73,6 +73,13 @@ def _choice(name: str, value, choices, what: str) -> str:
     if value not in choices:
         raise ConfigError(name, f"unknown {what} {value!r} for {{option}}; choose one of {', '.join(choices)}")
     return value
+
+
+def _reduction(value) -> None:
+    """One of REDUCTIONS, or sample:K (K ≥ 1 positions per example, onnxaff.graph.reduction.sample_rows)."""
+    if value not in REDUCTIONS and not (sampled(value) or 0) >= 1:
+        raise ConfigError("reduce", f"unknown reduction {value!r} for {{option}}; choose one of "
+                          f"{', '.join(REDUCTIONS)} or {SAMPLE}K (K positions per example, K ≥ 1)")
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,7 @@ class AnalysisConfig:
         if self.chunk_workers is not None and self.chunk_workers > MAX_WORKERS:
             raise ConfigError("chunk_workers", f"{{option}} {self.chunk_workers} is more scoring threads than can "
                               f"help (each holds chunks in memory); at most {MAX_WORKERS}")
-        _choice("reduce", self.reduce, REDUCTIONS, "reduction")
+        _reduction(self.reduce)
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
         _choice("graph_optimization", self.graph_optimization, tuple(GRAPH_OPTIMIZATIONS), "graph optimisation level")
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")

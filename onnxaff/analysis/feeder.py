@@ -15,7 +15,7 @@ from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
 from onnxaff.data import examples_in
 from onnxaff.graph.masks import numpy_masked
-from onnxaff.graph.reduction import feature_rounding, host_batch_first, numpy_features
+from onnxaff.graph.reduction import feature_rounding, graph_mode, host_batch_first, numpy_features, sample_rows, sampled
 from onnxaff.metrics import metric_info
 from onnxaff.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.network import NetworkNLC
@@ -123,7 +123,7 @@ class Feeder:
             out = plan.outputs[site.index]
             x, y, jvp, shapes, missing = out.unpack(arrays[part])
             if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
-                st.observed.note_rounding(feature_rounding(site, plan.config.reduce, out.doubles,
+                st.observed.note_rounding(feature_rounding(site, graph_mode(plan.config.reduce), out.doubles,
                                                        tuple(shapes) if shapes else (x.shape, y.shape)))
             if host is not None and not out.reduced and out.mask is not None:
                 x, y, missing = numpy_masked(*host_batch_first(x, y, site), host, out.mask, batch)
@@ -131,6 +131,9 @@ class Feeder:
             elif host is not None and not out.reduced:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
             gone = np.logical_or.reduce([np.asarray(m) > 0 for m in missing]) if missing else None
+            if (k_sampled := sampled(plan.config.reduce)) is not None:  # K positions per example, by its index
+                rows = sample_rows(plan.config.seed, state.cursor, n, x.shape[0], k_sampled, gone)
+                x, y, gone = x[rows], y[rows], None if gone is None else gone[rows]
             if st.expected_rows is not None and x.shape[0] != n * self.rows_per_example[k]:
                 st.expected_rows = None  # not the rows the shapes promised: the site's halves wait for the end
             st.add(x, y, plan.metrics, scorer, block=block, missing=gone)
@@ -165,11 +168,13 @@ class Feeder:
 
 def rows_per_example(site, reduce: str, mask) -> int | None:
     """The rows one example gives a site: 1, except under reduce="positions", where every position of a rank ≥ 3
-    tensor is a row (None when one of those dims is symbolic); None under a mask, which leaves rows out."""
+    tensor is a row, and "sample:K", K of them (None when one of those dims is symbolic); None under a mask,
+    which leaves rows out."""
     if mask is not None:
         return None
     shape, rank, axis = site.input_shape, site.rank, site.feature_axis
-    if reduce != "positions" or rank is None or rank <= 2:
+    if graph_mode(reduce) != "positions" or rank is None or rank <= 2:
         return 1
     dims = [shape[a] for a in range(1, rank) if a != axis] if shape is not None and axis is not None else [None]
-    return math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+    every = math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+    return every if every is None or sampled(reduce) is None else min(every, sampled(reduce))

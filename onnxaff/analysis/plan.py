@@ -26,6 +26,7 @@ from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks
 from onnxaff.graph.neighbourhood import site_neighbourhood
 from onnxaff.graph.pairs import tensor_probe
+from onnxaff.graph.reduction import graph_mode
 from onnxaff.graph.sites import Site
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
@@ -95,7 +96,7 @@ class Plan:
     @property
     def host_reduce(self) -> str | None:
         """The reduction done in numpy (reduce_in="numpy": the naive baseline), None when the graph does it."""
-        return self.config.reduce if self.config.reduce_in == "numpy" else None
+        return graph_mode(self.config.reduce) if self.config.reduce_in == "numpy" else None
 
     @classmethod
     def build(cls, model, data: str | list[str], config: AnalysisConfig) -> Plan:
@@ -145,7 +146,7 @@ class Plan:
         warnings += slow
         padding = mask_input(config.mask, loaded.view)
         masks = site_masks(loaded.view, ok_sites, padding, loaded.base_dir)
-        augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, config.reduce,
+        augmented, outputs = augment_model(loaded.model, ok_sites + track_sites, graph_mode(config.reduce),
                                            raw=config.reduce_in == "numpy",
                                            jvp=any(serving(m).end_input == "jvp" for m in metrics),
                                            view=loaded.view, masks=masks)

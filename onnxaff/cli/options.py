@@ -62,8 +62,8 @@ ANALYSIS_OPTIONS = [
     configured("--chunk-size", type=int, help="Rows per scored chunk."),
     configured("--batch-size", type=int),
     configured("--limit", type=int, help="Use at most N examples."),
-    configured("--reduce", type=click.Choice(["mean", "reference", "positions", "flatten"]),
-               help="How a site's tensors become [rows, D] features."),
+    configured("--reduce", help="How a site's tensors become [rows, D] features: mean, reference, positions, "
+               "flatten, or sample:K (K positions per example, seeded: per-position scores, not pooled ones)."),
     configured("--device", type=click.Choice(["auto", "cpu", "cuda"])),
     configured("--intervals", type=click.Choice(["auto", "chunks", "half", "none"]),
                help="95 % intervals of chunk scores: auto (over chunks; a site's only chunk from half-samples of "

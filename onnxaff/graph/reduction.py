@@ -22,6 +22,7 @@ from onnxaff.graph.view import GraphView
 from onnxaff.metrics.rank import FLOAT32_EPS
 
 REDUCTIONS = ("mean", "reference", "positions", "flatten")
+SAMPLE = "sample:"  # reduce="sample:K": K positions per example, drawn from the `positions` rows (sample_rows)
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE}
 
 
@@ -218,3 +219,52 @@ def feature_rounding(site: Site, mode: str, doubles: tuple[bool, bool] = (False,
         eps = float(np.finfo(np.float64 if double else np.float32).eps)
         worst = max(worst, eps * float(np.sqrt(p)))
     return worst
+
+
+def sampled(reduce: str) -> int | None:
+    """K of reduce="sample:K" (K positions per example), None for the other reductions."""
+    if isinstance(reduce, str) and reduce.startswith(SAMPLE) and reduce[len(SAMPLE):].isdigit():
+        return int(reduce[len(SAMPLE):])
+    return None
+
+
+def graph_mode(reduce: str) -> str:
+    """The reduction the graph (or numpy) computes: "sample:K" reads the `positions` rows, then picks from them on
+    the host (sample_rows), so the graph and the numpy path give the very same rows."""
+    return "positions" if sampled(reduce) is not None else reduce
+
+
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _splitmix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, on uint64 arrays (wrapping): a key per (seed, example, position) that no batch sees."""
+    with np.errstate(over="ignore"):
+        z = z + _MIX[0]
+        z = (z ^ (z >> np.uint64(30))) * _MIX[1]
+        z = (z ^ (z >> np.uint64(27))) * _MIX[2]
+        return z ^ (z >> np.uint64(31))
+
+
+def sample_positions(seed: int, examples: np.ndarray, per: int, k: int,
+                     gone: np.ndarray | None = None) -> np.ndarray:
+    """[len(examples), min(k, per)] positions, ascending per example: the k smallest keys of (seed, example index
+    in the data, position), so an example gets the same positions whatever batch it lands in. `gone` [n, per]:
+    masked positions, taken last (only where fewer than k are left, and then dropped as masked rows are)."""
+    ex = np.asarray(examples, np.int64).astype(np.uint64)[:, None]
+    base = _splitmix(_splitmix(np.full_like(ex, np.uint64(seed & (2**64 - 1)))) ^ ex)
+    keys = _splitmix(base ^ np.arange(per, dtype=np.uint64)[None, :])
+    if gone is not None:
+        keys = np.where(np.asarray(gone, bool).reshape(keys.shape), np.iinfo(np.uint64).max, keys)
+    return np.sort(np.argsort(keys, axis=1, kind="stable")[:, :min(k, per)], axis=1)
+
+
+def sample_rows(seed: int, first: int, n: int, rows: int, k: int, gone: np.ndarray | None = None) -> np.ndarray:
+    """Indices into one batch's `positions` rows ([n · P, D], example-major): K positions of each example, its X
+    and Y rows alike. `first`: the index in the data of the batch's first example."""
+    per = rows // n if n else 0
+    if per == 0:
+        return np.zeros(0, np.int64)
+    chosen = sample_positions(seed, np.arange(first, first + n), per, k,
+                              None if gone is None else np.asarray(gone).reshape(n, per))
+    return (np.arange(n)[:, None] * per + chosen).ravel()

@@ -1,0 +1,139 @@
+"""Rows per example and per chunk as protocol options (issue 49): `reduce="sample:K"` (K positions of each example,
+seeded by its index in the data, the activation's own X/Y pairs at the same positions).
+
+Every score is checked against a brute force: the raw activation fetched from onnxruntime, the positions picked
+by hand from the full feature map, scored by the independent affinity of tests/test_affinity.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxaff
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.errors import ConfigError
+from onnxaff.graph.reduction import graph_mode, sample_positions, sample_rows, sampled
+from tests.builders import HEADER, save, with_weights
+from tests.test_affinity import brute_force_affinity
+from tests.test_masks import padded_model, padding, raw
+
+N, CIN, C, S = 64, 3, 6, 5  # examples, input channels, channels, side: P = 25 positions per example
+SEED = 3
+
+CONV = HEADER + f""" g (float[N, {CIN}, {S}, {S}] x) => (float[N, {C}, {S}, {S}] y) {{
+    h = Conv<pads=[1, 1, 1, 1]>(x, w1, b1)
+    r = Relu(h)
+    h2 = Conv<pads=[1, 1, 1, 1]>(r, w2, b2)
+    y = Tanh(h2)
+}}"""
+
+
+def conv_model(rng) -> onnx.ModelProto:
+    return with_weights(CONV, w1=rng.standard_normal((C, CIN, 3, 3)).astype(np.float32) / 3,
+                        b1=rng.standard_normal(C).astype(np.float32) / 4,
+                        w2=rng.standard_normal((C, C, 3, 3)).astype(np.float32) / 4,
+                        b2=rng.standard_normal(C).astype(np.float32) / 4)
+
+
+def analyse(model, feeds: dict, tmp_path, **options):
+    data = tmp_path / "data.npz"
+    np.savez(data, **feeds)
+    return onnxaff.analyze(save(model, tmp_path / "m.onnx"), str(data), metrics=["affinity"], progress=False,
+                           seed=SEED, **options)
+
+
+def picked(a: np.ndarray, k: int, gone: np.ndarray | None = None) -> np.ndarray:
+    """K positions of each example of a channels-first map [N, C, ...], picked by hand: [rows, C] float64."""
+    rows = np.moveaxis(a, 1, -1).reshape(a.shape[0], -1, a.shape[1])
+    chosen = sample_positions(SEED, np.arange(a.shape[0]), rows.shape[1], k, gone)
+    out = [rows[n, chosen[n]] for n in range(a.shape[0])]
+    if gone is not None:
+        out = [r[~gone[n, chosen[n]]] for n, r in enumerate(out)]
+    return np.concatenate(out).astype(np.float64)
+
+
+def site(sig, kind: str) -> dict:
+    return next(s for s in sig.sites if s["kind"] == kind)
+
+
+def test_sample_option_is_parsed_and_refused_when_malformed():
+    assert sampled("sample:16") == 16 and graph_mode("sample:16") == "positions"
+    assert sampled("mean") is None and graph_mode("mean") == "mean"
+    assert AnalysisConfig(reduce="sample:16").signature_options(32, ["affinity"])["reduce"] == "sample:16"
+    for bad in ("sample:0", "sample:", "sample:K", "sample:-2", "sample:1.5", "samples:4"):
+        with pytest.raises(ConfigError, match="reduce"):
+            AnalysisConfig(reduce=bad)
+
+
+def test_sampled_positions_are_distinct_seeded_and_the_same_in_any_batch():
+    whole = sample_rows(SEED, 0, 64, 64 * 25, 16)
+    per = whole.reshape(64, 16) - 25 * np.arange(64)[:, None]
+    assert ((per >= 0) & (per < 25)).all() and all(len(set(p)) == 16 for p in per)
+    assert len({tuple(p) for p in per}) == 64  # every example its own positions
+    # batches of 8: the example at index i gets the positions it gets in one batch of 64
+    eights = np.concatenate([sample_rows(SEED, b, 8, 8 * 25, 16) + 25 * b for b in range(0, 64, 8)])
+    assert (eights == whole).all()
+    assert not (sample_rows(SEED + 1, 0, 64, 64 * 25, 16) == whole).all()  # the seed draws them
+    assert (sample_rows(SEED, 0, 4, 4 * 3, 16) == np.arange(12)).all()  # K ≥ P: every position
+
+
+@pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
+def test_sampled_rows_are_the_brute_force_positions(reduce_in, rng, tmp_path):
+    model = conv_model(rng)
+    x = rng.standard_normal((N, CIN, S, S)).astype(np.float32)
+    k = 4
+    sig = analyse(model, {"x": x}, tmp_path, reduce=f"sample:{k}", reduce_in=reduce_in, chunk_size=N * k)
+    assert sig.options["reduce"] == f"sample:{k}"
+    h, r, h2, y = raw(model, {"x": x}, "h", "r", "h2", "y")
+    for kind, (a, b) in (("relu", (h, r)), ("tanh", (h2, y))):
+        s = site(sig, kind)
+        entry = s["metrics"]["affinity"]
+        assert s["rows"] == N * k and s["chunks"] == 1 and entry["status"] == "ok", s
+        assert entry["mean"] == pytest.approx(brute_force_affinity(picked(a, k), picked(b, k)), rel=1e-6)
+
+
+def test_graph_and_numpy_sample_the_same_rows(rng, tmp_path):
+    model = conv_model(rng)
+    x = rng.standard_normal((N, CIN, S, S)).astype(np.float32)
+    got = [analyse(model, {"x": x}, tmp_path, reduce="sample:8", reduce_in=where, chunk_size=128)
+           for where in ("graph", "numpy")]
+    for kind in ("relu", "tanh"):
+        a, b = (site(g, kind) for g in got)
+        assert a["rows"] == b["rows"] == N * 8 and a["chunks"] == b["chunks"] == 4
+        # the same positions; features reduced by the same copy (no averaging), so the same numbers
+        assert a["metrics"]["affinity"]["mean"] == pytest.approx(b["metrics"]["affinity"]["mean"], rel=1e-12)
+
+
+def test_an_example_gives_the_same_rows_at_batch_size_8_and_64(rng, tmp_path):
+    model = conv_model(rng)
+    x = rng.standard_normal((N, CIN, S, S)).astype(np.float32)
+    got = [analyse(model, {"x": x}, tmp_path, reduce="sample:4", batch_size=b, chunk_size=N * 4) for b in (8, 64)]
+    h, r = raw(model, {"x": x}, "h", "r")
+    want = brute_force_affinity(picked(h, 4), picked(r, 4))
+    for g in got:
+        assert site(g, "relu")["metrics"]["affinity"]["mean"] == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
+def test_masked_positions_are_never_sampled(reduce_in, rng, tmp_path):
+    model = padded_model(rng)
+    n, t, c = 40, 6, 4  # tests/test_masks.py's padded encoder: every third example padded (1 or 2 tokens)
+    x = rng.standard_normal((n, t, c)).astype(np.float32)
+    mask = padding(rng)
+    k = 5  # an example padded by 2 tokens has 4 left: its 5th pick is a masked token, dropped and counted
+    sig = analyse(model, {"x": x, "attention_mask": mask}, tmp_path, reduce=f"sample:{k}", reduce_in=reduce_in,
+                  chunk_size=2)
+    (h, y) = raw(model, {"x": x, "attention_mask": mask}, "h", "y")
+    gone = mask == 0
+    short = int(((~gone).sum(axis=1) < k).sum())
+    assert short > 0
+    tanh = site(sig, "tanh")
+    entry = tanh["metrics"]["affinity"]
+    assert entry["masked_rows"] == short and tanh["rows"] == n * k - short
+    hx, hy = (picked(np.moveaxis(a, -1, 1), k, gone) for a in (h, y))
+    assert len(hx) == tanh["rows"]
+    sig = analyse(model, {"x": x, "attention_mask": mask}, tmp_path, reduce=f"sample:{k}", reduce_in=reduce_in,
+                  chunk_size=len(hx))
+    assert site(sig, "tanh")["metrics"]["affinity"]["mean"] == pytest.approx(brute_force_affinity(hx, hy), rel=1e-6)
