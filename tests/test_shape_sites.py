@@ -85,6 +85,17 @@ def test_clamp_of_shape_arithmetic_is_no_site(dtype, clip):
     assert [(s.kind, s.input, s.status) for s in sites] == [("relu", "xp", "ok")]  # only the Relu of the data
 
 
+@pytest.mark.parametrize("clip", ["Relu(cd)", "Identity(cd)"], ids=["relu", "zero_point_at_min"])
+def test_clamp_of_quantized_shape_arithmetic_is_no_site(clip):
+    """The QDQ export of the same padding: the padding quantized (uint8, zero point 0: a Q that looks like an
+    absorbed ReLU) before the clamp, or in place of it; only the Relu of the data is a site."""
+    qdq = ("    c = Ceil(q)\n    sc = Constant<value_float = 0.05>()\n    zp = Constant<value = uint8 {0}>()\n"
+           "    cq = QuantizeLinear(c, sc, zp)\n    cd = DequantizeLinear(cq, sc, zp)\n")
+    text = same_padding(1, clip).replace("    c = Ceil(q)\n", qdq)
+    sites = discover_sites(parse(text))
+    assert [(s.kind, s.input, s.status) for s in sites] == [("relu", "xp", "ok")]
+
+
 def lying_value_info(rng, claim: int = 4) -> onnx.ModelProto:
     """x·w (w 8×16) → Relu, with a value_info that declares the MatMul's output [N, claim] (real: [N, 16])."""
     model = with_weights(HEADER + """ g (float[N, 8] x) => (float[N, 16] y) {
