@@ -33,8 +33,8 @@ def test_the_dry_run_gives_each_metrics_rows_needed(two_widths):
     est = estimate(two_widths, "synthetic:gaussian:n=300", metrics=["affinity", "r2", "r2_pooled"], **OPTIONS)
     for s in est.sites:
         want = {m.spec: rows_needed(m.rows_per_dim, s.dim) for m in resolve(["affinity", "r2", "r2_pooled"])}
-        assert s.needs == want
-    assert [s.needs["affinity"] for s in est.sites] == [160, 24]  # 4·D at D = 40, D = 6 (rows_per_dim = 4)
+        assert s.rows_needed == want
+    assert [s.rows_needed["affinity"] for s in est.sites] == [160, 24]  # 4·D at D = 40, D = 6 (rows_per_dim = 4)
 
 
 @pytest.mark.parametrize("metrics", [["affinity"], ["affinity", "r2"], ["r2_pooled"]])
@@ -43,7 +43,7 @@ def test_the_examples_it_names_lift_every_few_rows_flag_in_the_run(two_widths, m
     est = estimate(two_widths, "synthetic:gaussian:n=100", metrics=metrics, **OPTIONS)
     assert est.examples_needed is not None and any(s.few_rows for s in est.sites)
     pooled = metrics == ["r2_pooled"]
-    need = max(n for s in est.sites for n in s.needs.values())
+    need = max(n for s in est.sites for n in s.rows_needed.values())
     assert est.examples_needed == need  # one row per example
     assert est.chunk_size_needed == (None if pooled else need)  # past the chunk of 128 only a larger chunk helps
     chunk = est.chunk_size_needed or OPTIONS["chunk_size"]
@@ -64,7 +64,7 @@ def test_rows_per_example_count_in_the_examples_needed(tmp_path):
     est = estimate(model, "synthetic:gaussian:n=8", metrics=["affinity"], reduce="positions",
                    **{**OPTIONS, "chunk_size": 64, "batch_size": 4})
     (site,) = est.sites
-    assert (site.rows_per_example, site.needs, site.few_rows) == (25.0, {"affinity": 24}, [])
+    assert (site.rows_per_example, site.rows_needed, site.few_rows) == (25.0, {"affinity": 24}, [])
     est = estimate(model, "synthetic:gaussian:n=8", metrics=["affinity"], reduce="positions",
                    **{**OPTIONS, "chunk_size": 8, "batch_size": 4})
     assert est.sites[0].few_rows == ["affinity"]
@@ -76,10 +76,12 @@ def test_the_dry_run_prints_the_need(two_widths, capfd):
                              "--metrics", "affinity", "--chunk-size", "128", "--batch-size", "32",
                              "--chunk-workers", "0")
     assert code == 0, err
-    assert "needs (affinity)" in out and "160" in out
+    assert "needs (affinity)" in out
+    assert [line.split()[5] for line in out.splitlines() if "Relu" in line or "Tanh" in line] == ["160", "24"]
     assert "every site unflagged few_rows from 160 examples with --chunk-size 160" in out
     code, out, err = run_cli(capfd, "analyze", two_widths, "--data", "synthetic:gaussian:n=200", "--dry-run",
                              "--metrics", "affinity", "--chunk-size", "192", "--batch-size", "32",
                              "--chunk-workers", "0")
     assert code == 0, err
     assert "no site flagged few_rows with 200 examples" in out
+

@@ -59,7 +59,7 @@ class SiteCost:
     chunks: int = 0
     partial: bool = False
     few_rows: list[str] = field(default_factory=list)
-    needs: dict[str, int] = field(default_factory=dict)  # rows each row-ruled metric needs (rows_per_dim × D)
+    rows_needed: dict[str, int] = field(default_factory=dict)  # rows each row-ruled metric needs (rows_per_dim × D)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -165,7 +165,7 @@ def data_need(sites: list[SiteCost], metrics, chunk_size: int) -> dict[str, int 
     pooled = {m.spec for m in metrics if serving(m).pooled}
     examples = chunk = None
     for s in sites:
-        for spec, need in s.needs.items():
+        for spec, need in s.rows_needed.items():
             if spec not in s.few_rows or not s.rows_per_example:
                 continue
             examples = max(examples or 0, math.ceil(need / s.rows_per_example))
@@ -266,7 +266,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int)
     if chunks and any(serving(m).site_chunks for m in plan.metrics):
         timer.diagnostics += chunks * timer.diagnostic_seconds(st, rows, plan.metrics)
     return SiteCost(**base, dim=dims[0], dim_y=dims[1], rows_per_example=st.observed.rows / fed.examples, rows=rows,
-                    chunks=chunks, partial=partial, few_rows=few, needs=needs, seconds=seconds)
+                    chunks=chunks, partial=partial, few_rows=few, rows_needed=needs, seconds=seconds)
 
 
 def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:

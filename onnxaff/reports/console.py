@@ -172,7 +172,7 @@ def estimate_lines(est: dict) -> list[str]:
             continue
         chunks = f"{s['chunks']}{' (partial)' if s['partial'] else ''}"
         cells = [fmt_seconds(s["seconds"][m]) if m in s["seconds"] else "-" for m in metrics]
-        needs = "/".join(f"{s['needs'][m]:,}" if m in s.get("needs", {}) else "-" for m in metrics)
+        needs = "/".join(f"{s['rows_needed'][m]:,}" if m in s.get("rows_needed", {}) else "-" for m in metrics)
         rows.append([s["index"], shown, s["kind"], s["dim"] if s["dim"] is not None else "?", f"{s['rows']:,}", needs,
                      chunks, ", ".join(s["few_rows"]) or "-", *cells])
     secs = est["seconds"]
