@@ -28,6 +28,25 @@ from onnxaff.scoring import MetricScorer
 from onnxaff.statefields import saved, transient
 from onnxaff.stats import half_sample_rows
 
+ROWS_FLOOR = 64  # chunk_size="Kd": the fewest rows a chunk gets, whatever the site's width
+
+
+def width_multiple(chunk_size) -> int | None:
+    """K of chunk_size="Kd" (K·D rows per chunk for a site of D features), None for a fixed row count."""
+    if isinstance(chunk_size, str) and chunk_size.endswith("d") and chunk_size[:-1].isdigit():
+        return int(chunk_size[:-1])
+    return None
+
+
+def site_chunk_rows(chunk_size, dims) -> int | None:
+    """Rows per chunk of a site of (dx, dy) features: the fixed chunk size, or under "Kd" max(ROWS_FLOOR, K·D)
+    with D the larger side (the D a metric's rows_per_dim reads); None while D is unknown (a symbolic dim)."""
+    k = width_multiple(chunk_size)
+    if k is None:
+        return chunk_size
+    dims = [d for d in dims if d is not None] if None not in dims else []
+    return max(ROWS_FLOOR, k * max(dims)) if dims else None
+
 
 def readonly(a: np.ndarray) -> np.ndarray:
     """A float64 view that refuses writes: a metric writing into its input raises instead of corrupting it."""

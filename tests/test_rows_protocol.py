@@ -1,5 +1,6 @@
 """Rows per example and per chunk as protocol options (issue 49): `reduce="sample:K"` (K positions of each example,
-seeded by its index in the data, the activation's own X/Y pairs at the same positions).
+seeded by its index in the data, the activation's own X/Y pairs at the same positions) and `chunk_size="Kd"` (K·D
+rows per chunk at a site of D features, at least ROWS_FLOOR).
 
 Every score is checked against a brute force: the raw activation fetched from onnxruntime, the positions picked
 by hand from the full feature map, scored by the independent affinity of tests/test_affinity.py.
@@ -7,15 +8,19 @@ by hand from the full feature map, scored by the independent affinity of tests/t
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
 
 import onnxaff
 from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows
 from onnxaff.errors import ConfigError
 from onnxaff.graph.reduction import graph_mode, sample_positions, sample_rows, sampled
-from tests.builders import HEADER, save, with_weights
+from tests.builders import HEADER, mlp, save, with_weights
+from tests.conftest import one_line_error, run_cli
 from tests.test_affinity import brute_force_affinity
 from tests.test_masks import padded_model, padding, raw
 
@@ -137,3 +142,71 @@ def test_masked_positions_are_never_sampled(reduce_in, rng, tmp_path):
     sig = analyse(model, {"x": x, "attention_mask": mask}, tmp_path, reduce=f"sample:{k}", reduce_in=reduce_in,
                   chunk_size=len(hx))
     assert site(sig, "tanh")["metrics"]["affinity"]["mean"] == pytest.approx(brute_force_affinity(hx, hy), rel=1e-6)
+
+
+# --- chunk_size="Kd": K·D rows per chunk at a site of D features (at least ROWS_FLOOR) ---
+
+def test_width_chunks_are_k_times_the_widest_side_with_a_floor():
+    assert site_chunk_rows("4d", (40, 12)) == 160 and site_chunk_rows("4d", (12, 12)) == ROWS_FLOOR == 64
+    assert site_chunk_rows("32d", (3, 5)) == 160 and site_chunk_rows(512, (4000, 4000)) == 512
+    assert site_chunk_rows("4d", (None, 12)) is None  # a symbolic D: the first batch's features give it
+    assert AnalysisConfig(chunk_size="4d").chunk_size == "4d" and AnalysisConfig(chunk_size="256").chunk_size == 256
+    for bad in ("0d", "d", "4x", "-4d", "1.5d", "4D"):
+        with pytest.raises(ConfigError, match="chunk_size"):
+            AnalysisConfig(chunk_size=bad)
+
+
+def _mlp_run(rng, tmp_path, n: int, **options):
+    model = mlp(rng, d_in=8, hidden=40, d_out=12)  # sites: relu at D = 40, tanh at D = 12
+    x = rng.standard_normal((n, 8)).astype(np.float32)
+    return model, x, analyse(model, {"x": x}, tmp_path, **options)
+
+
+def test_each_site_is_cut_into_chunks_of_k_times_its_width(rng, tmp_path):
+    n = 400
+    model, x, sig = _mlp_run(rng, tmp_path, n, chunk_size="4d", batch_size=32)
+    assert sig.options["chunk_size"] == "4d"
+    a, r, o, y = raw(model, {"x": x}, "a", "r", "o", "y")
+    for kind, (fx, fy), rows in (("relu", (a, r), 160), ("tanh", (o, y), 64)):
+        s = site(sig, kind)
+        entry = s["metrics"]["affinity"]
+        assert s["rows"] == n and s["chunks"] == n // rows, s  # the trailing partial chunk (400 mod rows) dropped
+        assert "few_rows" not in entry.get("flags", []), entry  # affinity declares 4 rows per dimension
+        want = [brute_force_affinity(fx[i:i + rows], fy[i:i + rows]) for i in range(0, n - rows + 1, rows)]
+        assert entry["mean"] == pytest.approx(np.mean(want), rel=1e-6)
+
+
+def test_a_fixed_chunk_below_k_times_the_width_is_flagged_few_rows(rng, tmp_path):
+    _, _, sig = _mlp_run(rng, tmp_path, 400, chunk_size=64)
+    assert "few_rows" in site(sig, "relu")["metrics"]["affinity"]["flags"]  # 64 rows at D = 40 < 4·40
+    assert "few_rows" not in site(sig, "tanh")["metrics"]["affinity"].get("flags", [])
+
+
+def test_a_site_short_of_one_width_chunk_scores_its_partial_chunk(rng, tmp_path):
+    model, x, sig = _mlp_run(rng, tmp_path, 100, chunk_size="4d")
+    relu, tanh = site(sig, "relu"), site(sig, "tanh")
+    assert relu["chunks"] == 1 and relu["metrics"]["affinity"]["partial"] is True  # 100 rows < 160
+    assert tanh["chunks"] == 1 and not tanh["metrics"]["affinity"].get("partial")  # 64 of 100 rows
+    a, r = raw(model, {"x": x}, "a", "r")
+    assert relu["metrics"]["affinity"]["mean"] == pytest.approx(brute_force_affinity(a, r), rel=1e-6)
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [("--chunk-size", "4x", "--chunk-size must be"),
+                                                         ("--chunk-size", "0d", "Kd"),
+                                                         ("--reduce", "sample:0", "sample:K"),
+                                                         ("--reduce", "sample", "unknown reduction")])
+def test_a_malformed_value_is_one_line(flag, value, fragment, rng, capfd, tmp_path):
+    path = save(mlp(rng), tmp_path / "m.onnx")
+    one_line_error(run_cli(capfd, "analyze", path, "--data", "synthetic:gaussian", "--limit", "64", "--quiet", "--out",
+                           tmp_path / "s.json", flag, value), fragment)
+
+
+def test_the_cli_takes_width_chunks_and_sampled_positions(rng, capfd, tmp_path):
+    path = save(conv_model(rng), tmp_path / "m.onnx")
+    code, _, err = run_cli(capfd, "analyze", path, "--data", "synthetic:gaussian", "--limit", "64", "--quiet",
+                           "--out", tmp_path / "s.json", "--chunk-size", "4d", "--reduce", "sample:4",
+                           "--metrics", "affinity")
+    assert code == 0, err
+    sig = onnxaff.Signature.from_dict(json.loads((tmp_path / "s.json").read_text()))
+    assert sig.options["chunk_size"] == "4d" and sig.options["reduce"] == "sample:4"
+    assert {s["rows"] for s in sig.sites} == {64 * 4} and {s["chunks"] for s in sig.sites} == {4}  # 64 rows (C = 6)

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows
 from onnxaff.data import examples_in
 from onnxaff.errors import option
 from onnxaff.graph.reduction import feature_dim, graph_mode, sampled
@@ -79,8 +80,9 @@ def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
     Gram factors): METRIC_WORK chunk copies for the first thread, THREAD_WORK for each further one."""
     from onnxaff.scoring import default_workers
 
-    rows, mode = chunk_rows(config, examples), graph_mode(config.reduce)
-    widths = [(rows * sum(dims) * FLOAT64, s.id) for s in sites if None not in (dims := _dims(s, mode))]
+    mode = graph_mode(config.reduce)
+    widths = [(chunk_rows(config, examples, dims) * sum(dims) * FLOAT64, s.id) for s in sites
+              if None not in (dims := _dims(s, mode))]
     if not widths:
         return []
     widest = max(widths)
@@ -91,23 +93,25 @@ def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
              f"{option('chunk_workers')} (or {option('reduce', 'mean')} for fewer features)")]
 
 
-def chunk_rows(config, examples: int) -> int:
-    """The rows of a site's chunk: the chunk size, or fewer where the examples (× K under sample:K) give fewer."""
+def chunk_rows(config, examples: int, dims=(None,)) -> int:
+    """The rows of a site's chunk of `dims` features (chunk_size "Kd": site_chunk_rows), or fewer where the
+    examples (× K under sample:K) give fewer."""
+    size = site_chunk_rows(config.chunk_size, dims) or ROWS_FLOOR
     if config.reduce == "positions":
-        return config.chunk_size
-    return max(2, min(config.chunk_size, examples * (sampled(config.reduce) or 1)))
+        return size
+    return max(2, min(size, examples * (sampled(config.reduce) or 1)))
 
 
 def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tuple[int, str, str]]:
     """What the sites' chunk buffers, pooled moments and half-samples hold: (bytes, what, what to lower) parts (the
     cost preview, onnxaff.analysis.cost, adds them up too)."""
-    rows = chunk_rows(config, examples)
     moments = any(serving(m).end_input == "moments" for m in metrics)
     parts, widest = [], (0, "")
     for s in sites:
         dx, dy = _dims(s, graph_mode(config.reduce))
         if dx is None or dy is None:
             continue
+        rows = chunk_rows(config, examples, (dx, dy))
         chunk = rows * (dx + dy) * FLOAT64
         widest = max(widest, (chunk, s.id))
         parts.append((HELD * chunk, f"site {s.id}'s {rows:,}-row chunks of {dx:,} + {dy:,} features",
@@ -119,6 +123,7 @@ def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tup
     for probes in stage_probes:
         d = [feature_dim(p, graph_mode(config.reduce)) for p in probes]
         if None not in d:
+            rows = chunk_rows(config, examples, (sum(d),))
             parts.append((HELD * rows * sum(d) * FLOAT64, f"a residual stage's {rows:,}-row chunks of {sum(d):,} "
                           "features", f"lower {option('chunk_size')}"))
     if widest[0]:
@@ -129,14 +134,14 @@ def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tup
 
 def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, examples: int) -> list[str]:
     """One line per metric whose declared cost makes a chunk take long: the predicted time, and what scales."""
-    rows = max(2, min(config.chunk_size, examples))
-    chunks = max(1, examples // rows)
     lines = []
     for m in metrics + track_metrics:
         mode = graph_mode(config.reduce)
         dims = ([_dims(s, mode) for s in sites] if m in metrics else
                 [(sum(feature_dim(p, mode) or 0 for p in probes),) * 2 for probes in stage_probes])
-        costs = [m.chunk_seconds(rows, dx or 0, dy or 0) for dx, dy in dims]
+        rows = max(chunk_rows(config, examples, d) for d in dims) if dims else 2  # (the widest site's under "Kd")
+        chunks = max(1, examples // rows)
+        costs = [m.chunk_seconds(chunk_rows(config, examples, (dx, dy)), dx or 0, dy or 0) for dx, dy in dims]
         costs = [c for c in costs if c is not None]
         if not costs or max(c[0] for c in costs) < SLOW_CHUNK_SECONDS:
             continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from onnxaff import defaults
 from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
-from onnxaff.errors import ConfigError
+from onnxaff.errors import ConfigError, option
 from onnxaff.graph.pairs import parse_block_kinds
 from onnxaff.graph.reduction import REDUCTIONS, SAMPLE, sampled
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
@@ -120,6 +120,7 @@ class AnalysisConfig:
     max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
     pack: bool = defaults.PACK  # text data: windows over all texts' tokens, no padding (onnxaff.data.text)
     mask: str = defaults.MASK  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
+    protocol: str | None = defaults.PROTOCOL  # a named protocol (onnxaff.protocol.NAMED): sets the options it names
 
     def __post_init__(self):
         def put(name, value):
@@ -171,6 +172,8 @@ class AnalysisConfig:
             put(name, value)
         if not isinstance(self.mask, str) or not self.mask:
             raise ConfigError("mask", f"{{option}} must name a model input, auto or none, got {self.mask!r}")
+        for name, value in _protocol(self.protocol, self.plugins, vars(self)).items():
+            put(name, value)
 
     @classmethod
     def of(cls, config: AnalysisConfig | None = None, **options) -> AnalysisConfig:
@@ -215,6 +218,29 @@ class AnalysisConfig:
         if self.pack:
             options["pack"] = True
         return options
+
+
+def _protocol(protocol: str | None, plugins: tuple[str, ...], fields: Mapping) -> dict:
+    """The options a named protocol sets: an option left at its default takes the protocol's value; one given
+    otherwise (in `fields`, the config's) is a contradiction, refused in one line. Its metrics: those declaring it
+    (Metric.protocols)."""
+    if protocol is None:
+        return {}
+    from onnxaff.metrics import registry
+    from onnxaff.protocol import NAMED
+
+    sets = NAMED.get(protocol) if isinstance(protocol, str) else None
+    if sets is None:
+        raise ConfigError("protocol", f"unknown protocol {protocol!r} for {{option}}; choose one of {', '.join(NAMED)}")
+    metrics = tuple(sorted(n for n, r in registry(plugins).items() if protocol in r.cls.protocols))
+    out = {}
+    for name, value in {**sets, "metrics": metrics}.items():
+        if fields[name] not in (default(name), value):
+            was, want = (",".join(v) if name == "metrics" else str(v) for v in (fields[name], value))
+            raise ConfigError(name, f"{option(name, was)} contradicts {option('protocol', protocol)}, "
+                              f"which sets {option(name, want)}: give one or the other")
+        out[name] = value
+    return out
 
 
 def default(name: str):

@@ -25,7 +25,7 @@ from onnxaff.analysis.budget import site_memory
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
-from onnxaff.chunks import readonly
+from onnxaff.chunks import readonly, site_chunk_rows
 from onnxaff.data import no_usable
 from onnxaff.entries import not_applicable
 from onnxaff.graph.reduction import feature_dim, graph_mode
@@ -159,7 +159,7 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
                     notes=[*plan.warnings, *timer.notes], **data_need(sites, plan.metrics, config.chunk_size))
 
 
-def data_need(sites: list[SiteCost], metrics, chunk_size: int) -> dict[str, int | None]:
+def data_need(sites: list[SiteCost], metrics, chunk_size: int | str) -> dict[str, int | None]:
     """The examples (and the chunk size) from which no site is flagged few_rows: a pooled metric's rows grow with
     the examples; a chunk metric's are capped at the chunk size, and a single partial chunk has them all."""
     pooled = {m.spec for m in metrics if serving(m).pooled}
@@ -169,7 +169,7 @@ def data_need(sites: list[SiteCost], metrics, chunk_size: int) -> dict[str, int 
             if spec not in s.few_rows or not s.rows_per_example:
                 continue
             examples = max(examples or 0, math.ceil(need / s.rows_per_example))
-            if spec not in pooled and need > chunk_size:
+            if spec not in pooled and need > (site_chunk_rows(chunk_size, (s.dim,)) or need):  # ("Kd": per site)
                 chunk = max(chunk or 0, need)
     return {"examples_needed": examples, "chunk_size_needed": chunk}
 
@@ -251,7 +251,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int)
         return SiteCost(**base)
     dims = st.observed.dims or (feature_dim(site, graph_mode(plan.config.reduce)),
                                     feature_dim(site.side("y"), graph_mode(plan.config.reduce)))
-    total, rows, chunks, partial = _chunking(st, fed, examples, plan.config.chunk_size)
+    total, rows, chunks, partial = _chunking(st, fed, examples, st.schedule.buffer.size)
     few, needs, seconds = [], {}, {}
     for m in plan.metrics:
         if not_applicable(st, m) is not None or None in dims:
@@ -271,7 +271,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int)
 
 def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:
     stage = [s for s in plan.stages if s.ok][k]
-    total, rows, chunks, partial = _chunking(st, fed, examples, plan.config.chunk_size)
+    total, rows, chunks, partial = _chunking(st, fed, examples, st.schedule.buffer.size)
     seconds = {m.spec: timer.site_seconds(m, st, rows, chunks) for m in plan.track_metrics}
     dim = st.observed.dims[0] if st.observed.dims else None
     return SiteCost(index=stage.index, id=stage.id, kind="stage", status=stage.status, dim=dim,

@@ -10,9 +10,10 @@ import math
 import numpy as np
 
 from onnxaff.analysis.checkpoint import run_key
-from onnxaff.analysis.plan import Plan
+from onnxaff.analysis.plan import Plan, chunk_sizes
 from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
+from onnxaff.chunks import site_chunk_rows
 from onnxaff.data import examples_in
 from onnxaff.graph.masks import numpy_masked
 from onnxaff.graph.reduction import feature_rounding, graph_mode, host_batch_first, numpy_features, sample_rows, sampled
@@ -48,15 +49,15 @@ class Feeder:
         plan = self.plan
         sites = []
         examples = len(plan.source) - (len(plan.source) % plan.batch_size if plan.fixed_batch is not None else 0)
-        for s, per in zip(plan.ok_sites, self.rows_per_example, strict=True):
+        sizes = chunk_sizes(plan.ok_sites, plan.stage_probes, plan.config)  # 1: D symbolic, set by the first batch
+        for s, per, size in zip(plan.ok_sites, self.rows_per_example, sizes, strict=False):
             out = plan.outputs[s.index]
             jvp = None if out.jvp is None else (out.jvp.form, out.jvp.names)
-            sites.append(SiteState.open(plan.config.chunk_size, index=s.index, label=f"site {s.id}",
+            sites.append(SiteState.open(size, index=s.index, label=f"site {s.id}",
                                         rounding=out.rounding, jvp=jvp, intervals=plan.config.intervals,
                                         expected_rows=None if per is None else per * examples))
-        stages = [SiteState.open(plan.config.chunk_size, label=f"stage {k}", tracks=len(probes),
-                                 intervals=plan.config.intervals)
-                  for k, probes in enumerate(plan.stage_probes)]
+        stages = [SiteState.open(size, label=f"stage {k}", tracks=len(probes), intervals=plan.config.intervals)
+                  for k, (probes, size) in enumerate(zip(plan.stage_probes, sizes[len(sites):], strict=True))]
         return RunState(key=self._key(), cursor=plan.start, start=plan.start, stop=plan.stop,
                         shard=plan.config.shard, sites=sites, stages=stages,
                         site_records=plan.site_records(), stage_records=plan.stage_records(),
@@ -136,6 +137,7 @@ class Feeder:
                 x, y, gone = x[rows], y[rows], None if gone is None else gone[rows]
             if st.expected_rows is not None and x.shape[0] != n * self.rows_per_example[k]:
                 st.expected_rows = None  # not the rows the shapes promised: the site's halves wait for the end
+            sized(st, plan.config.chunk_size, x, y)
             st.add(x, y, plan.metrics, scorer, block=block, missing=gone)
             st.add_jvp(n, jvp)
         for st, part, probes in zip(state.stages, plan.stage_slices, plan.stage_probes, strict=True):
@@ -143,6 +145,7 @@ class Feeder:
             if host is not None:
                 h = [numpy_features(a, probe, host) for a, probe in zip(h, probes, strict=True)]
             x = np.concatenate(h, axis=1)
+            sized(st, plan.config.chunk_size, x)
             st.add(x, x[:, :0], plan.track_metrics, scorer, block=block)
         if self.network is not None:
             self.network.add(batch, arrays[len(arrays) - len(self.network.output_names):])
@@ -164,6 +167,13 @@ class Feeder:
         state = self.state
         state.network = None if self.network is None else self.network.to_state()
         return state
+
+
+def sized(st: SiteState, chunk_size, *features: np.ndarray) -> None:
+    """Under chunk_size "Kd" a site whose D is symbolic (opened with 1-row chunks) takes its chunk size from its
+    first batch's features."""
+    if st.schedule.buffer.size == 1:
+        st.schedule.buffer.size = site_chunk_rows(chunk_size, tuple(f.shape[1] for f in features))
 
 
 def rows_per_example(site, reduce: str, mask) -> int | None:

@@ -15,6 +15,7 @@ import onnx
 from onnxaff.analysis.budget import check_batches, check_sites, fed_shapes, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.records import SiteRecord, Stage, StageRecord
+from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows, width_multiple
 from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import ConfigError, OnnxaffError, option
 from onnxaff.files import absolute
@@ -26,7 +27,7 @@ from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks
 from onnxaff.graph.neighbourhood import site_neighbourhood
 from onnxaff.graph.pairs import tensor_probe
-from onnxaff.graph.reduction import graph_mode
+from onnxaff.graph.reduction import feature_dim, graph_mode
 from onnxaff.graph.sites import Site
 from onnxaff.graph.view import GraphView
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
@@ -114,7 +115,7 @@ class Plan:
         asked = default_metrics(available) if config.metrics is None else list(config.metrics)
         metrics, track_metrics, asked = _resolve_metrics(asked, available, bool(listed.stages))
         for m in metrics + track_metrics:  # a chunk it cannot score at all: say so before the data pass
-            if config.chunk_size < m.min_rows:
+            if (ROWS_FLOOR if width_multiple(config.chunk_size) else config.chunk_size) < m.min_rows:
                 raise ConfigError("chunk_size", f"{{option}} {config.chunk_size}: metric {m.spec} needs chunks of at "
                                   f"least {m.min_rows} rows")
         fingerprints = code_fingerprints(metrics + track_metrics, available)
@@ -151,7 +152,7 @@ class Plan:
                                            jvp=any(serving(m).end_input == "jvp" for m in metrics),
                                            view=loaded.view, masks=masks)
         names, slices, stage_slices, stage_probes = _feeds(ok_sites, stages, outputs)
-        unit = math.lcm(config.chunk_size, batch_size)  # shard boundaries and pooled-moment blocks
+        unit = math.lcm(batch_size, *chunk_sizes(ok_sites, probes, config))  # shard boundaries, pooled blocks
         start, stop = shard_window(len(source), config.shard, unit)
         stats = model_stats(loaded.model, listed.activations, loaded.view,  # MACs on the shapes the run feeds
                             batch=batch_symbols(loaded.view, {s.name: s.batch_axis for s in inputs}),
@@ -167,6 +168,15 @@ class Plan:
                    options=_with_mask(config.signature_options(batch_size, asked, audio=data.startswith("audio:")),
                                       config, padding),
                    model_info=model_info, fingerprints=fingerprints, slow_chunks=tuple(slow))
+
+
+def chunk_sizes(sites, stage_probes, config: AnalysisConfig) -> list[int]:
+    """Each site's rows per chunk, then each stage's (onnxaff.chunks.site_chunk_rows; 1 where D is symbolic)."""
+    mode = graph_mode(config.reduce)
+    dims = [(feature_dim(s, mode), feature_dim(s.side("y"), mode)) for s in sites]
+    for probes in stage_probes:
+        dims.append((sum(d) if None not in (d := [feature_dim(p, mode) for p in probes]) else None,))
+    return [site_chunk_rows(config.chunk_size, d) or 1 for d in dims]
 
 
 def _with_mask(options: dict, config: AnalysisConfig, padding: str | None) -> dict:

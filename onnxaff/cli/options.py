@@ -59,6 +59,9 @@ ANALYSIS_OPTIONS = [
     configured("--metrics",
                help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
                     "[default: the metrics that declare themselves default; `onnxaff plugins --format json`]."),
+    configured("--protocol", metavar="NAME",
+               help="A named protocol setting --metrics, --chunk-size and --reduce at once: paper (affinity, 512 rows "
+                    "per chunk, one row per example: Bouniot et al.'s numbers); an option given against it: refused."),
     configured("--chunk-size", type=int, help="Rows per scored chunk."),
     configured("--batch-size", type=int),
     configured("--limit", type=int, help="Use at most N examples."),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from onnxaff.errors import option
+from onnxaff.protocol import short
 from onnxaff.signature import DAGGER, DAGGER_NOTE
 from onnxaff.terminal import table, wrapped
 from onnxaff.text import printable, short_names
@@ -95,7 +96,7 @@ def run_lines(sig) -> list[str]:
     """The model, its data and how fast the run went."""
     d, rt = sig.data, sig.runtime
     lines = ["", printable(f"{sig.model['name']}: {d['samples']} samples from {d['source']}"),
-             printable(f"chunks of {sig.options['chunk_size']}, reduce={sig.options['reduce']}, "
+             printable(f"protocol {short(sig.protocol())}, "
                        f"{rt['providers'][0]}, {rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")]
     if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
         lines.append(f"* scored on one partial chunk: the data has fewer rows than the chunk size "
