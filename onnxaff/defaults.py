@@ -13,6 +13,7 @@ DEVICE = "auto"
 GRAPH_OPTIMIZATION = "all"  # onnxruntime's graph optimisation level (onnxaff.runtime)
 INTERVALS = "auto"  # how a site's ci95 is computed (onnxaff.stats)
 CHUNK_SIZE = 512  # rows per scored chunk: the paper's protocol
+PROTOCOL = None  # a named protocol setting chunk size, reduction, metrics (onnxaff.protocol.NAMED); None: none
 BATCH_SIZE = 64
 REDUCE_IN = "graph"
 MASK = "auto"

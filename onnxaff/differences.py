@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onnxaff.errors import Message, OnnxaffError, option
+from onnxaff.protocol import key as protocol_key
+from onnxaff.protocol import short
 from onnxaff.text import printable
 
 # Options of AnalysisConfig.signature_options that change the numbers, with what an absent one means (a signature
@@ -110,7 +112,7 @@ def differences(sigs, metrics: list[str] | None = None) -> list[Difference]:
         metrics = [m for m in sigs[0].metrics if all(m in s.metrics for s in sigs)]
     columns = [_columns(s, metrics) for s in sigs]
     fields = list(dict.fromkeys(f for cols in columns for f, *_ in cols))
-    found = []
+    found = _protocols(sigs)
     for name in fields:
         cells = [next(((opt, v, shown) for f, opt, v, shown in cols if f == name), (False, None, None))
                  for cols in columns]
@@ -124,6 +126,15 @@ def differences(sigs, metrics: list[str] | None = None) -> list[Difference]:
         found.append(Difference("metrics" if name.startswith("metrics:") else name, tuple(shown),
                                 any(opt for opt, _, _ in cells)))
     return found
+
+
+def _protocols(sigs) -> list[Difference]:
+    """`protocol differs: a=paper (512 rows per chunk, reduce=mean), b=custom (...)`, first, where the protocols
+    (onnxaff.protocol: rows per chunk and per example, intervals) differ."""
+    records = [s.protocol() for s in sigs]
+    if len({protocol_key(r) for r in records}) < 2:
+        return []
+    return [Difference("protocol", tuple(printable(short(r)) for r in records), False)]
 
 
 def _param_text(metric: str, values: list, specs: list[str]) -> list[str]:

@@ -117,6 +117,13 @@ class Signature:
         f = self.flag_summary(metric)
         return f["scored"] > 0 and f["flagged"] > MOSTLY_FLAGGED * f["scored"]
 
+    def protocol(self) -> dict:
+        """How the rows were made and scored (onnxaff.protocol), read off the recorded options and metrics: a file
+        written before the `protocol` field gets the same record, and a stored one is never a second source."""
+        from onnxaff.protocol import protocol_of
+
+        return protocol_of(self.options, self.metrics)
+
     def summary(self) -> dict:
         return {name: signature_stats(self.scores(name), info if isinstance(info, dict) else None)
                 for name, info in self.metrics.items()}
@@ -125,7 +132,8 @@ class Signature:
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "onnxaff_version": self.onnxaff_version,
             "created": self.created, "model": self.model, "data": self.data, "options": self.options,
-            "runtime": self.runtime, "metrics": self.metrics, "network": self.network, "summary": self.summary(),
+            "protocol": self.protocol(), "runtime": self.runtime, "metrics": self.metrics, "network": self.network,
+            "summary": self.summary(),
             "warnings": self.warnings, "sites": self.sites, "stages": self.stages,
         }
 

@@ -383,6 +383,7 @@ class Affinity(Metric):
     default = 0
     rows_per_dim = 4  # docs/statistics.md; Ledoit–Wolf needs 32
     regularised = True
+    protocols = ("paper",)  # with its default parameters: the official formula
 
     def __init__(self, eps: float = EPS, shrinkage: str = "none", relative_eps: bool = False, method: str = "auto",
                  transport: str = "auto"):
@@ -399,6 +400,8 @@ class Affinity(Metric):
         if shrinkage == "ledoit_wolf":
             self.rows_per_dim = 32
         self.regularised = not relative_eps  # a relative ε scales with the data: tiny activations do not drown
+        self.estimator = ("Ledoit–Wolf shrunk covariances" if shrinkage == "ledoit_wolf" else "plain covariances") + (
+            ", ε relative to the mean variance" if relative_eps else "")
 
     def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
         solver = choose(rows, max(dx, dy), self.transport)
@@ -425,6 +428,7 @@ class Affinity(Metric):
 
 class AffinityLedoitWolf(Affinity):
     name = "affinity_lw"
+    protocols = ()
     description = "affinity score with Ledoit–Wolf shrunk covariances (the reference's 'corrected'; d ≥ n)"
     default = 1
 
@@ -435,6 +439,7 @@ class AffinityLedoitWolf(Affinity):
 
 class AffinityRelative(Affinity):
     name = "affinity_rel"
+    protocols = ()
     description = "affinity score with ε relative to each covariance's mean variance: independent of the scale"
     default = None
 

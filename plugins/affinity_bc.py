@@ -92,6 +92,7 @@ class AffinityBC(Metric):
             raise ValueError(f"eps must be 0 or more, not {eps!r}")
         if order not in ORDERS:
             raise ValueError(f"order must be 2 or 3, not {order!r}")
+        self.estimator = f"bias-corrected (Richardson extrapolation in 1/n, order {order})"
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
         self.eps, self.order, self.method = eps, order, method

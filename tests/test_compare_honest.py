@@ -111,12 +111,14 @@ def test_compare_says_when_chunk_sizes_differ_and_strict_refuses(capfd, tmp_path
         out = tmp_path / f"cmp.{fmt}"
         code, stdout, err = run_cli(capfd, "compare", *labelled, "--out", out)
         assert code == 0, err
-        assert err.strip().splitlines() == ["warning: signatures made with different options: --chunk-size differs: "
-                                            "a=64, b=32"], err
+        assert err.strip().splitlines() == ["warning: signatures made with different options: protocol differs: "
+                                            "a=custom (64 rows per chunk, reduce=mean), b=custom (32 rows per chunk, "
+                                            "reduce=mean); --chunk-size differs: a=64, b=32"], err
         text = out.read_text()
         if fmt == "json":
-            assert json.loads(text)["differences"] == [{"field": "chunk_size", "option": True,
-                                                        "values": {"a": "64", "b": "32"}}]
+            assert json.loads(text)["differences"][1:] == [{"field": "chunk_size", "option": True,
+                                                            "values": {"a": "64", "b": "32"}}]
+            assert json.loads(text)["differences"][0]["field"] == "protocol"
         else:
             assert "chunk_size differs: a=64, b=32" in text
     code, stdout, err = run_cli(capfd, "compare", *labelled, "--strict", "--out", tmp_path / "strict.html")
@@ -127,7 +129,7 @@ def test_compare_says_when_chunk_sizes_differ_and_strict_refuses(capfd, tmp_path
     sigs = [read_signature(p) for p in paths]
     with pytest.raises(OnnxaffError, match="chunk_size differs"):  # the library names the field, not the flag
         compare(sigs, metric="affinity", strict=True)
-    assert compare(sigs, metric="affinity").differences[0].field == "chunk_size"
+    assert [d.field for d in compare(sigs, metric="affinity").differences] == ["protocol", "chunk_size"]
     assert compare([sigs[0], read_signature(paths[0])], metric="affinity", strict=True).differences == []
 
 
@@ -139,11 +141,15 @@ def test_what_differences_cover():
     base[1].metrics = {"affinity": {"params": {"eps": 1e-8}}}
     base[0].metrics = {"affinity": {"params": {"eps": 1e-6}}}
     found = {d.field: d.values for d in differences(base)}
-    assert found == {"reduce": ("mean", "max"), "intervals": ("auto", "chunks"), "pack": ("False", "True"),
+    assert found == {"protocol": ("paper (512 rows per chunk, reduce=mean)",
+                                  "custom (512 rows per chunk, reduce=max, intervals=chunks)"),
+                     "reduce": ("mean", "max"), "intervals": ("auto", "chunks"), "pack": ("False", "True"),
                      "mask": ("auto", "none"), "metrics": ("affinity:eps=1e-06", "affinity:eps=1e-08"),
                      "data": ("val.npz", "val2.npz"), "preprocessing.preset": ("-", "imagenet")}
     line = differences_line(differences(base), ["a", "b"])
-    assert str(line).startswith("signatures made with different options: reduce differs: a=mean, b=max; ")
+    assert str(line).startswith("signatures made with different options: protocol differs: a=paper (512 rows per "
+                                "chunk, reduce=mean), b=custom (512 rows per chunk, reduce=max, intervals=chunks); "
+                                "reduce differs: a=mean, b=max; ")
 
 
 def eps_dominated(name: str, sites: int, flagged: int) -> object:

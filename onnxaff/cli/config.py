@@ -97,7 +97,7 @@ def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_v
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
                     input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
                     sample_rate=None, tokenizer=None, max_length=None, pack=False, mask=None, batch_axis=(),
-                    constant=(), input_range=(), pad=0.0, **image_flags) -> dict:
+                    constant=(), input_range=(), pad=0.0, protocol=None, **image_flags) -> dict:
     """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
     from onnxaff.analysis.config import default
     from onnxaff.data import parse_input_shapes
@@ -122,6 +122,8 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
         options["pack"] = True
     if mask is not None and mask != default("mask"):  # as sample_rate: a study's options digest unchanged
         options["mask"] = mask
+    if protocol is not None:  # as mask
+        options["protocol"] = protocol
     return options
 
 

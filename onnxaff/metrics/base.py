@@ -57,6 +57,10 @@ class Metric:
     min_rows: ClassVar[int] = 2  # the fewest rows a chunk needs at all: a smaller --chunk-size is refused up front
     regularised: ClassVar[bool] = False  # adds an absolute ε to covariances: flagged `eps_dominated` where it bites
     rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
+    # The estimator in words (a signature's protocol names it; a parameter may change it: set it on `self`), and the
+    # named protocols whose metric this is with its default parameters (onnxaff.protocol.NAMED: `--protocol paper`).
+    estimator: ClassVar[str] = ""
+    protocols: ClassVar[tuple[str, ...]] = ()
 
     _spec: str | None = None
 

@@ -8,6 +8,7 @@ import math
 from onnxaff.comparison import DTW_DESCRIPTION, Comparison
 from onnxaff.differences import differences, differences_line, line_of
 from onnxaff.metrics.dispatch import stage_entry
+from onnxaff.protocol import text as protocol_text
 from onnxaff.reports import explore, plots, svg
 from onnxaff.reports.scatter import scatter_svg
 from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, signature_stats
@@ -132,6 +133,7 @@ def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters:
              f"{DTW_DESCRIPTION}{'; length-normalised: divided by sqrt(max length)' if comps[0].normalized else ''}."
              "</p>"]
     parts += _warnings([differences_line(differences(sigs, [c.metric for c in comps]), comps[0].names)])
+    parts.append(_protocols(comps[0].names, sigs, [c.metric for c in comps]))
     if len(comps) > 1:
         parts.append(_nav([c.metric for c in comps]))
     parts.append(explore.embed(explore.page_data(zip(comps[0].names, sigs, strict=True))))  # the plots' models
@@ -139,6 +141,15 @@ def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters:
         parts.append(f"<h2 id='m-{_esc(comp.metric)}'>{_esc(comp.metric)}</h2>"
                      + _comparison_section(sigs, comp, k_clusters))
     return "".join(parts)
+
+
+def _protocols(names: list[str], sigs: list[Signature], metrics: list[str]) -> str:
+    """How each model's numbers were made (onnxaff.protocol): one line when they share it, else one row each."""
+    texts = [protocol_text(s.protocol(), metrics) for s in sigs]
+    if len(set(texts)) == 1:
+        return f"<p class='note'>Protocol: {_esc(texts[0])}.</p>"
+    return "<h3>Protocols</h3>" + _table(["model", "protocol"], [[n, t] for n, t in zip(names, texts, strict=True)],
+                                         left={0, 1})
 
 
 DEMO_INTRO = (
@@ -295,7 +306,8 @@ def single_page(sig: Signature, metric: str | None = None) -> str:
     metrics = [m for m, info in sig.metrics.items() if not stage_entry(info)]
     scored = [m for m in metrics if any(v is not None for v in sig.scores(m))]
     order = [metric, *[m for m in scored if m != metric]] if metric in scored else scored
-    parts = [_nav(order) if len(order) > 1 else "", explore.embed(explore.page_data([(name, sig)]))]
+    parts = [_nav(order) if len(order) > 1 else "", explore.embed(explore.page_data([(name, sig)])),
+             f"<p class='note'>Protocol: {_esc(protocol_text(sig.protocol()))}.</p>"]
     for m in order:
         values = [v for v in sig.scores(m) if v is not None]
         parts.append(f"<h2 id='m-{_esc(m)}'>{_esc(m)}</h2>" + _signature_svg([(name, sig)], m)
