@@ -56,6 +56,7 @@ class MetricEntry(TypedDict, total=False):
     flags: list[str]
     ci95: list[float] | None
     masked_rows: int
+    dead: list[int]
 
 
 def entry(st: SiteState, m: Metric) -> MetricEntry:
@@ -87,6 +88,8 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
             out["partial"] = True
         if serving(m).pooled:
             out.update(chunks=0, std=None, pooled_rows=observed.rows)
+        if observed.dead and observed.dims:
+            out["dead"] = [observed.dead, observed.dims[1]]
         if observed.dims and (note := _caveat(st, m)):
             out["caveat"] = note
         out.update(flags_and_ci(st, m, values))
@@ -101,7 +104,18 @@ def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
     flags = metric_flags(m, rows, d, st.schedule.partial, _seen_by(st, m, pooled), observed.scale)
     ci = None if pooled or st.intervals == "none" else entry_ci(values, st.scores.halves.get(m.spec), m.range,
                                                                   st.intervals)
+    if "constant_output" in flags and dead_within(st.scores.live.get(m.spec), values, ci):
+        flags.remove("constant_output")
     return {"flags": flags, "ci95": ci}
+
+
+def dead_within(live: list[float] | None, values: list[float], ci: list[float] | None) -> bool:
+    """The dead output features move the score by no more than its interval: the chunk scored without them
+    (`live`: [chunk index, score]) is within the ci95's half-width of that chunk's own score. Without that score
+    or an interval nothing is weighed, and the flag stays."""
+    if live is None or ci is None or not 0 <= int(live[0]) < len(values):
+        return False
+    return abs(values[int(live[0])] - live[1]) <= (ci[1] - ci[0]) / 2
 
 
 def _seen_by(st: SiteState, m: Metric, pooled: bool) -> set[str]:

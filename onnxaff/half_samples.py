@@ -51,9 +51,16 @@ class HalfSamples:
         if ms:
             self.schedule.submit_halves(lambda half: [(m, half) for m in ms], scorer)
 
+    def note_dead(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
+        """The metrics that score a plain chunk score the site's first chunk with dead outputs without them, once
+        (onnxaff.scores.Scores.submit_live; collected with the halves)."""
+        self.scores.submit_live(chunk, self.schedule.chunks - 1, lambda c: self.jobs(
+            metrics, lambda m: c if serving(m).half_samples else None), scorer)
+
     def collect(self, wait: bool) -> None:
         """The half-sample scores of the metrics that scored the chunk itself, in half order; then the chunk's rows
-        are let go. Without `wait`, only when they are all done."""
+        are let go. Without `wait`, only when they are all done. The scores without dead outputs likewise."""
+        self.scores.collect_live(wait)
         sched = self.schedule
         if not sched.halving or (not wait and not sched.halves_ready()):
             return

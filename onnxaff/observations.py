@@ -33,6 +33,7 @@ class Observations:
     seen: set[str] = saved(factory=set, encode=sorted, decode=set)
     scale: float | None = None
     rounding: float | None = None
+    dead: int = 0  # the most constant (dead) output features in one chunk
 
     @property
     def chunk_rounding(self) -> float:
@@ -57,6 +58,8 @@ class Observations:
         """One chunk's diagnostics; the rank test costs about what r2 costs a chunk, so only when asked."""
         scale = chunk_scale(chunk.x, chunk.y)
         self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=rank, scale=scale, rounding=chunk.rounding)
+        if "constant_output" in self.seen:
+            self.dead = max(self.dead, int((np.ptp(chunk.y, axis=0) == 0).sum()))
         self.scale = _least(self.scale, scale)
 
     def merge(self, other: Observations) -> None:
@@ -68,4 +71,5 @@ class Observations:
         self.masked_rows += other.masked_rows
         self.seen |= other.seen
         self.scale = _least(self.scale, other.scale)
+        self.dead = max(self.dead, other.dead)
         self.note_rounding(other.rounding)

@@ -112,6 +112,7 @@ class SiteState:
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.observed.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
             self.halves.note_solo(chunk)
+            self.halves.note_dead(chunk, metrics, scorer)
         self._submit(chunk, self.schedule.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
             self.schedule.keep(chunk)

@@ -201,8 +201,19 @@ _FLAG_TEXT = {
     "rank_ambiguous": ("have a direction of X at r2's rank cutoff, which another correct reduction of the same "
                        "data could fit or drop", f"their R² may differ by 1e-2 between {option('reduce_in', 'graph')} "
                        f"and {option('reduce_in', 'numpy')} (docs/statistics.md)"),
-    "constant_output": ("have constant (dead) output features", "their scores count them as perfectly linear"),
+    "constant_output": ("have constant (dead) output features that move the score by more than its interval "
+                        "(dropped, the live features score differently{dead})", "{dead_todo}"),
 }
+# What a dead feature is to a metric, by its own declaration (higher_is_more_linear None: descriptive)
+_DEAD_TODO = {False: "a linearity score reads a constant feature as an affine map of its input",
+              True: "a descriptive metric, not a linearity score, describes the dead features with the live ones"}
+
+
+def _dead_todo(names: list[str], metrics) -> str:
+    """The constant_output advice in the flagged metrics' own terms (a descriptive one is never 'linear')."""
+    kinds = {getattr(m, "higher_is_more_linear", True) is None for m in metrics if m.spec in names}
+    return "; ".join(_DEAD_TODO[k] for k in sorted(kinds or {False})) + (
+        "; each entry's `dead` says how many (docs/statistics.md)")
 
 
 def _eps_text(names: list[str], metrics) -> str:
@@ -217,7 +228,7 @@ def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
     per_dim = {m.spec: getattr(m, "rows_per_dim", None) for m in metrics}
     lines = []
     for kind, (what, todo) in _FLAG_TEXT.items():
-        counts, worst = {}, None
+        counts, worst, dead = {}, None, None
         for s in sites:
             for name, e in s.get("metrics", {}).items():
                 if e.get("status") != "ok":
@@ -225,14 +236,18 @@ def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
                 hit, total = counts.get(name, (0, 0))
                 flagged = kind in e.get("flags", [])
                 counts[name] = (hit + flagged, total + 1)
+                if flagged and e.get("dead"):
+                    dead = max(dead or (0, 1), tuple(e["dead"]), key=lambda t: t[0] / t[1])
                 if flagged and kind == "few_rows" and s.get("dim"):
                     need = rows_needed(per_dim.get(name), max(s["dim"], s.get("dim_y") or 0))
                     worst = max(worst or (0, 0), (need, s["dim"]))
         parts = [f"{name} {hit} of {total}" for name, (hit, total) in counts.items() if hit]
         if parts:
             extra = f" (up to {worst[0]:,} rows for d = {worst[1]:,})" if worst else ""
-            text = what.format(eps=_eps_text([n for n, (hit, _) in counts.items() if hit], metrics))
-            lines.append(f"{'; '.join(parts)} sites {text}{extra}; {todo}")
+            names = [n for n, (hit, _) in counts.items() if hit]
+            text = what.format(eps=_eps_text(names, metrics), dead=f"; dead: up to {dead[0]:,} of {dead[1]:,}"
+                               if dead else "")
+            lines.append(f"{'; '.join(parts)} sites {text}{extra}; {todo.format(dead_todo=_dead_todo(names, metrics))}")
     return lines
 
 

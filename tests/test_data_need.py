@@ -85,3 +85,103 @@ def test_the_dry_run_prints_the_need(two_widths, capfd):
     assert code == 0, err
     assert "no site flagged few_rows with 200 examples" in out
 
+
+# --- constant_output: flagged only where the dead features move the score by more than its interval ---
+
+def linear_cka64(x: np.ndarray, y: np.ndarray) -> float:
+    """Linear CKA in float64, written out here (Kornblith et al. 2019, feature-space form)."""
+    xc, yc = x - x.mean(axis=0), y - y.mean(axis=0)
+    return float(np.linalg.norm(yc.T @ xc) ** 2 / (np.linalg.norm(xc.T @ xc) * np.linalg.norm(yc.T @ yc)))
+
+
+def dead_relu(tmp_path, dead: int, n: int = 512, d: int = 64) -> tuple[str, str, np.ndarray]:
+    """A Relu of D = 64 fed rows whose first `dead` inputs are always negative: those outputs stay 0 (dead)."""
+    from tests.builders import chain
+
+    x = np.random.default_rng(1).standard_normal((n, d)).astype(np.float32)
+    x[:, :dead] = -np.abs(x[:, :dead]) - 1
+    np.save(tmp_path / "x.npy", x)
+    return save(chain("Relu", dims=f"N, {d}"), tmp_path / "relu.onnx"), str(tmp_path / "x.npy"), x
+
+
+@pytest.mark.parametrize("dead", [1, 32])
+def test_constant_output_only_where_the_dead_features_move_the_score(tmp_path, dead):
+    model, data, x = dead_relu(tmp_path, dead)
+    sig = onnxaff.analyze(model, data, metrics=["cka", "affinity"], **OPTIONS)
+    (site,) = sig.sites
+    e = site["metrics"]["cka"]
+    assert e["dead"] == [dead, 64] and site["metrics"]["affinity"]["dead"] == [dead, 64]
+    # the first chunk (128 rows), scored with and without its dead features, by hand in float64
+    x0 = x[:128].astype(np.float64)
+    y0 = np.maximum(x0, 0)
+    full, live = linear_cka64(x0, y0), linear_cka64(x0[:, dead:], y0[:, dead:])
+    assert e["values"][0] == pytest.approx(full, rel=1e-9, abs=1e-12)
+    half = (e["ci95"][1] - e["ci95"][0]) / 2
+    moved = abs(full - live)
+    print(f"dead {dead} of 64: cka moves {moved:.4f}, interval half-width {half:.4f}")
+    assert ("constant_output" in e["flags"]) == (moved > half)
+    # clear of the edge either way (measured: 0.0002 against 0.0058 at 1 dead, 0.022 against 0.012 at 32), so the
+    # verdict is the rule's, not rounding's
+    assert moved < half / 10 if dead == 1 else moved > 1.5 * half
+    # the affinity of the live features is the whole site's (a dead pair adds nothing to W2² nor to tr Σ_Y, up to
+    # ε: docs/statistics.md): never flagged for them
+    assert "constant_output" not in site["metrics"]["affinity"]["flags"]
+
+
+def test_without_an_interval_the_flag_stays(tmp_path):
+    """intervals none: nothing to weigh the move against, so a dead feature is flagged as before."""
+    model, data, _ = dead_relu(tmp_path, 1)
+    sig = onnxaff.analyze(model, data, metrics=["cka"], intervals="none", **OPTIONS)
+    assert "constant_output" in sig.sites[0]["metrics"]["cka"]["flags"]
+
+
+def test_flag_texts_are_the_metrics_own(tmp_path):
+    """A descriptive metric is not told it counts dead features as linear; a linearity score is told why."""
+    from onnxaff.metrics import resolve
+    from onnxaff.stats import flag_warnings
+
+    model, data, _ = dead_relu(tmp_path, 32)
+    sig = onnxaff.analyze(model, data, metrics=["cka", "sparsity_change"], **OPTIONS)
+    flagged = {m for m, e in sig.sites[0]["metrics"].items() if "constant_output" in (e.get("flags") or [])}
+    assert "cka" in flagged
+    for names in (["cka"], ["sparsity_change"]):
+        metrics = resolve(names)
+        sites = [{**s, "metrics": {k: v for k, v in s["metrics"].items() if k in names}} for s in sig.sites]
+        for e in sites[0]["metrics"].values():
+            e["flags"] = ["constant_output"]
+        (line,) = flag_warnings(sites, metrics)
+        assert "dead: up to 32 of 64" in line
+        descriptive = metrics[0].higher_is_more_linear is None
+        assert ("affine map" in line) != descriptive and ("descriptive" in line) == descriptive
+
+
+def test_shards_weigh_the_dead_features_as_one_run():
+    """Two chunk-aligned parts merged: the same `dead`, flags and scores as one run over all of it (the chunk the
+    dead features were dropped from is counted from the start of the whole)."""
+    from onnxaff.metrics import resolve
+    from onnxaff.scoring import MetricScorer
+    from onnxaff.site_state import SiteState
+
+    x = np.random.default_rng(2).standard_normal((512, 16))
+    x[256:, :8] = -np.abs(x[256:, :8]) - 1  # dead only in the second part's chunks
+    y = np.maximum(x, 0)
+    ms = resolve(["cka", "affinity"])
+
+    def run(rows):
+        st = SiteState.open(128)
+        with MetricScorer(0) as scorer:
+            for i in range(rows.start, rows.stop, 64):
+                st.add(x[i:i + 64], y[i:i + 64], ms, scorer)
+            st.collect()
+        return st
+
+    whole = run(range(0, 512))
+    first, second = run(range(0, 256)), run(range(256, 512))
+    with MetricScorer(0) as scorer:
+        first.merge(second, ms, scorer)
+        for st in (whole, first):
+            st.finish(ms, scorer)
+    assert whole.scores.live == first.scores.live and whole.scores.live["cka"][0] == 2
+    for m in ms:
+        a, b = whole.entry(m), first.entry(m)
+        assert (a["values"], a["flags"], a["dead"]) == (b["values"], b["flags"], b["dead"]) and a["dead"] == [8, 16]

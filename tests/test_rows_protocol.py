@@ -210,3 +210,36 @@ def test_the_cli_takes_width_chunks_and_sampled_positions(rng, capfd, tmp_path):
     sig = onnxaff.Signature.from_dict(json.loads((tmp_path / "s.json").read_text()))
     assert sig.options["chunk_size"] == "4d" and sig.options["reduce"] == "sample:4"
     assert {s["rows"] for s in sig.sites} == {64 * 4} and {s["chunks"] for s in sig.sites} == {4}  # 64 rows (C = 6)
+
+
+def test_the_dry_run_gives_each_site_its_width_chunk(rng, capfd, tmp_path):
+    """The preview cuts each site's predicted rows by its own K·D chunk and says so; "4d" meets affinity's 4·D."""
+    from onnxaff.analysis.cost import estimate
+
+    path = save(mlp(rng, d_in=8, hidden=40, d_out=12), tmp_path / "m.onnx")
+    est = estimate(path, "synthetic:gaussian:n=400", metrics=["affinity"], chunk_size="4d", batch_size=32,
+                   chunk_workers=0, progress=False)
+    assert [(s.dim, s.rows, s.chunks, s.few_rows) for s in est.sites] == [(40, 160, 2, []), (12, 64, 6, [])]
+    assert est.examples_needed is None
+    est = estimate(path, "synthetic:gaussian:n=100", metrics=["affinity"], chunk_size="4d", batch_size=32,
+                   chunk_workers=0, progress=False)
+    assert est.sites[0].partial and est.examples_needed == 160  # 100 rows short of the relu's 160-row chunk
+    code, out, err = run_cli(capfd, "analyze", path, "--data", "synthetic:gaussian:n=400", "--dry-run",
+                             "--metrics", "affinity", "--chunk-size", "4d", "--chunk-workers", "0")
+    assert code == 0, err
+    assert "chunks of 4d" in out and "no site flagged few_rows" in out
+
+
+SYMBOLIC = HEADER + """ g (float[N, F] x) => (float[N, F] y) {
+    y = Relu(x)
+}"""
+
+
+def test_a_symbolic_width_takes_its_chunk_from_the_first_batch(rng, tmp_path):
+    model = onnx.parser.parse_model(SYMBOLIC)
+    x = rng.standard_normal((300, 40)).astype(np.float32)
+    sig = analyse(model, {"x": x}, tmp_path, chunk_size="4d", batch_size=32)
+    (s,) = sig.sites
+    assert s["dim"] == 40 and s["rows"] == 300 and s["chunks"] == 1  # one chunk of 160 rows, 140 left over
+    want = brute_force_affinity(x[:160].astype(np.float64), np.maximum(x[:160], 0).astype(np.float64))
+    assert s["metrics"]["affinity"]["mean"] == pytest.approx(want, rel=1e-6)

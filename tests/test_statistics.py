@@ -15,10 +15,10 @@ from onnxaff_plugins.cka import CKA
 METRICS = ["affinity", "affinity_lw", "affinity_rel", "cka", "r2"]
 
 
-def entries(x, y, chunk, metrics=METRICS):
+def entries(x, y, chunk, metrics=METRICS, intervals="auto"):
     """Score rows x → y as one run would (chunks of `chunk` rows) and return the metric entries."""
     ms = resolve(metrics)
-    st = SiteState.open(chunk)
+    st = SiteState.open(chunk, intervals=intervals)
     with MetricScorer(0) as scorer:
         for i in range(0, len(x), 100):
             st.add(x[i:i + 100], y[i:i + 100], ms, scorer)
@@ -88,11 +88,13 @@ def test_rank_deficient_x_is_flagged_for_r2(rng):
 
 
 def test_dead_output_columns_are_flagged(rng):
+    """Without an interval the move cannot be weighed: flagged (the rule with one: tests/test_data_need.py)."""
     x = gaussian(rng, 512, 6)
     y = np.maximum(x, 0)
     y[:, 2] = 0.0
-    for name, e in entries(x, y, 256).items():
+    for name, e in entries(x, y, 256, intervals="none").items():
         assert "constant_output" in e["flags"], name
+        assert e["dead"] == [1, 6]
 
 
 def test_partial_chunk_is_flagged(rng):
