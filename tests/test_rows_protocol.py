@@ -243,3 +243,28 @@ def test_a_symbolic_width_takes_its_chunk_from_the_first_batch(rng, tmp_path):
     assert s["dim"] == 40 and s["rows"] == 300 and s["chunks"] == 1  # one chunk of 160 rows, 140 left over
     want = brute_force_affinity(x[:160].astype(np.float64), np.maximum(x[:160], 0).astype(np.float64))
     assert s["metrics"]["affinity"]["mean"] == pytest.approx(want, rel=1e-6)
+
+
+def test_shards_of_a_width_chunked_sampled_run_merge_into_the_one_run(rng, tmp_path):
+    """Shard boundaries fall on every site's own K·D chunk (the unit is the lcm of the sizes and the batch) and a
+    sampled example keeps its positions in its shard: the merged parts give the one run's chunk scores exactly."""
+    from onnxaff.analysis.runstate import RunState
+    from onnxaff.executors import shard_state
+    from onnxaff.scoring import MetricScorer
+
+    path = save(conv_model(rng), tmp_path / "m.onnx")
+    data = tmp_path / "d.npz"
+    np.savez(data, x=rng.standard_normal((N * 4, CIN, S, S)).astype(np.float32))  # 256 examples
+    config = AnalysisConfig(metrics=("affinity",), chunk_size="4d", reduce="sample:2", batch_size=16, seed=SEED,
+                            progress=False)
+    parts = [RunState.from_state(shard_state(path, str(data), (i, 2), config)) for i in range(2)]
+    total = parts[0]
+    metrics, track_metrics = total.metrics()
+    with MetricScorer(0) as scorer:
+        total.merge(parts[1], metrics, track_metrics, scorer)
+    merged = total.to_signature(metrics, track_metrics)
+    one = onnxaff.analyze(path, str(data), config=config)
+    assert [s["chunks"] for s in one.sites] == [8, 8]  # 512 rows in 64-row chunks (4·6 < 64)
+    assert all(len(s["metrics"]["affinity"]["values"]) == 8 for s in one.sites)
+    assert [s["metrics"]["affinity"]["values"] for s in merged.sites] == [s["metrics"]["affinity"]["values"]
+                                                                          for s in one.sites]
