@@ -36,15 +36,17 @@ def analyze(model, data, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_si
     metrics : list of str, optional
         Metric specs (``"affinity"``, ``"cka"``, ``"affinity:eps=1e-5"``; ``onnxaff plugins`` lists them). Default:
         the metrics that declare themselves default (affinity, affinity_lw).
-    chunk_size : int
-        Rows per scored chunk (512, the paper's protocol); every score is the mean over chunks.
+    chunk_size : int or str
+        Rows per scored chunk (512, the paper's protocol); every score is the mean over chunks. ``"4d"``: 4·D rows
+        at a site of D features (at least 64), so no width outgrows its chunk.
     batch_size : int
         Examples per inference batch (a model with a fixed batch size gets batches of that size).
     limit : int, optional
         Analyse only the first `limit` examples.
-    reduce : {"mean", "reference", "positions", "flatten"}
+    reduce : {"mean", "reference", "positions", "flatten", "sample:K"}
         How a site's activations become feature rows: the mean over positions (one row per example), the
-        reference code's convention, every position a row, or the whole tensor one row.
+        reference code's convention, every position a row, the whole tensor one row, or K positions of each
+        example drawn by its index and the seed (per-position scores: another quantity than pooled ones).
     device : {"auto", "cpu", "cuda"}
         Where onnxruntime runs the model.
     preprocess : ImagePreprocess, str or dict, optional
