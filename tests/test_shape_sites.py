@@ -236,3 +236,35 @@ def test_correlate_leaves_out_gflops_of_a_partial_count():
     result = correlate(whole, accuracy)
     assert "GFLOPs" not in result["table"]["all"] and "GFLOPs" in result["left_out"]
     assert any("GFLOPs left out" in w and "c" in w for w in result["warnings"])
+
+
+def test_macs_past_a_pad_whose_pads_are_computed_from_constants(tmp_path):
+    """TorchScript's F.pad writes its pads as ConstantOfShape → Concat → Reshape → Slice → Transpose → Reshape →
+    Cast (EfficientNet-Lite0's static padding): onnx's inference propagates none of it, so every dim past the Pad
+    was unknown (Lite0 at 224x224: macs 0, 50 nodes unknown; now 385,187,552, the hooks' count). Here one Pad
+    (8x8 to 9x9: bottom and right by 1) and a 3x3 Conv: 4 output channels x 7 x 7 positions x 3 x 3 x 3 = 5,292
+    MACs."""
+    model = with_weights(HEAD + """g (float[N, 3, 8, 8] x) => (float[N, 4, 7, 7] y) {
+        four = Constant<value = int64[1] {4}>()
+        lead = Constant<value = int64[4] {0, 1, 0, 1}>()
+        zeros = ConstantOfShape<value = int64[1] {0}>(four)
+        both = Concat<axis = 0>(lead, zeros)
+        pairs_shape = Constant<value = int64[2] {-1, 2}>()
+        pairs = Reshape(both, pairs_shape)
+        start = Constant<value = int64[1] {-1}>()
+        end = Constant<value = int64[1] {-9223372036854775807}>()
+        axis = Constant<value = int64[1] {0}>()
+        step = Constant<value = int64[1] {-1}>()
+        rev = Slice(pairs, start, end, axis, step)
+        cols = Transpose<perm = [1, 0]>(rev)
+        flat_shape = Constant<value = int64[1] {-1}>()
+        flat = Reshape(cols, flat_shape)
+        pads = Cast<to = 7>(flat)
+        xp = Pad(x, pads)
+        c = Conv<kernel_shape = [3, 3]>(xp, w)
+        y = Relu(c)
+    }""", w=np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32))
+    onnx.checker.check_model(model)
+    x = np.random.default_rng(1).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    stats = onnxaff.analyze(model, x, progress=False).model["stats"]
+    assert stats["macs_unknown_nodes"] == [] and stats["macs"] == 4 * 7 * 7 * 3 * 3 * 3

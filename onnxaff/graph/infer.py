@@ -12,6 +12,7 @@ import math
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 # Above this size shape inference runs on a file rather than on the in-memory proto.
@@ -128,7 +129,54 @@ def with_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.Mo
             dims.ClearField("dim")
             for d in shapes[vi.name]:
                 dims.dim.add(dim_value=int(d))
+    _fold_shape_math(g, list(copy.opset_import))
+    try:  # data propagation: dims computed from Shape (a "same" padding of the fed size) become numbers
+        return onnx.shape_inference.infer_shapes(copy, data_prop=True)
+    except Exception:
+        return None
+
+
+# The integer arithmetic exporters compute pads and shapes with from constants alone (TorchScript's F.pad:
+# ConstantOfShape, Concat, Reshape, Slice, Transpose, Cast). onnx's inference propagates none of it, so every dim
+# past such a Pad was unknown: EfficientNet-Lite0 fed at 224x224 counted 0 of its 385 M MACs.
+_SHAPE_MATH = {"Constant", "ConstantOfShape", "Concat", "Reshape", "Slice", "Transpose", "Cast", "Gather",
+               "Unsqueeze", "Squeeze", "Flatten", "Identity", "Add", "Sub", "Mul", "Div", "Neg", "Ceil", "Floor",
+               "Max", "Min", "Range", "Expand", "Equal", "Where", "Not", "Less", "Greater", "Mod", "Abs"}
+
+
+def _fold_shape_math(graph: onnx.GraphProto, opsets: list) -> None:
+    """Replace each node of `_SHAPE_MATH` that computes from small constants alone by its value (onnx's reference
+    evaluator), in place; a node it cannot evaluate, or a large value, stays as it is."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if math.prod(t.dims) <= SHAPE_VALUE_ELEMENTS}
+    kept = []
+    for node in graph.node:
+        values = None
+        if node.op_type in _SHAPE_MATH and node.domain in ("", "ai.onnx") and all(i == "" or i in known
+                                                                                   for i in node.input):
+            values = _evaluate(node, {i: known[i] for i in node.input if i}, opsets, helper, ReferenceEvaluator)
+        if values is None or any(v.size > SHAPE_VALUE_ELEMENTS for v in values):
+            kept.append(node)
+            continue
+        for name, value in zip(node.output, values, strict=True):
+            known[name] = value
+            graph.initializer.append(numpy_helper.from_array(value, name))
+    graph.ClearField("node")
+    graph.node.extend(kept)
+
+
+def _evaluate(node, feeds: dict, opsets: list, helper, evaluator) -> list | None:
+    """A node's outputs from its constant inputs, under the model's opsets; None where it cannot be evaluated."""
+    if node.op_type == "Constant" and any(a.name == "value" and math.prod(a.t.dims) > SHAPE_VALUE_ELEMENTS
+                                          for a in node.attribute):
+        return None  # a weight written as a Constant: no shape reads its values
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for n, v in feeds.items()]
+    outputs = [helper.make_empty_tensor_value_info(n) for n in node.output]
+    model = helper.make_model(helper.make_graph([node], "fold", inputs, outputs), opset_imports=opsets)
     try:
-        return onnx.shape_inference.infer_shapes(copy)
+        return [np.asarray(v) for v in evaluator(model).run(None, feeds)]
     except Exception:
         return None
