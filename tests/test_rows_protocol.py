@@ -268,3 +268,29 @@ def test_shards_of_a_width_chunked_sampled_run_merge_into_the_one_run(rng, tmp_p
     assert all(len(s["metrics"]["affinity"]["values"]) == 8 for s in one.sites)
     assert [s["metrics"]["affinity"]["values"] for s in merged.sites] == [s["metrics"]["affinity"]["values"]
                                                                           for s in one.sites]
+
+
+def test_a_symbolic_width_run_resumes_from_its_checkpoint(rng, tmp_path):
+    """The checkpoint holds the chunk size the first batch set (160 rows at D = 40); the resumed run's collectors,
+    opened before any batch, take it from there: the one run's chunk scores."""
+    from onnxaff.analysis import analyze as analyse_run
+    from onnxaff.analysis import open_run
+    from onnxaff.errors import Interrupted
+    from tests.test_scale import interrupt_after
+
+    model = onnx.parser.parse_model(SYMBOLIC)
+    data = tmp_path / "d.npz"
+    np.savez(data, x=rng.standard_normal((512, 40)).astype(np.float32))
+    options = dict(metrics=["affinity"], chunk_size="4d", batch_size=32, progress=False, chunk_workers=0)
+    ckpt = tmp_path / "c.npz"
+    with open_run(model, str(data), checkpoint=ckpt, **options) as run:
+        interrupt_after(run, 7)  # 224 rows: one chunk of 160 scored, 64 held
+        with pytest.raises(Interrupted):
+            run.execute()
+    with open_run(model, str(data), checkpoint=ckpt, resume="always", **options) as run:
+        assert run.state.cursor == 224
+        run.execute()
+        again = run.signature()
+    one = analyse_run(model, str(data), **options)
+    assert [s["chunks"] for s in again.sites] == [3]
+    assert again.scores("affinity") == one.scores("affinity")

@@ -157,7 +157,7 @@ def _site(s: dict, at: str, used: int, stage: bool, may_be_empty: bool = False) 
     else:
         raise Damaged(at + "dims", f"expected [X dims, Y dims] for {rows} rows, got {_show(dims)}")
     buffer = _get(s, "buffer", at)
-    size = _int(buffer, "size", at + "buffer.", low=2)
+    size = _int(buffer, "size", at + "buffer.", low=1)  # 1: a symbolic D's chunk under "Kd" before its first batch
     held = _rows(buffer, at + "buffer.", dx, dy, none=True)
     if held >= size:
         raise Damaged(at + "buffer.x", f"{held} rows held back, a chunk is {size}")
@@ -348,7 +348,8 @@ def check_same_run(d: dict, live, label: str) -> None:
                 at = f"{group}[{k}]."
                 if group == "sites" and s["index"] != live.indices[k]:
                     raise Damaged(at + "index", f"{s['index']}, this run's site {live.indices[k]} is at its place")
-                if s["buffer"]["size"] != st.schedule.buffer.size:
+                if st.schedule.buffer.size not in (s["buffer"]["size"], 1):  # 1: a symbolic D under chunk_size "Kd"
+                    # (its size comes with the first batch: the saved one is it)
                     raise Damaged(at + "buffer.size",
                                   f"{s['buffer']['size']}, this run's chunks are {st.schedule.buffer.size}")
                 if s["tracks"] != st.tracks:
