@@ -294,3 +294,14 @@ def test_a_symbolic_width_run_resumes_from_its_checkpoint(rng, tmp_path):
     one = analyse_run(model, str(data), **options)
     assert [s["chunks"] for s in again.sites] == [3]
     assert again.scores("affinity") == one.scores("affinity")
+
+
+def test_a_residual_stage_samples_its_positions_as_the_sites_do():
+    """A stage's tracks (4 tensors of 8 channels) get K positions an example too, and chunks of 4 × 32 rows."""
+    from tests.conftest import FIXTURES
+
+    sig = onnxaff.analyze(str(FIXTURES / "res_cnn_op17.onnx"), "synthetic:gaussian:n=128", blocks=["residual"],
+                          metrics=["affinity"], chunk_size="4d", reduce="sample:4", batch_size=32, progress=False)
+    assert {(s["rows"], s["chunks"]) for s in sig.sites} == {(128 * 4, 8)}  # D = 8: 64-row chunks (the floor)
+    (stage,) = sig.stages
+    assert (stage["rows"], stage["chunks"]) == (128 * 4, 4)  # D = 4 × 8 tracks: 128-row chunks

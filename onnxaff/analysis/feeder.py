@@ -145,6 +145,8 @@ class Feeder:
             if host is not None:
                 h = [numpy_features(a, probe, host) for a, probe in zip(h, probes, strict=True)]
             x = np.concatenate(h, axis=1)
+            if (k_sampled := sampled(plan.config.reduce)) is not None:  # the sites' rule: K positions an example
+                x = x[sample_rows(plan.config.seed, state.cursor, n, x.shape[0], k_sampled)]
             sized(st, plan.config.chunk_size, x)
             st.add(x, x[:, :0], plan.track_metrics, scorer, block=block)
         if self.network is not None:
