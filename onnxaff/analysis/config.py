@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff import defaults
+from onnxaff.chunks import width_multiple
 from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError, option
@@ -75,6 +76,18 @@ def _choice(name: str, value, choices, what: str) -> str:
     return value
 
 
+def _sized(name: str, value, least: int, what: str) -> int | str:
+    """A whole number, or for chunk_size "Kd" (K ≥ 1: K·D rows per chunk, onnxaff.chunks.site_chunk_rows)."""
+    if name == "chunk_size" and isinstance(value, str):
+        if (width_multiple(value.strip()) or 0) >= 1:
+            return value.strip()
+        if not value.strip().isdigit():
+            raise ConfigError(name, f"{{option}} must be {what} or Kd (K·D rows per chunk at a site of D "
+                              f"features, K ≥ 1), got {value!r}")
+        value = int(value.strip())
+    return _whole(name, value, least, what)
+
+
 def _reduction(value) -> None:
     """One of REDUCTIONS, or sample:K (K ≥ 1 positions per example, onnxaff.graph.reduction.sample_rows)."""
     if value not in REDUCTIONS and not (sampled(value) or 0) >= 1:
@@ -91,7 +104,7 @@ class AnalysisConfig:
     `pad` the largest fraction of a synthetic mask zeroed at its tail."""
 
     metrics: tuple[str, ...] | None = DEFAULT_METRICS
-    chunk_size: int = defaults.CHUNK_SIZE
+    chunk_size: int | str = defaults.CHUNK_SIZE  # rows per chunk, or "Kd": K·D rows at a site of D features
     batch_size: int = defaults.BATCH_SIZE
     limit: int | None = None
     reduce: str = defaults.REDUCE
@@ -134,7 +147,7 @@ class AnalysisConfig:
         for name, least, what in (("chunk_size", 2, "a whole number of at least 2"),
                                   ("batch_size", 1, "a positive whole number"), ("seed", -(2**63), "a whole number"),
                                   ("sample_rate", 1, "a positive whole number (Hz)")):
-            put(name, _whole(name, getattr(self, name), least, what))
+            put(name, _sized(name, getattr(self, name), least, what))
         for name, least, what in (("limit", 1, "a positive whole number"), ("max_length", 1, "a positive whole number"),
                                   ("chunk_workers", 0, "0 or a positive whole number"),
                                   ("threads", 1, "a positive whole number")):

@@ -62,7 +62,7 @@ ANALYSIS_OPTIONS = [
     configured("--protocol", metavar="NAME",
                help="A named protocol setting --metrics, --chunk-size and --reduce at once: paper (affinity, 512 rows "
                     "per chunk, one row per example: Bouniot et al.'s numbers); an option given against it: refused."),
-    configured("--chunk-size", type=int, help="Rows per scored chunk."),
+    configured("--chunk-size", help="Rows per scored chunk, or Kd: K·D rows at a site of D features (at least 64)."),
     configured("--batch-size", type=int),
     configured("--limit", type=int, help="Use at most N examples."),
     configured("--reduce", help="How a site's tensors become [rows, D] features: mean, reference, positions, "

@@ -202,7 +202,7 @@ def data_need_line(est: dict) -> str:
         return f"data: no site flagged few_rows with {est['examples']:,} examples"
     with_chunk = f" with {option('chunk_size', str(chunk))}" if chunk is not None else ""
     return (f"data: every site unflagged few_rows from {max(examples, est['examples']) if chunk else examples:,} "
-            f"examples{with_chunk} (now {est['examples']:,}, chunks of {est['chunk_size']:,})")
+            f"examples{with_chunk} (now {est['examples']:,}, chunks of {est['chunk_size']})")
 
 
 def estimates_table(estimates: dict[str, dict]) -> str:
