@@ -185,3 +185,68 @@ def test_shards_weigh_the_dead_features_as_one_run():
     for m in ms:
         a, b = whole.entry(m), first.entry(m)
         assert (a["values"], a["flags"], a["dead"]) == (b["values"], b["flags"], b["dead"]) and a["dead"] == [8, 16]
+
+
+# --- the dry run's own cost: a few shapes timed per metric, the rest read off them ---
+
+def test_between_reads_the_power_law_of_its_neighbours():
+    from onnxaff.analysis.calibrate import between
+
+    timed = {10: 1.0, 40: 16.0, 80: 128.0}  # t = size² up to 40, size³ past it
+    assert between(timed, 20) == pytest.approx(4.0) and between(timed, 60) == pytest.approx(54.0)
+    assert between(timed, 40) == 16.0
+
+
+def test_anchors_are_the_ends_and_the_geometric_middle():
+    from onnxaff.analysis.calibrate import anchors
+
+    widths = [64, 128, 192, 256, 384, 512, 640, 768, 1024, 1280]
+    assert anchors(widths) == [64, 256, 1280]  # √(64·1280) = 286: 256 is nearest in log
+    assert anchors([32, 96]) == [32, 96]
+
+
+def wide_chain(tmp_path, widths) -> str:
+    """x [N, 8] → (MatMul, Relu) per width: one Relu site per width."""
+    from tests.builders import with_weights
+
+    body = "  ".join(f"h{k} = MatMul({'x' if k == 0 else f'a{k - 1}'}, w{k})  a{k} = Relu(h{k})"
+                     for k in range(len(widths)))
+    dims = [8, *widths]
+    rng = np.random.default_rng(0)
+    model = with_weights(f'<ir_version: 8, opset_import: ["" : 17]> g (float[N, 8] x) => (float[N, {widths[-1]}] '
+                         f"a{len(widths) - 1}) {{ {body} }}",
+                         **{f"w{k}": (rng.standard_normal((dims[k], w)) / 4).astype(np.float32)
+                            for k, w in enumerate(widths)})
+    return save(model, tmp_path / "wide.onnx")
+
+
+def notes_declared(est) -> list[str]:
+    return [n for n in est.notes if "not timed" in n]
+
+
+@pytest.mark.parametrize("chunk_size", [512, "4d"])
+def test_the_dry_run_runs_three_jobs_a_metric_and_reads_the_others_off_them(tmp_path, monkeypatch, chunk_size):
+    """Ten widths, two metrics: 6 jobs run (was 20), at a fixed chunk size and at K·D rows (one law per rows
+    per feature); a cost that is a power law of the size between anchors is read off exactly."""
+    from onnxaff.analysis import calibrate
+
+    calls = []
+
+    def fake(self, m, st, rows):
+        size = sum(st.observed.dims)
+        calls.append((m.spec, size))
+        return 1e-9 * size ** 3
+
+    monkeypatch.setattr(calibrate.Jobs, "_run", fake)
+    # under 4d rows the widths stay below those whose 4·D-row jobs the affinity declares rather than runs (> 5 s)
+    widths = [64, 128, 192, 256, 384, 512, 640, 768, 1024, 1280] if chunk_size == 512 else \
+        [16, 24, 32, 48, 64, 80, 96, 112, 128, 160]
+    est = estimate(wide_chain(tmp_path, widths), "synthetic:gaussian:n=3000", metrics=["affinity", "affinity_lw"],
+                   chunk_size=chunk_size, chunk_workers=0, progress=False)
+    ends = (widths[0], widths[-1])
+    middle = 256 if chunk_size == 512 else 48  # nearest √(first·last) in log: √(64·1280) = 286, √(16·160) = 51
+    assert not notes_declared(est)
+    assert sorted(calls) == sorted((m, 2 * w) for m in ("affinity", "affinity_lw") for w in (*ends, middle))
+    for s in est.sites:
+        for m in ("affinity", "affinity_lw"):
+            assert s.seconds[m] == pytest.approx(s.chunks * 1e-9 * (2 * s.dim) ** 3, rel=1e-9)

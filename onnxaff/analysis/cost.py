@@ -3,10 +3,11 @@ flags it will get, and the predicted inference, scoring (per metric), peak memor
 
 Predicted from a short calibration on this machine, now (docs/cost.md): the plan and the sessions are built as
 the run builds them (their time is the run's too); two batches go through the augmented model into the sites'
-collectors (the first, of a few examples, warms the session); one scoring job of each distinct (metric,
-rows, D) is timed on rows of the site's own features (drawn again with a little jitter up to the chunk's size
-where the calibration gave fewer); the rest is extrapolated to the data's length. The flags come from the rule a
-run applies (onnxaff.stats.metric_flags). Nothing is written: no checkpoint, no signature.
+collectors (the first, of a few examples, warms the session); of each metric's job shapes at a row count a few
+are timed on rows of the site's own features (drawn again with a little jitter up to the chunk's size where the
+calibration gave fewer) and the others read off them (onnxaff.analysis.calibrate); the rest is extrapolated to
+the data's length. The flags come from the rule a run applies (onnxaff.stats.metric_flags). Nothing is written:
+no checkpoint, no signature.
 """
 
 from __future__ import annotations
@@ -19,27 +20,21 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from onnxaff.analysis.budget import site_memory
+from onnxaff.analysis.calibrate import Jobs
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
-from onnxaff.chunks import readonly, site_chunk_rows
+from onnxaff.chunks import site_chunk_rows
 from onnxaff.data import no_usable
 from onnxaff.entries import not_applicable
 from onnxaff.graph.reduction import feature_dim, graph_mode
 from onnxaff.memory import status_bytes
-from onnxaff.metrics import Chunk
 from onnxaff.metrics.dispatch import serving
-from onnxaff.observations import Observations
 from onnxaff.runtime import CUDA, Runner
-from onnxaff.scoring import MetricScorer, default_workers
-from onnxaff.stats import HALVES, metric_flags, rows_needed
+from onnxaff.stats import metric_flags, rows_needed
 
 WARM_EXAMPLES = 8  # the first calibration batch, which warms the session (counted once); then one full batch
-JITTER = 0.1  # of each feature's spread, added to rows drawn again so no two rows of a timed chunk are equal
-DECLARED_ABOVE = 5.0  # a job whose metric declares more seconds than this (chunk_seconds) is not run: declared
 
 
 @dataclass(frozen=True)
@@ -131,9 +126,11 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
     examples = plan.stop - plan.start
     if plan.fixed_batch is not None:  # the short last batch is dropped
         examples -= examples % plan.batch_size
-    timer = _Jobs(feeder, config)
-    sites = [_site_cost(plan, s, feeder.state.sites, fed, timer, examples) for s in plan.sites]
-    stages = [_stage_cost(plan, k, st, fed, timer, examples) for k, st in enumerate(feeder.state.stages)]
+    timer = Jobs(config)
+    for timing in (False, True):  # first the shapes each site's jobs have, then the timed anchors among them
+        timer.timing, timer.diagnostics = timing, 0.0
+        sites = [_site_cost(plan, s, feeder.state.sites, fed, timer, examples) for s in plan.sites]
+        stages = [_stage_cost(plan, k, st, fed, timer, examples) for k, st in enumerate(feeder.state.stages)]
     timer.scorer.close()
     plain = fed.extrapolate(fed.plain(plan), examples) if plain else None
     scoring = {m.spec: 0.0 for m in plan.metrics + plan.track_metrics}
@@ -244,7 +241,7 @@ class _Fed:
         return times
 
 
-def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:
+def _site_cost(plan: Plan, site, states, fed: _Fed, timer: Jobs, examples: int) -> SiteCost:
     base = dict(index=site.index, id=site.id, kind=site.kind, status=site.status)
     st = next((st for st in states if st.index == site.index), None)
     if st is None:
@@ -269,7 +266,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: _Jobs, examples: int)
                     chunks=chunks, partial=partial, few_rows=few, rows_needed=needs, seconds=seconds)
 
 
-def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: _Jobs, examples: int) -> SiteCost:
+def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: Jobs, examples: int) -> SiteCost:
     stage = [s for s in plan.stages if s.ok][k]
     total, rows, chunks, partial = _chunking(st, fed, examples, st.schedule.buffer.size)
     seconds = {m.spec: timer.site_seconds(m, st, rows, chunks) for m in plan.track_metrics}
@@ -286,91 +283,3 @@ def _chunking(st, fed: _Fed, examples: int, chunk_size: int) -> tuple[int, int, 
     if total >= chunk_size:
         return total, chunk_size, total // chunk_size, False
     return total, total, int(total >= 2), True
-
-
-class _Jobs:
-    """Scoring jobs timed once per distinct (metric, rows, D), on the site's own rows, on a scoring thread."""
-
-    def __init__(self, feeder: Feeder, config: AnalysisConfig):
-        self.config = config
-        self.workers = default_workers() if config.chunk_workers is None else config.chunk_workers
-        self.seconds: dict[tuple, float] = {}
-        self.warm: set[str] = set()
-        self.diagnostics = 0.0  # main-thread seconds of the chunk diagnostics (rank test, scale)
-        self.working_bytes = 0
-        self.notes: list[str] = []
-        self.rng = np.random.default_rng(0)
-        self.scorer = MetricScorer(0)
-
-    def site_seconds(self, m, st, rows: int, chunks: int) -> float:
-        """A metric's scoring at one site: its chunks (or chunk pairs), the half-samples a one-chunk interval
-        takes, the end-of-data job on the pooled sums."""
-        how = serving(m)
-        if st.observed.nonfinite_rows or st.observed.dims is None:  # flagged (NaN/Inf) or no row kept: no scores
-            return 0.0
-        if how.pooled:
-            return self._end(m, st)
-        jobs = chunks - 1 if how.keeps_previous else chunks
-        if jobs <= 0 or rows < 2:
-            return 0.0
-        seconds = jobs * self._chunk(m, st, rows)
-        # HALVES halves of the first chunk: a run's only one (intervals "auto"), or every site's ("half")
-        halves = {"auto": chunks == 1, "half": True}.get(self.config.intervals, False)
-        if halves and how.half_samples and rows >= 8:
-            seconds += HALVES * self._chunk(m, st, rows // 2)
-        return seconds
-
-    def diagnostic_seconds(self, st, rows: int, metrics) -> float:
-        if st.observed.nonfinite_rows or st.observed.dims is None:  # flagged or nothing kept: no chunk is scored
-            return 0.0
-        key = ("diagnostics", rows, st.observed.dims)
-        if key not in self.seconds:
-            chunk = self._rows(st, rows)
-            clock = time.perf_counter()
-            Observations().note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
-            self.seconds[key] = time.perf_counter() - clock
-        return self.seconds[key]
-
-    def _chunk(self, m, st, rows: int) -> float:
-        dx, dy = st.observed.dims
-        key = (m.spec, rows, dx, dy, st.tracks)
-        if key in self.seconds:
-            return self.seconds[key]
-        # a chunk's working set: the assignment's n×n costs, a few d×d matrices, the rows centred and mapped
-        work = 8 * (3 * rows * rows + 6 * max(dx, dy) ** 2 + 4 * rows * (dx + dy))
-        self.working_bytes = max(self.working_bytes, work)
-        declared = m.chunk_seconds(rows, dx, dy)
-        if declared is not None and declared[0] > DECLARED_ABOVE:
-            self.notes.append(f"metric {m.spec}: {rows:,} rows of {dx:,} features not timed; declared "
-                              f"{declared[0]:.0f} s a chunk ({declared[1]})")
-            self.seconds[key] = float(declared[0])
-            return self.seconds[key]
-        chunk = self._rows(st, rows)
-        build = serving(m).chunk_input
-        if m.spec not in self.warm:  # its imports and first-call costs are the run's once, not every chunk's
-            self.warm.add(m.spec)
-            small = self._rows(st, min(rows, 16))
-            self._time(m, build(small, small, st.tracks))
-        self.seconds[key] = self._time(m, build(chunk, chunk, st.tracks))
-        return self.seconds[key]
-
-    def _end(self, m, st) -> float:
-        sample = st.pooled.inputs(st.observed.chunk_rounding).get(serving(m).end_input)
-        return 0.0 if sample is None else self._time(m, sample)
-
-    def _time(self, m, sample) -> float:
-        clock = time.perf_counter()
-        self.scorer.results(self.scorer.submit([(m, sample)]))
-        return time.perf_counter() - clock
-
-    def _rows(self, st, rows: int) -> Chunk:
-        """`rows` rows of the site's own features: as fed, else drawn again from them with a little jitter."""
-        got = [(p.chunk.x, p.chunk.y) for p in st.schedule.pending]
-        rest = st.schedule.buffer.remainder()
-        got += [rest] if rest is not None else []
-        x, y = np.concatenate([a for a, _ in got]), np.concatenate([b for _, b in got])
-        if x.shape[0] < rows:
-            pick = self.rng.integers(x.shape[0], size=rows)
-            x = x[pick] + JITTER * x.std(axis=0) * self.rng.standard_normal((rows, x.shape[1]))
-            y = y[pick] + JITTER * y.std(axis=0) * self.rng.standard_normal((rows, y.shape[1]))
-        return Chunk(readonly(x[:rows]), readonly(y[:rows]), st.observed.chunk_rounding)
