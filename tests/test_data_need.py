@@ -250,3 +250,14 @@ def test_the_dry_run_runs_three_jobs_a_metric_and_reads_the_others_off_them(tmp_
     for s in est.sites:
         for m in ("affinity", "affinity_lw"):
             assert s.seconds[m] == pytest.approx(s.chunks * 1e-9 * (2 * s.dim) ** 3, rel=1e-9)
+
+
+def test_a_study_dry_run_says_each_models_data_need(tmp_path, capfd):
+    from tests.test_study import write_models
+
+    paths = write_models(tmp_path / "m")
+    code, out, err = run_cli(capfd, "study", *paths, "--data", "synthetic:gaussian:n=600", "--out", tmp_path / "s",
+                             "--metrics", "affinity", "--chunk-size", "128", "--chunk-workers", "0", "--dry-run")
+    assert code == 0, err
+    needs = [line for line in out.splitlines() if line.startswith("data: ")]
+    assert len(needs) == len(paths)
