@@ -56,22 +56,29 @@ def psd_sqrt(m: np.ndarray) -> np.ndarray:
     return (v * np.sqrt(w)) @ v.T
 
 
+# floor / (eps·max) from which the floor is inverted rather than cut: the tests' chunks at n < d sit at 66-98,
+# the random MLPs' ill-conditioned ones at 3.5e-15 to 1.2 (median).
+RESOLVED = 16.0
+
+
 def psd_inv_sqrt_parts(m: np.ndarray, dim: int | None = None, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Eigenvectors V and weights w with m^{-1/2} = V diag(w) Vᵀ (m^{+1/2}, the pseudo-inverse root, when floor = 0),
     so callers can apply it to rows without forming it.
 
-    floor: a lower bound of m's eigenvalues known from how m was made (α_X·α_Y for S Σ_X S with ε > 0). When it is
-    positive m is invertible and no eigenvalue is cut: those computed below it are rounding, raised to it. pinv's
-    cutoff (dim·eps·max) zeroed hundreds of genuine eigenvalues of order ε² at n < d and moved ρ by up to 1e-8
-    (issue 50). With floor = 0, eigenvalues at or below dim·eps·max are treated as zero, as pinv does; `dim` lets
-    a caller that holds m only on a subspace reproduce the cutoff of the full matrix (the full size).
+    floor: a lower bound of m's eigenvalues known from how m was made (α_X·α_Y for S Σ_X S with ε > 0). Where the
+    eigensolver resolves it (floor ≥ RESOLVED·eps·max: its eigenvalues err by about eps·max) m is inverted whole,
+    those computed below the floor being rounding, raised to it: pinv's cutoff (dim·eps·max) zeroed hundreds of
+    genuine eigenvalues of order ε² at n < d and moved ρ by up to 1.4e-8. Where it does not (activations of
+    variance ≳ 1e2 at ε = 1e-6: random MLPs at 6x Glorot reach eps·max/floor = 3e14), inverting the unresolved
+    eigenvalues would divide by rounding (ρ = −0.98 measured): they are cut as pinv cuts them, dim·eps·max with
+    `dim` the full size for a caller that holds m on a subspace, as with floor = 0.
     """
     w, v = _eigh_psd(m)
-    if floor > 0.0:
+    top = w.max() if w.size else 0.0
+    if floor > 0.0 and floor >= RESOLVED * np.finfo(np.float64).eps * top:
         return v, 1.0 / np.sqrt(np.maximum(w, floor))
     dim = m.shape[0] if dim is None else dim
-    top = w.max() if w.size else 0.0
-    cutoff = max(dim, 1) * np.finfo(np.float64).eps * top
+    cutoff = max(dim, 1) * np.finfo(np.float64).eps * max(top, floor)
     inv = np.zeros_like(w)
     keep = w > cutoff
     inv[keep] = 1.0 / np.sqrt(w[keep])

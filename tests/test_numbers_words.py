@@ -83,6 +83,20 @@ def test_every_path_is_within_1e9_of_the_definition_at_n_below_d(n, d, shrinkage
             assert abs(got - ref) <= 1e-9, (seed, method, got - ref)
 
 
+@pytest.mark.parametrize("scale", [1e2, 1e4])
+def test_a_floor_the_eigensolver_cannot_resolve_is_cut_not_inverted(scale):
+    """A rank-2 input of large variance (the random MLPs at 6x Glorot, examples/03): eps·λ_max of S Σ_X S is far
+    above α_X·α_Y = ε², so its floor-level eigenvalues are rounding. Inverting them whole gave ρ = −0.98; they are
+    cut as pinv cuts them: every path in range and within 1e-9 of the others (the float64 cutoff reference)."""
+    rng = np.random.default_rng(0)
+    u = rng.uniform(-1, 1, (512, 2))
+    x = scale * np.tanh(u @ rng.standard_normal((2, 40)) + rng.uniform(-1, 1, 40))
+    y = np.maximum(x @ rng.standard_normal((40, 40)) + rng.uniform(-1, 1, 40), 0)
+    scores = [affinity_score(x, y, method=method) for method in PATHS]
+    assert all(0.0 <= s <= 1.0 for s in scores), scores
+    assert max(scores) - min(scores) <= 1e-9, scores
+
+
 @pytest.mark.parametrize("n", [64, 256])
 def test_the_eps_rule_jumps_as_the_docs_say_and_is_flagged_eps_dominated(n):
     """Issue 50: an output whose mean variance v is at most ε is taken as constant (A = 0): ρ = 1 − sqrt(r(n−1) /
