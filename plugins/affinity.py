@@ -278,8 +278,9 @@ def _span_problem(work: _ChunkWork, d, eps, shrinkage):
 
     With ε > 0 every eigenvalue of S Σ_X S is ≥ α_X·α_Y (Σ_X ≥ α_X·I and S² ≥ α_Y·I), the one it has on V⊥: the
     paths invert it without a cutoff where the eigensolver resolves it, eigenvalues computed below that floor raised
-    to it, and cut it as pinv does where not (`psd_inv_sqrt_parts`). With ε = 0 (floor 0) the direct path's cutoff is d·eps·λ_max over R^d; λ_max is the largest eigenvalue on
-    V, and d (not k) reproduces the same cutoff on V.
+    to it, and cut it as pinv does where not (`psd_inv_sqrt_parts`). With ε = 0 (floor 0) the direct path's
+    cutoff is d·eps·λ_max over R^d; λ_max is the largest eigenvalue on V, and d (not k) reproduces the same cutoff
+    on V.
 
     Coordinates come from Householder QR of [Ycᵀ Xcᵀ] (d × 2n; R only, O(dn²)): backward stable, no rank decision
     (the Gram matrix would be cheaper, but its rounding costs ρ ≈ 1 about half its digits, as ρ goes with the
