@@ -268,3 +268,28 @@ def test_macs_past_a_pad_whose_pads_are_computed_from_constants(tmp_path):
     x = np.random.default_rng(1).standard_normal((8, 3, 8, 8)).astype(np.float32)
     stats = onnxaff.analyze(model, x, progress=False).model["stats"]
     assert stats["macs_unknown_nodes"] == [] and stats["macs"] == 4 * 7 * 7 * 3 * 3 * 3
+
+
+def test_the_macs_fold_never_allocates_a_large_value():
+    """A folded causal mask's ConstantOfShape([32768, 32768]) (4 GB) and a Range of 10⁹ are left as nodes, judged by
+    their inputs before any evaluation (the fold is for pads and shapes: at most 128 values)."""
+    import tracemalloc
+
+    from onnx import numpy_helper
+
+    from onnxaff.graph.infer import _fold_shape_math
+
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64)))
+
+    g = helper.make_graph([const("s", [32768, 32768]), helper.make_node("ConstantOfShape", ["s"], ["m"]),
+                           const("a", 0), const("b", 10**9), const("c", 1), helper.make_node("Range", ["a", "b", "c"],
+                                                                                             ["r"])],
+                          "g", [], [helper.make_tensor_value_info("m", TensorProto.FLOAT, None)])
+    tracemalloc.start()
+    try:
+        _fold_shape_math(g, [helper.make_opsetid("", 17)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [n.op_type for n in g.node] == ["ConstantOfShape", "Range"] and peak < 64e6

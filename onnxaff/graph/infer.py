@@ -155,7 +155,8 @@ def _fold_shape_math(graph: onnx.GraphProto, opsets: list) -> None:
     for node in graph.node:
         values = None
         if node.op_type in _SHAPE_MATH and node.domain in ("", "ai.onnx") and all(i == "" or i in known
-                                                                                   for i in node.input):
+                                                                                   for i in node.input) \
+                and _small_output(node, known):
             values = _evaluate(node, {i: known[i] for i in node.input if i}, opsets, helper, ReferenceEvaluator)
         if values is None or any(v.size > SHAPE_VALUE_ELEMENTS for v in values):
             kept.append(node)
@@ -165,6 +166,21 @@ def _fold_shape_math(graph: onnx.GraphProto, opsets: list) -> None:
             graph.initializer.append(numpy_helper.from_array(value, name))
     graph.ClearField("node")
     graph.node.extend(kept)
+
+
+def _small_output(node, known: dict) -> bool:
+    """Whether a node that makes its size from its inputs' values (a folded mask's ConstantOfShape([T, T]), an
+    Expand, a Range) stays within SHAPE_VALUE_ELEMENTS: checked before evaluating, never allocated to be told."""
+    try:
+        if node.op_type in ("ConstantOfShape", "Expand"):
+            shape = known[node.input[-1] if node.op_type == "ConstantOfShape" else node.input[1]]
+            return math.prod(max(int(d), 0) for d in np.ravel(shape)) <= SHAPE_VALUE_ELEMENTS
+        if node.op_type == "Range":
+            start, limit, delta = (float(np.ravel(known[i])[0]) for i in node.input[:3])
+            return delta != 0 and math.ceil((limit - start) / delta) <= SHAPE_VALUE_ELEMENTS
+    except (KeyError, IndexError, ValueError, TypeError, OverflowError):
+        return False
+    return True
 
 
 def _evaluate(node, feeds: dict, opsets: list, helper, evaluator) -> list | None:
