@@ -202,6 +202,7 @@ class JvpAccumulator:
         self.scatter_sum += other.scatter_sum
         self.dof += other.dof
         self.short_batches += other.short_batches
+        self.nonfinite_batches += other.nonfinite_batches
 
     def traces(self) -> tuple[float, float, int] | None:
         """(E Tr(J Σ_X Jᵀ), Tr Σ_Y, examples), or None before two examples were seen."""

@@ -359,3 +359,15 @@ def test_a_site_whose_metrics_cannot_fit_is_refused_before_allocating(tmp_path):
     assert time.monotonic() - start < 60
     assert "working copies of site" in line and "--chunk-size" in line and "GB" in line, line
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("first_overflowed", [True, False])
+def test_a_shards_nlc_overflow_survives_the_merge(first_overflowed):
+    """A shard whose NLC sums overflowed keeps the merged NLC from a value, in either merge order (the count was
+    the one field `merge` did not add: the merged NLC read `ok` from the other shards' batches)."""
+    from onnxaff.collect import JvpAccumulator
+
+    parts = [JvpAccumulator("elementwise", nonfinite_batches=3), JvpAccumulator("elementwise")]
+    first, second = parts if first_overflowed else parts[::-1]
+    first.merge(second)
+    assert first.nonfinite_batches == 3
