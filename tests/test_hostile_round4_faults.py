@@ -371,3 +371,15 @@ def test_a_shards_nlc_overflow_survives_the_merge(first_overflowed):
     first, second = parts if first_overflowed else parts[::-1]
     first.merge(second)
     assert first.nonfinite_batches == 3
+
+
+def test_a_failing_identity_of_a_file_kind_is_one_line_in_analyze(install, relu, tmp_path, capfd):
+    """A kind reading a file: its identity keys the checkpoint (checkpoint.data_content) and was called unguarded
+    there (a traceback where a study names the plugin)."""
+    (tmp_path / "bucket").write_text("x")
+    install(attack("", "@classmethod\ndef parse(cls, spec):\n    return spec.split(':', 2)[2] if spec.startswith("
+                       "'hostile:') else None\n@classmethod\ndef identity(cls, spec, path):\n"
+                       "    raise PermissionError('bucket')\n"))
+    line = one_line(*run_cli(capfd, "analyze", relu, "--data", f"hostile:64:{tmp_path / 'bucket'}", "--quiet",
+                             "--out", tmp_path / "sig.json"))
+    assert "hostile_source:Hostile" in line and "identity() failed (PermissionError: bucket)" in line, line

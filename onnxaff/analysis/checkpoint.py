@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from onnxaff.errors import ConfigError, OnnxaffError, WriteError, option
+from onnxaff.errors import ConfigError, OnnxaffError, WriteError, first_line, option
 from onnxaff.files import temporaries_of, write_bytes_atomic
 from onnxaff.graph.load import sha256_of
 
@@ -133,7 +133,15 @@ def data_content(spec: str) -> list | None:
     found = find_kind(spec) if isinstance(spec, str) and spec.strip() else None
     if found is None or not found[1] or not Path(found[1]).exists():
         return None
-    return found[0].identity(spec, found[1])
+    try:
+        return found[0].identity(spec, found[1])
+    except OnnxaffError:
+        raise
+    except Exception as exc:  # a third-party kind's identity: named in one line, as a study names it
+        from onnxaff.data.registry import plugin_name
+
+        who = plugin_name(found[0]) or f"the data {spec}"
+        raise OnnxaffError(f"{who}: identity() failed ({type(exc).__name__}: {first_line(exc)})") from None
 
 
 def model_key(sha256: str, external: list | None) -> str:

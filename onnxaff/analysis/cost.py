@@ -166,7 +166,8 @@ def data_need(sites: list[SiteCost], metrics, chunk_size: int | str) -> dict[str
             if spec not in s.few_rows or not s.rows_per_example:
                 continue
             examples = max(examples or 0, math.ceil(need / s.rows_per_example))
-            if spec not in pooled and need > (site_chunk_rows(chunk_size, (s.dim,)) or need):  # ("Kd": per site)
+            own = site_chunk_rows(chunk_size, (s.dim, s.dim_y or s.dim))  # "Kd": per site, its wider side as the run
+            if spec not in pooled and need > (own or need):
                 chunk = max(chunk or 0, need)
     return {"examples_needed": examples, "chunk_size_needed": chunk}
 

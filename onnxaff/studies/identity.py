@@ -55,8 +55,8 @@ def data_path(spec: str) -> str | None:
 
 def data_identity(spec: str) -> str:
     """A digest of the data a spec names, as its kind identifies them (onnxaff.data.registry): a file by path, size
-    and time (a `text:` spec's file too, with the spec); a folder by every file its source would read (an image
-    folder's walk, an audio folder's clips); else the spec."""
+    and the sha256 of its bytes (a `text:` spec's file too, with the spec); a folder by every file its source would
+    read (an image folder's walk, an audio folder's clips); else the spec."""
     from onnxaff.data.registry import find_kind
 
     found = find_kind(spec)
