@@ -5,6 +5,7 @@ the sites they reach with the reason, and `--dry-run --batch-axis` runs."""
 import json
 
 import numpy as np
+import onnx
 import pytest
 
 from onnxaff.graph import discover_sites
@@ -345,3 +346,18 @@ def test_a_checkpoint_saved_before_the_axis_was_followed_is_not_continued(capfd,
     save_state(ckpt, state)
     code, _, err = run_cli(capfd, *args)
     assert code == 2 and "another batch axis" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_input_of_another_symbol_carries_no_batch():
+    """`pos [T]` beside `x [B, 8]` (a cache_position, a lengths vector): T is not the batch, so reducing it mixes
+    no examples (it was taken for the batch, and the Relu skipped as mixed); the same input declared [B] does."""
+    body = """ => (float[B, 8] y) {
+        s = ReduceSum<keepdims = 0>(pos)
+        f = Cast<to = 1>(s)
+        h = Mul(x, f)
+        y = Relu(h)
+    }"""
+    other = discover_sites(onnx.parser.parse_model(HEADER + "g (float[B, 8] x, int64[T] pos)" + body))
+    assert [(s.kind, s.status) for s in other] == [("relu", "ok")]
+    same = discover_sites(onnx.parser.parse_model(HEADER + "g (float[B, 8] x, int64[B] pos)" + body))
+    assert [s.status for s in same] == ["skipped"] and "mixed" in same[0].reason

@@ -143,6 +143,15 @@ def _input_axes(view: GraphView, batch_axes: dict | None) -> dict | None:
     for name, d in dims.items():
         if isinstance(d, int) and d != batch and name not in given:
             axes[name] = None
+    # A symbolic batch: the symbol most inputs of rank ≥ 2 hold there (or a --batch-axis input's). An input holding
+    # another named symbol at its axis (a cache_position [T], lengths [L]) carries no batch: taken for one, its
+    # reduction read as mixing the examples and skipped every site it reached.
+    named = [dims[n] for n in dims if isinstance(dims[n], str) and dims[n] != "?" and (n in given or
+                                                                                     len(view.shape(n) or ()) >= 2)]
+    symbol = max(named, key=lambda d: (d in {dims[n] for n in given if n in dims}, named.count(d))) if named else None
+    for name, d in dims.items():
+        if symbol is not None and isinstance(d, str) and d not in ("?", symbol) and name not in given:
+            axes[name] = None
     return axes
 
 
