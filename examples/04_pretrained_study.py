@@ -60,8 +60,8 @@ def ensure_packages() -> None:
 
 
 def photos(folder: Path) -> int:
-    """The sample photos and seeded square crops of each, as PNG files (kept when there: rewritten files would
-    have new times, and the study would rightly take them for new data)."""
+    """The sample photos and seeded square crops of each, as PNG files (kept when there: decoding and cropping
+    them again is wasted work; the study keys on their content, so the same bytes are the same data)."""
     import numpy as np
     from PIL import Image
     from skimage import data
