@@ -21,17 +21,9 @@ import onnxaff
 from onnxaff.signature import read_signature
 from tests.builders import chain, save
 from tests.conftest import need, run_cli
+from tests.test_hostile_round4_faults import one_line
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def one_line(code: int, out: str, err: str) -> str:
-    """The run ended in one user-error line (status 2): no traceback, no internal error."""
-    assert "internal error" not in out + err and "Traceback" not in out + err, err
-    assert code == 2, (code, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("onnxaff: error: "), err
-    return lines[0]
 
 
 # --- a model reached through a symbolic link: the path recorded is the one whose weights were used ---
