@@ -337,10 +337,11 @@ def test_unknown_metric(capfd, tmp_path, relu_model, metrics, fragment):
 
 
 def test_unknown_reduction(capfd, tmp_path, relu_model):
-    """click's own usage error: exit 2, the value and the choices named."""
+    """One line, exit 2, the value and the choices named (sample:K among them: not a fixed click Choice)."""
     code, out, err = analyze(capfd, relu_model, SYNTH, tmp_path / "s.json", "--reduce", "median")
-    assert code == 2 and out == ""
-    assert "Invalid value for '--reduce': 'median' is not one of 'mean', 'reference', 'positions', 'flatten'" in err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "unknown reduction 'median' for --reduce; choose one of mean, reference, positions, flatten or sample:K" \
+        in err
 
 
 # 12. An output path that cannot be written: refused before the analysis, nothing left behind.

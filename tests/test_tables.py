@@ -13,7 +13,7 @@ from onnxaff_models import shipped_models
 @pytest.fixture(scope="module")
 def sig():
     m = next(m for m in shipped_models() if m.name == "sk_mlp_relu")
-    return onnxaff.analyze(str(m.path), str(m.data), metrics=["affinity", "r2_pooled"], chunk_size=256, limit=512,
+    return onnxaff.analyze(str(m.path), str(m.data), metrics=["affinity", "r2_pooled"], chunk_size=128, limit=512,
                            progress=False, chunk_workers=0)
 
 
@@ -70,7 +70,7 @@ def test_intervals_and_flags_per_metric_in_pandas_and_the_notebook_view(sig):
         assert row["affinity.flags"] == ", ".join(entry["flags"])
         assert row["r2_pooled.ci95_low"] is None  # pooled: no interval
     flagged = [r for r in rows if r["affinity.flags"]]
-    assert flagged, "sk_mlp_relu at 256-row chunks has few_rows sites"
+    assert flagged, "sk_mlp_relu at 128-row chunks has few_rows sites (D = 64)"
     pytest.importorskip("pandas")
     df = sig.to_pandas()
     assert {"affinity.ci95_low", "affinity.ci95_high", "affinity.flags", "r2_pooled.flags"} <= set(df.columns)

@@ -150,7 +150,8 @@ def _fold_shape_math(graph: onnx.GraphProto, opsets: list) -> None:
     from onnx import helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer if math.prod(t.dims) <= SHAPE_VALUE_ELEMENTS}
+    known = {t.name: numpy_helper.to_array(t) for t in graph.initializer  # values on disk are weights: not read
+             if math.prod(t.dims) <= SHAPE_VALUE_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL}
     kept = []
     for node in graph.node:
         values = None
