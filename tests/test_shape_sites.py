@@ -13,7 +13,7 @@ import onnxaff
 from onnxaff.graph import discover_sites, load_model
 from onnxaff.graph.complexity import model_stats
 from tests.builders import HEADER, with_weights
-from tests.conftest import parse, run_cli
+from tests.conftest import need, parse, run_cli
 
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>\n'
 LAYER = "<float[6, 6] w = {" + ", ".join(str(round(0.1 * ((7 * k) % 11 - 5), 2)) for k in range(36)) + "}>"
@@ -137,7 +137,7 @@ def test_analyze_uses_the_real_d_and_scores_as_the_honest_twin(tmp_path, rng):
 def conv_net(tmp_path):
     """A small conv net (grouped and strided convs, a Linear) exported by TorchScript with symbolic N, H, W; the
     module and the file."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     nn = torch.nn
 
     class Net(nn.Module):
