@@ -191,3 +191,24 @@ def test_a_resumed_run_prints_the_rate_of_its_own_examples(tmp_path, monkeypatch
     t1 = time.perf_counter()
     rate = float(re.search(r"([\d.]+) samples/s", line).group(1))
     assert 80 / (t1 - bar.start) - 0.05 <= rate <= 80 / (t0 - bar.start) + 0.05, line  # 80 fed here, not 128
+
+
+def test_the_data_is_hashed_only_for_a_state_that_is_saved(tmp_path, capfd, monkeypatch):
+    """Every file's sha256 keys a checkpoint or a shard's part; a run that can save neither (the Python API without
+    a checkpoint) and a dry run read no file for it (a limit of 64 over a large folder read the whole folder to key
+    a state nothing compares). The command line always has a checkpoint (saved on Ctrl-C): keyed."""
+    import onnxaff.analysis.checkpoint as checkpoint
+
+    calls = []
+    real = checkpoint.data_content
+    monkeypatch.setattr(checkpoint, "data_content", lambda spec: calls.append(spec) or real(spec))
+    model, data = save(chain("Relu", width=4), tmp_path / "m.onnx"), npz(tmp_path / "d.npz", 0)
+    common = ("--data", data, "--metrics", "cka", "--chunk-size", 32, "--quiet")
+    onnxaff.analyze(model, data, metrics=["cka"], chunk_size=32, progress=False)
+    assert run_cli(capfd, "analyze", model, *common, "--dry-run")[0] == 0
+    assert calls == []
+    assert run_cli(capfd, "analyze", model, *common, "--checkpoint", tmp_path / "c.npz", "--out",
+                   tmp_path / "b.json")[0] == 0
+    assert calls == [data]
+    assert run_cli(capfd, "analyze", model, *common, "--shard", "0/2", "--out", tmp_path / "part.npz")[0] == 0
+    assert calls == [data, data]

@@ -109,13 +109,14 @@ def state_kind(path: str | Path) -> str | None:
 # --- the key: what a saved state must match to be continued or merged ---
 
 def run_key(data_spec: str, description: dict, total: int, options: dict, model_info: dict, unit: int,
-            metrics: dict[str, str | None], reading: dict[str, int] | None = None) -> dict:
+            metrics: dict[str, str | None], reading: dict[str, int] | None = None, content: bool = True) -> dict:
     """Model (and external weights), data, result-changing options, each plugin file's content, the code of
     every metric the run uses (`metrics`: {name: fingerprint}, entry points and plugin files alike), and the
     sites read with their examples off axis 0 (`reading`: {site id: batch axis}; graph.batch): a state saved
-    before they were read so holds rows that mix examples."""
+    before they were read so holds rows that mix examples. content=False leaves the files' sha256 out, for a state
+    that is never saved (no checkpoint, no shard): nothing compares its key."""
     describe = {k: v for k, v in description.items() if k not in ("skipped", "workers")}
-    describe["content"] = data_content(data_spec)
+    describe["content"] = data_content(data_spec) if content else "unkeyed"
     data = hashlib.sha256(json.dumps(describe, sort_keys=True, default=str).encode()).hexdigest()
     numeric = {k: v for k, v in options.items() if k not in ("device",)}
     model = model_key(model_info["sha256"], model_info.get("external_data"))

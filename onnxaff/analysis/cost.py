@@ -120,7 +120,7 @@ def estimate(model, data, config: AnalysisConfig | None = None, *, startup: floa
     config = AnalysisConfig.of(config, **options)
     began = time.perf_counter()
     plan = Plan.build(model, data, config)
-    feeder = Feeder(plan)
+    feeder = Feeder(plan, keyed=False)  # a preview saves no state: its key needs no file read for it
     setup = time.perf_counter() - began
     fed = _Fed(feeder)
     examples = plan.stop - plan.start

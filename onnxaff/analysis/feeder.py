@@ -28,8 +28,8 @@ from onnxaff.site_state import SiteState
 class Feeder:
     """A Plan, the runtime sessions that execute it, and the RunState its batches fill."""
 
-    def __init__(self, plan: Plan):
-        self.plan = plan
+    def __init__(self, plan: Plan, keyed: bool = True):
+        self.plan, self.keyed = plan, keyed  # keyed: the state's key holds the data's content (it may be saved)
         config = plan.config
         self.runner = Runner(plan.loaded, plan.augmented, device=config.device, threads=config.threads,
                              graph_optimization=config.graph_optimization)
@@ -69,7 +69,7 @@ class Feeder:
         plan = self.plan
         reading = {s.id: s.params["batch_axis"] for s in plan.sites if s.params.get("batch_axis")}
         return run_key(plan.data, plan.source.describe(), len(plan.source), plan.options, plan.model_info,
-                       plan.unit, plan.fingerprints, reading)
+                       plan.unit, plan.fingerprints, reading, content=self.keyed)
 
     def _header(self) -> dict:
         """Everything of the signature that does not come from the collectors (skipped files and counts come
@@ -163,6 +163,12 @@ class Feeder:
         state.key, state.header = live.key, live.header
         state.site_records, state.stage_records = live.site_records, live.stage_records
         self.state, self.earlier_skipped = state, list(state.skipped)
+
+    def key_content(self) -> None:
+        """The key with the data's content, once a state of an unkeyed run is to be saved after all (run.save)."""
+        if not self.keyed:
+            self.keyed = True
+            self.state.key = self._key()
 
     def synced(self) -> RunState:
         """The state with what lives outside the collectors: the network NLC's sums."""

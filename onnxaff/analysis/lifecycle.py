@@ -64,7 +64,10 @@ def open_run(model: str | os.PathLike | onnx.ModelProto, data: str | list[str], 
         if checkpoint is not None:
             held.enter_context(exclusive(lock_beside(checkpoint), f"the checkpoint {checkpoint}"))
             prepare(checkpoint)
-        run = Run(Feeder(Plan.build(model, data, config)), checkpoint, held)
+        # The data's content (every file's sha256) keys a state that is saved (a checkpoint, a shard's part); a
+        # run that saves none does not read every file of its folder for it (a --limit over a large folder).
+        keyed = checkpoint is not None or config.shard is not None
+        run = Run(Feeder(Plan.build(model, data, config), keyed=keyed), checkpoint, held)
         note = (lambda line: echo(Message(line))) if echo else (lambda line: None)
         Resume(run.checkpoint, run.feeder).apply(resume, on_mismatch, note,
                                                  (lambda line: warn(Message(line))) if warn else note)
@@ -188,8 +191,9 @@ class Run:
     # --- saved state and the result ---
 
     def saved(self, kind: str = STATE_KIND_CHECKPOINT) -> dict:
-        """The state as a file holds it (the time so far counted in)."""
+        """The state as a file holds it (the time so far counted in), its key holding the data's content."""
         self._tick()
+        self.feeder.key_content()
         return self.feeder.synced().to_state(kind)
 
     def save(self, path: str | os.PathLike | None = None, kind: str = STATE_KIND_CHECKPOINT) -> Path:
