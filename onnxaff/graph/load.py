@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import math
 import os
 import stat
@@ -21,6 +20,7 @@ import onnx
 from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
+from onnxaff.files import sha256_of
 from onnxaff.graph import runtime_ops
 from onnxaff.graph.expand import EXPANSIONS, expand
 from onnxaff.graph.foreign import not_onnx
@@ -70,14 +70,6 @@ def default_opset(model: onnx.ModelProto) -> int:
         if imp.domain in ("", "ai.onnx"):
             return int(imp.version)
     return 1
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def weight_files(folder: Path, locations) -> list[dict]:
