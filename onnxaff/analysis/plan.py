@@ -20,8 +20,9 @@ from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, o
 from onnxaff.errors import ConfigError, OnnxaffError, option
 from onnxaff.files import absolute
 from onnxaff.graph import augment_model, load_model
+from onnxaff.graph.batch import batch_symbols
 from onnxaff.graph.blocks import stage_tracks
-from onnxaff.graph.complexity import batch_symbols, model_stats
+from onnxaff.graph.complexity import model_stats
 from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks

@@ -82,6 +82,17 @@ class BatchFlow:
         return Lost(node.name or node.op_type, "its inputs carry the batch on different axes")
 
 
+def batch_symbols(view: GraphView, axes: dict[str, int | None] | None = None) -> set:
+    """The symbolic dims that are the batch: each graph input's at its batch axis (`axes`, 0 for the others)."""
+    out = set()
+    for name in view.graph_inputs:
+        shape, axis = view.shape(name), (axes or {}).get(name, 0)
+        if shape and axis is not None and -len(shape) <= axis < len(shape) and isinstance(shape[axis], str) \
+                and shape[axis] != "?":
+            out.add(shape[axis])
+    return out
+
+
 def batch_axis(site) -> int:
     """The axis a site's tensors hold the examples on (graph.sites.place_batch): its reduction moves it first."""
     return int(site.params.get("batch_axis", 0))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import onnx
 
+from onnxaff.graph.batch import batch_symbols
 from onnxaff.graph.infer import with_inputs
 from onnxaff.graph.sites import Site
 from onnxaff.graph.view import GraphView
@@ -100,17 +101,6 @@ def count_macs(view: GraphView, batch: set) -> tuple[int, list[str]]:
     return macs, unknown
 
 
-def batch_symbols(view: GraphView, axes: dict[str, int | None] | None = None) -> set:
-    """The symbolic dims that are the batch: each graph input's at its batch axis (`axes`, 0 for the others)."""
-    out = set()
-    for name in view.graph_inputs:
-        shape, axis = view.shape(name), (axes or {}).get(name, 0)
-        if shape and axis is not None and -len(shape) <= axis < len(shape) and isinstance(shape[axis], str) \
-                and shape[axis] != "?":
-            out.add(shape[axis])
-    return out
-
-
 def model_stats(model: onnx.ModelProto, sites: list[Site], view: GraphView | None = None,
                 batch: set | None = None, fed: Callable[[], dict | None] | None = None) -> dict:
     """Parameters, MACs and depths of a model; view: its index when the caller has one (`LoadedModel.view`).
@@ -149,4 +139,4 @@ def _longest(view: GraphView, marked: set[int]) -> int:
     return int(max(best.values(), default=0))
 
 
-__all__ = ["batch_symbols", "count_macs", "count_parameters", "model_stats"]
+__all__ = ["count_macs", "count_parameters", "model_stats"]

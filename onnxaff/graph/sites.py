@@ -12,7 +12,7 @@ import onnx
 
 from onnxaff import defaults
 from onnxaff.graph import qdq
-from onnxaff.graph.batch import FRONT, Axis, BatchFlow, Lost, Mixed, propagated_shapes
+from onnxaff.graph.batch import FRONT, Axis, BatchFlow, Lost, Mixed, batch_symbols, propagated_shapes
 from onnxaff.graph.infer import infer
 from onnxaff.graph.layout import from_neighbours, sequence_layout
 from onnxaff.graph.load import default_opset
@@ -165,8 +165,7 @@ def place_batch(view: GraphView, sites: list[Site], layout: str, batch_axes: dic
     if inputs is None or not pending:
         return
     flow, cache = BatchFlow(view, inputs), {}
-    symbols = {view.shape(n)[a] for n, a in inputs.items() if a is not None and view.shape(n)
-               and isinstance(view.shape(n)[a], str) and view.shape(n)[a] != "?"}
+    symbols = batch_symbols(view, inputs)
 
     def state(tensor: str):
         got = flow.state(tensor)
