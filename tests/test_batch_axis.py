@@ -315,24 +315,15 @@ def test_pairs_are_read_with_the_examples_on_axis_0_or_skipped():
 def test_a_checkpoint_saved_before_the_axis_was_followed_is_not_continued(capfd, tmp_path):
     """A seq-first site's state saved by an onnxaff that read it on axis 0 holds rows mixing examples: its key
     lacks the site's batch axis, and --resume refuses it in one line rather than add batch-first rows to it."""
-    import signal
-
     from onnxaff.analysis import open_run
     from onnxaff.analysis.checkpoint import load_state, save_state
     from onnxaff.errors import Interrupted
+    from tests.test_scale import interrupt_after
 
     model, ckpt = save(seq_first(), tmp_path / "m.onnx"), tmp_path / "c.npz"
     options = dict(metrics=["affinity"], chunk_size=64, batch_size=32, progress=False)
     run = open_run(str(model), "synthetic:gaussian:n=256", checkpoint=ckpt, **options)
-    original, count = run.runner.run, [0]
-
-    def runner(names, feed):
-        count[0] += 1
-        if count[0] == 3:
-            signal.raise_signal(signal.SIGINT)
-        return original(names, feed)
-
-    run.runner.run = runner
+    interrupt_after(run, 3)
     with pytest.raises(Interrupted):
         run.execute()
     run.close()
