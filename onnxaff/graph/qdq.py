@@ -10,25 +10,20 @@ point of the DQ its X comes from and of the Q its Y goes to, so a reader knows X
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 Q, DQ = "QuantizeLinear", "DequantizeLinear"
 _STANDARD = ("", "ai.onnx")
-_PAIRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # GraphView -> its pairs, found once
 
 
 def paired(view) -> frozenset[int]:
-    """Indices of the nodes of every Q → DQ pair of the graph (computed once per view)."""
-    found = _PAIRS.get(view)
-    if found is None:
-        found = _PAIRS[view] = _pairs(view)
-    return found
+    """Indices of the nodes of every Q → DQ pair of the graph, found once and kept on the view
+    (`GraphView.qdq_pairs`)."""
+    return view.qdq_pairs
 
 
-def _pairs(view) -> frozenset[int]:
-    """Q read by one DQ alone, both with one scale and zero point."""
+def pairs(view) -> frozenset[int]:
+    """Q read by one DQ alone, both with one scale and zero point (what `GraphView.qdq_pairs` keeps)."""
     found: set[int] = set()
     for i, q in enumerate(view.nodes):
         if q.op_type != Q or q.domain not in _STANDARD or not q.output or q.output[0] in view.graph_outputs:

@@ -11,6 +11,7 @@ from functools import cached_property
 import numpy as np
 import onnx
 
+from onnxaff.graph import qdq
 from onnxaff.graph.constants import ConstantValues
 from onnxaff.graph.flow import forward_order
 from onnxaff.graph.fused_sums import skip_sums
@@ -150,6 +151,11 @@ class GraphView:
     @cached_property
     def fused_sum_of(self) -> dict[str, str]:
         return {o: total for total, outs in self.fused_sums.items() for o in outs}
+
+    @cached_property
+    def qdq_pairs(self) -> frozenset[int]:
+        """The nodes of every Q → DQ pair, which discovery sees through (onnxaff.graph.qdq)."""
+        return qdq.pairs(self)
 
     def data_inputs(self, i: int) -> list[str]:
         """The node's inputs that depend on a graph input, each once, in input order."""
