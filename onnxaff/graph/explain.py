@@ -1,8 +1,9 @@
 """Why discovery left a non-linearity unclaimed or unnamed: the rules tried on it and each one's refusal.
 
 Discovery keeps no trace of what it turned down, so a near-GELU (a wrong constant, a missing cubic term)
-would pass unnoticed. `explain_misses` runs the passes once more with a record of every refusal and
-keeps, for each non-affine node no site holds and for each unnamed (`elementwise`) site, the refusals
+would pass unnoticed. `explain_misses` runs discovery's passes once more (`sites.run_passes`: the registered
+passes, in their order, each after what the earlier ones took) with a record every pass adds its refusals to,
+and keeps, for each non-affine node no site holds and for each unnamed (`elementwise`) site, the refusals
 of the regions that contain it. It costs one more discovery pass, so it runs only when asked.
 """
 
@@ -12,11 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaff.graph import patterns, qdq
-from onnxaff.graph.patterns.islands import _PASS_THROUGH, Islands
+from onnxaff import defaults
+from onnxaff.graph import qdq
+from onnxaff.graph.patterns.islands import PASS_THROUGH, Islands
 from onnxaff.graph.patterns.region import Candidate
 from onnxaff.graph.patterns.rule import Miss
-from onnxaff.graph.sites import Site
+from onnxaff.graph.sites import Site, run_passes
 from onnxaff.graph.view import GraphView
 
 # Refusals named by the step, not by a function: each distinct reason is kept, not one per rule.
@@ -27,7 +29,7 @@ _VERDICTS = {"island", "softmax", "anchor"}
 class Tried:
     """One refusal: the pass, the rule (or library entry), the region it was tried on, and why."""
 
-    stage: str  # softmax, rule (anchored), library (island naming), island (the island's own verdict)
+    stage: str  # softmax, rule (anchored), library (island naming), island (the island's own verdict), or a pass's own
     rule: str
     entry: str
     exit: str
@@ -55,10 +57,11 @@ class Explained:
                 "tried": [t.to_dict() for t in self.tried]}
 
 
-def explain_misses(view: GraphView, sites: list[Site]) -> list[Explained]:
-    """For each unclaimed non-affine node and each unnamed site, in forward order, the refusals around it."""
+def explain_misses(view: GraphView, sites: list[Site], layout: str = defaults.LAYOUT) -> list[Explained]:
+    """For each unclaimed non-affine node and each unnamed site, in forward order, the refusals around it
+    (`sites`: what `find_sites` found on this view, with this layout)."""
     records: list[tuple[str, Candidate, Miss]] = []
-    patterns.match(view, records)
+    run_passes(view, layout, records)
     claimed = {i for s in sites for i in s.node_indices}
     groups = [(view.order[max(s.node_indices, key=view.order.__getitem__)], s.id, s.node_indices)
               for s in sites if s.kind == "elementwise" and s.node_indices]
@@ -82,7 +85,7 @@ def _affine_islands(view: GraphView, records, claimed: set[int]) -> list[Explain
     """The islands of two ops or more (a lone scale or shift is everywhere) called affine, the largest of each
     nest, in forward order: a reader who expected a site there sees the line and how it was decided."""
     found = [(c, m) for st, c, m in records if st == "affine" and claimed.isdisjoint(c.nodes)
-             and sum(view.nodes[i].op_type not in _PASS_THROUGH for i in c.nodes) >= 2]
+             and sum(view.nodes[i].op_type not in PASS_THROUGH for i in c.nodes) >= 2]
     found = [(c, m) for c, m in found if not any(set(c.nodes) < set(o.nodes) for o, _ in found)]
     out = []
     for c, m in sorted(found, key=lambda cm: view.order[cm[0].nodes[-1]]):

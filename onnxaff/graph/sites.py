@@ -21,8 +21,8 @@ from onnxaff.graph.site import NOT_ELEMENTWISE, Site
 from onnxaff.graph.span import unique_ids
 from onnxaff.graph.view import GraphView
 
-__all__ = ["NOT_ELEMENTWISE", "Site", "discover_sites", "find_sites", "format_params", "place_batch", "sanitize",
-           "settle_shape"]
+__all__ = ["NOT_ELEMENTWISE", "Site", "discover_sites", "find_sites", "format_params", "place_batch", "run_passes",
+           "sanitize", "settle_shape"]
 
 def settle_shape(view: GraphView, site: Site, layout: str = defaults.LAYOUT) -> None:
     """Rank, feature axis and layout from site.input_shape (or a skip reason when unusable)."""
@@ -89,15 +89,7 @@ def find_sites(view: GraphView, layout: str = defaults.LAYOUT, batch_axes: dict 
     follow_batch is False (a subgraph, whose inputs are no examples)."""
     if layout not in ("auto", "channels_first", "channels_last"):
         raise ValueError(f"unknown layout {layout!r}")
-    entries: list[tuple[float, Site]] = []  # (forward position of the exit node, site)
-    taken: set[int] = set()
-    for step in passes(find_sites):
-        found = step.find(view, taken, layout)
-        for _, site in found:
-            taken.update(site.node_indices)
-        entries += found
-    entries.sort(key=lambda e: e[0])
-    sites = [s for _, s in entries]
+    sites = [s for _, s in sorted(run_passes(view, layout), key=lambda e: e[0])]
     for k, site in enumerate(sites):
         site.index = k
         site.elementwise = site.kind not in NOT_ELEMENTWISE
@@ -110,6 +102,21 @@ def find_sites(view: GraphView, layout: str = defaults.LAYOUT, batch_axes: dict 
         place_batch(view, sites, layout, batch_axes)
     unique_ids(sites)
     return sites
+
+
+def run_passes(view: GraphView, layout: str = defaults.LAYOUT, misses: list | None = None) -> list[tuple[float, Site]]:
+    """The registered passes (graph/passes/) in their order, each on the nodes no earlier one took: (forward
+    position of the exit node, Site) each, unsettled. `misses`, when given, is handed to every pass, which adds
+    (stage, region, Miss) for each candidate it refused: `find_sites` and `sites --explain` run this same loop,
+    so the refusals are those of discovery, after what the earlier passes took."""
+    entries: list[tuple[float, Site]] = []
+    taken: set[int] = set()
+    for step in passes(find_sites):
+        found = step.find(view, taken, layout, misses)
+        for _, site in found:
+            taken.update(site.node_indices)
+        entries += found
+    return entries
 
 
 def _settle_site(view: GraphView, site: Site, layout: str) -> None:

@@ -2,8 +2,11 @@
 
 `find(view, taken, layout, misses=None) -> [(forward position, Site), ...]`: the sites a pass finds among the
 nodes no earlier pass took (`taken`, the node indices of the sites found so far), each with the forward position
-that orders it; `misses`, when given, receives (stage, region, Miss) for every refusal (`sites --explain`).
-`graph.sites.find_sites` runs them in this order and settles what they found (shapes, layouts, quantization).
+that orders it. `misses`, when given, is the one record of refusals: a pass appends (stage, region, Miss) for
+each candidate it did not make a site (the stage names the step, the region is a `patterns.region.Candidate` of
+this view's nodes, the Miss says why), and finds the same sites whether it records or not.
+`graph.sites.run_passes` runs them in this order, handing each the same `misses`; `find_sites` settles what they
+found (shapes, layouts, quantization) and `sites --explain` (graph/explain.py) reads the refusals.
 A new form of non-linearity is a new pass module, listed here where it must run.
 """
 

@@ -12,7 +12,8 @@ _STANDARD = ("", "ai.onnx")
 
 
 class SubgraphSites:
-    """`find_sites`: the whole discovery, run on each subgraph as on the main graph (graph.sites hands it in)."""
+    """`find_sites`: the whole discovery, run on each subgraph as on the main graph (graph.sites hands it in).
+    It records no refusals: a subgraph's regions are nodes of another view than the `misses` describe."""
 
     name = "subgraphs"
 

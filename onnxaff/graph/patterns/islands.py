@@ -25,8 +25,8 @@ from onnxaff.graph.view import GraphView
 
 MAX_ISLAND_NODES = 16
 MAX_CONSTANT_SIZE = 4096
-_PASS_THROUGH = {"Identity", "Cast", "CastLike", qdq.Q, qdq.DQ}  # Q and DQ only as a pair (variable_inputs)
-_ALGEBRA = _PASS_THROUGH | {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sum", "Mean"}
+PASS_THROUGH = {"Identity", "Cast", "CastLike", qdq.Q, qdq.DQ}  # Q and DQ only as a pair (variable_inputs)
+_ALGEBRA = PASS_THROUGH | {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Sum", "Mean"}
 _SINGLE_NODE_SITES = elementwise.ACTIVATION_OPS | {"Clip", "Min", "Max"}
 _FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.UNDEFINED}
 # Ops that average or pool over positions: algebra next to them is a normalisation's (LayerNorm's square before
@@ -210,7 +210,7 @@ def match_islands(view: GraphView, claimed: set[int],
     isl = Islands(view, claimed)
     exits = [i for i in sorted(range(len(view.nodes)), key=view.order.__getitem__, reverse=True)
              if i not in claimed and isl.variable_inputs(i) is not None
-             and view.nodes[i].op_type not in _PASS_THROUGH]
+             and view.nodes[i].op_type not in PASS_THROUGH]
     per_exit = {i: isl.candidates(i) for i in exits}
     values = isl.values([c for cands in per_exit.values() for c in cands])
     for c, g in values.items():
@@ -262,7 +262,7 @@ def match_islands(view: GraphView, claimed: set[int],
             pick = (cand, *hit)
         if pick is not None:
             # A lone op is the single-node pass's (Relu, Max(x, 0)) or no site (|x| is a leaky ReLU of -1).
-            if len([op for op in _ops(view, pick[0]) if op not in _PASS_THROUGH]) >= 2:
+            if len([op for op in _ops(view, pick[0]) if op not in PASS_THROUGH]) >= 2:
                 named.append(pick)
             else:
                 refuse(pick[0], "computes {} but is a lone op: the single-node pass's, or no site", pick[1])
@@ -270,7 +270,7 @@ def match_islands(view: GraphView, claimed: set[int],
         # Unnamed: the innermost non-affine region; single activation nodes are their own sites.
         for cand in cands:
             if not is_affine(cand):
-                core = [op for op in _ops(view, cand) if op not in _PASS_THROUGH]
+                core = [op for op in _ops(view, cand) if op not in PASS_THROUGH]
                 algebra = set(core) <= _ALGEBRA  # a polynomial, x²: a site unless a normalisation's
                 if algebra and not np.isfinite(values[cand]).all():
                     refuse(cand, "names nothing and is algebra that is not finite on the probe points ({}): a "
