@@ -1,8 +1,9 @@
 """What the readers of a signature file (report, compare, correlate, merge) rely on, checked before they run.
 
 A hand-edited or truncated file fails here with the field's path, e.g. `sig.json: sites[3].metrics.affinity.mean:
-expected a number`, instead of a KeyError or TypeError deep inside a report. Only the fields readers use are
-checked; anything else in the file is carried along untouched.
+expected a number`, instead of a KeyError or TypeError deep inside a report. The top level's fields
+readers use are checked here; a site's, a stage's and a score's are those their records declare, of the kinds
+declared there (onnxaff.siteentry); anything else in the file is carried along untouched.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numbers
 from pathlib import Path
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.siteentry import JsonRecord, ScoreEntry, SiteEntry, StageEntry
 from onnxaff.text import printable
 
 SCHEMA = "onnxaff.signature"
@@ -43,8 +45,10 @@ _FINITE = f"expected a finite number (at most {LARGEST:g} in size)"
 _KINDS = {
     "object": (lambda v: isinstance(v, dict), "expected an object"),
     "list": (lambda v: isinstance(v, list), "expected a list"),
+    "object?": (lambda v: v is None or isinstance(v, dict), "expected an object or null"),
     "list?": (lambda v: v is None or isinstance(v, list), "expected a list or null"),
     "text": (lambda v: isinstance(v, str), "expected text"),
+    "text?": (lambda v: v is None or isinstance(v, str), "expected text or null"),
     "number": (_is_number, _FINITE),
     "number?": (lambda v: v is None or _is_number(v), f"{_FINITE} or null"),
     "whole": (_is_whole, "expected a whole number"),
@@ -86,43 +90,41 @@ def _within(value, bounds, where: str) -> None:
         raise _Bad(where, f"{value:g} is outside the metric's range [{shown}]")
 
 
+def _check_fields(obj: dict, record: type[JsonRecord], where: str) -> None:
+    """The fields `record` declares (onnxaff.siteentry): each of its kind, its items of theirs, those without a
+    default there."""
+    for f in record.json_fields():
+        value = _field(obj, f.name, f.metadata["kind"], where, required=record.required(f))
+        if value is not None and f.metadata["items"] is not None:
+            _items(value, f.metadata["items"], f"{where}.{f.name}")
+
+
 def _check_scores(entry: dict, where: str, ranges: dict) -> None:
     """One site's (or stage's) `metrics`: per metric, the numbers the tables and plots read."""
     for name, score in entry.items():
         at = f"{where}.{printable(name)}"
         if not isinstance(score, dict):
             raise _Bad(at, "expected an object")
-        _within(_field(score, "mean", "number?", at, required=False), ranges.get(name), f"{at}.mean")
-        _field(score, "std", "spread?", at, required=False)
-        _field(score, "chunks", "count?", at, required=False)
-        _field(score, "status", "text", at, required=False)
-        _field(score, "partial", "bool", at, required=False)
-        if (values := _field(score, "values", "list", at, required=False)) is not None:
-            _items(values, "number?", f"{at}.values")
-            for k, v in enumerate(values):
-                _within(v, ranges.get(name), f"{at}.values[{k}]")
-        if (ci := _field(score, "ci95", "list?", at, required=False)) is not None:
-            _items(ci, "number", f"{at}.ci95")
-            if len(ci) != 2 or ci[0] > ci[1]:
-                raise _Bad(f"{at}.ci95", "expected [low, high] with low ≤ high, or null")
-        if (flags := _field(score, "flags", "list", at, required=False)) is not None:
-            _items(flags, "text", f"{at}.flags")
+        _check_fields(score, ScoreEntry, at)
+        _within(score.get("mean"), ranges.get(name), f"{at}.mean")
+        for k, v in enumerate(score.get("values") or ()):
+            _within(v, ranges.get(name), f"{at}.values[{k}]")
+        if (ci := score.get("ci95")) is not None and (len(ci) != 2 or ci[0] > ci[1]):
+            raise _Bad(f"{at}.ci95", "expected [low, high] with low ≤ high, or null")
 
 
-def _check_entries(d: dict, key: str, required: bool, extra: dict[str, str], ranges: dict) -> None:
-    entries = _field(d, key, "list", "", required=required) or []
+def _check_entries(d: dict, key: str, record: type[SiteEntry] | type[StageEntry], ranges: dict) -> None:
+    entries = _field(d, key, "list", "", required=key == "sites") or []
     for k, entry in enumerate(entries):
         at = f"{key}[{k}]"
         if not isinstance(entry, dict):
             raise _Bad(at, "expected an object")
-        if _field(entry, "index", "whole", at) != k and key == "sites":  # reports and merges look sites up by it
+        _check_fields(entry, record, at)
+        if entry["index"] != k and key == "sites":  # reports and merges look sites up by it
             raise _Bad(f"{at}.index", f"expected {k} (sites are numbered in their order)")
-        _field(entry, "id", "text", at)
-        _field(entry, "status", "text", at)
-        _field(entry, "dim", "whole?", at, required=False)
-        for name, kind in extra.items():
-            _field(entry, name, kind.rstrip("!"), at, required=kind.endswith("!"))
-        _check_scores(_field(entry, "metrics", "object", at), f"{at}.metrics", ranges)
+        if entry.get("neighbourhood") is not None:
+            _check_neighbourhood(entry["neighbourhood"], f"{at}.neighbourhood")
+        _check_scores(entry["metrics"], f"{at}.metrics", ranges)
 
 
 def check(d) -> None:
@@ -152,14 +154,8 @@ def check(d) -> None:
                 raise _Bad(f"{at}.range", "expected two bounds")
             _items(bounds, "number?", f"{at}.range")
             ranges[name] = bounds
-    _check_entries(d, "sites", True, {"kind": "text!", "group": "text", "op_types": "list",
-                                      "input_shape": "list?"}, ranges)
-    for k, site in enumerate(d["sites"]):
-        if site.get("op_types"):
-            _items(site["op_types"], "text", f"sites[{k}].op_types")
-        if site.get("neighbourhood") is not None:
-            _check_neighbourhood(site["neighbourhood"], f"sites[{k}].neighbourhood")
-    _check_entries(d, "stages", False, {"length": "whole!"}, ranges)
+    _check_entries(d, "sites", SiteEntry, ranges)
+    _check_entries(d, "stages", StageEntry, ranges)
     if (warnings := _field(d, "warnings", "list", "", required=False)) is not None:
         _items(warnings, "text", "warnings")
     _field(d, "network", "object", "", required=False)

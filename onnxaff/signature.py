@@ -12,6 +12,7 @@ import numpy as np
 from onnxaff.errors import Message
 from onnxaff.files import write_text_atomic
 from onnxaff.schema import SCHEMA, SCHEMA_VERSION, load_json, validate
+from onnxaff.siteentry import SiteEntry, StageEntry
 from onnxaff.text import json_safe
 
 NEAR_LINEAR = 0.95
@@ -69,7 +70,8 @@ class Signature:
 
     `scores(metric)` is the signature (one value per ok activation site), `summary()` its statistics,
     `to_pandas()` the per-site table (a notebook shows it without pandas), `write(path)` the JSON file
-    (docs/signature.md; `read_signature` reads it back).
+    (docs/signature.md; `read_signature` reads it back). `sites` and `stages` are typed entries
+    (onnxaff.siteentry), built here once from the dicts assembly joins or a file holds.
     """
 
     model: dict
@@ -77,10 +79,10 @@ class Signature:
     options: dict
     runtime: dict
     metrics: dict
-    sites: list[dict]
+    sites: list[SiteEntry]
     network: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    stages: list[dict] = field(default_factory=list)  # residual stages' trajectory metrics (--blocks)
+    stages: list[StageEntry] = field(default_factory=list)  # residual stages' trajectory metrics (--blocks)
     onnxaff_version: str = ""
     created: str = ""
 
@@ -88,6 +90,13 @@ class Signature:
         # A warning naming an option (errors.option) reads as the configuration field here and in the JSON file;
         # the CLI prints it with the flag (Message.render).
         self.warnings = [Message(w) for w in self.warnings]
+
+    def __setattr__(self, name: str, value) -> None:
+        # Sites and stages are typed entries however they are given (assembly's dicts, a file's, a reader's
+        # entries): built here, once, when the signature is made or they are replaced.
+        if name in ("sites", "stages"):
+            value = [(SiteEntry if name == "sites" else StageEntry).from_json(s) for s in value]
+        super().__setattr__(name, value)
 
     def scores(self, metric: str | None = None) -> list[float | None]:
         """The signature: one value per ok activation site, in order (pairs and blocks are not part of it); None
@@ -97,19 +106,18 @@ class Signature:
             from onnxaff.metrics import primary_metric
 
             metric = primary_metric()
-        return [s["metrics"][metric].get("mean") for s in self.sites
-                if s["status"] == "ok" and metric in s["metrics"] and s.get("group", "activation") == "activation"]
+        return [s.metrics[metric].mean for s in self.sites if s.in_signature and metric in s.metrics]
 
     def flag_summary(self, metric: str) -> dict:
         """Among the scores `scores(metric)` reads that have a number: `flagged` (with any flag), `scored`, and
         `kinds`, each flag's count (a score may carry several)."""
-        entries = [s["metrics"][metric] for s in self.sites if s["status"] == "ok" and metric in s["metrics"]
-                   and s.get("group", "activation") == "activation" and s["metrics"][metric].get("mean") is not None]
+        entries = [s.metrics[metric] for s in self.sites if s.in_signature and metric in s.metrics
+                   and s.metrics[metric].mean is not None]
         kinds: dict[str, int] = {}
         for e in entries:
-            for f in e.get("flags") or ():
+            for f in e.flags or ():
                 kinds[f] = kinds.get(f, 0) + 1
-        return {"flagged": sum(bool(e.get("flags")) for e in entries), "scored": len(entries), "kinds": kinds}
+        return {"flagged": sum(bool(e.flags) for e in entries), "scored": len(entries), "kinds": kinds}
 
     def mostly_flagged(self, metric: str) -> bool:
         """Whether the signature statistics of `metric` (mean, share near linear, ...) come mostly from flagged
@@ -134,7 +142,8 @@ class Signature:
             "created": self.created, "model": self.model, "data": self.data, "options": self.options,
             "protocol": self.protocol(), "runtime": self.runtime, "metrics": self.metrics, "network": self.network,
             "summary": self.summary(),
-            "warnings": self.warnings, "sites": self.sites, "stages": self.stages,
+            "warnings": self.warnings, "sites": [s.to_json() for s in self.sites],
+            "stages": [s.to_json() for s in self.stages],
         }
 
     @classmethod
@@ -159,6 +168,22 @@ class Signature:
         from onnxaff.tables import to_html
 
         return to_html(self)
+
+
+def drop_flagged(sigs: list[Signature]) -> tuple[int, int]:
+    """Leave out every flagged score of activation sites (in memory, for compare and correlate: its mean becomes
+    None): (left out, total)."""
+    dropped = total = 0
+    for sig in sigs:
+        sites = []
+        for s in sig.sites:
+            scored = {name: e for name, e in s.metrics.items() if s.in_signature and e.mean is not None}
+            total += len(scored)
+            flagged = {name: e.updated(mean=None) for name, e in scored.items() if e.flags}
+            dropped += len(flagged)
+            sites.append(s.updated(metrics=s.metrics | flagged) if flagged else s)
+        sig.sites = sites
+    return dropped, total
 
 
 def _clean(obj):

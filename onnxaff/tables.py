@@ -6,10 +6,11 @@ from __future__ import annotations
 import html
 import math
 
+from onnxaff.siteentry import ScoreEntry
 from onnxaff.text import printable
 
-SITE_COLUMNS = ("index", "id", "kind", "group", "status", "dim", "rows", "chunks")
 STATISTICS = ("mean", "std", "chunks", "partial", "status")
+NO_ENTRY = ScoreEntry(present=())  # a metric a site has no entry for: no field at all
 
 
 def flagged_share(flags: dict) -> str:
@@ -25,16 +26,16 @@ def site_rows(sig) -> list[dict]:
     comma-separated, "" when none; None where the entry has no number)."""
     rows = []
     for s in sig.sites:
-        row = {c: s.get(c, "activation" if c == "group" else None) for c in SITE_COLUMNS}
-        row["op_types"] = "+".join(s.get("op_types") or [])
+        row = {"index": s.index, "id": s.id, "kind": s.kind, "group": s.group, "status": s.status, "dim": s.dim,
+               "rows": s.rows, "chunks": s.chunks, "op_types": "+".join(s.op_types)}
         for name in sig.metrics:
-            entry = s.get("metrics", {}).get(name) or {}
+            entry = s.metrics.get(name) or NO_ENTRY
             for stat in STATISTICS:
-                if stat in entry or stat in ("mean", "std"):
-                    row[f"{name}.{stat}"] = entry.get(stat)
-            lo, hi = entry.get("ci95") or (None, None)
+                if stat in entry or stat in ("mean", "std"):  # the columns an entry has (a file may leave some out)
+                    row[f"{name}.{stat}"] = getattr(entry, stat)
+            lo, hi = entry.ci95 or (None, None)
             row[f"{name}.ci95_low"], row[f"{name}.ci95_high"] = lo, hi
-            row[f"{name}.flags"] = ", ".join(entry.get("flags") or []) if entry.get("mean") is not None else None
+            row[f"{name}.flags"] = ", ".join(entry.flags) if entry.mean is not None else None
         rows.append(row)
     return rows
 

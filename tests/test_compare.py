@@ -151,8 +151,7 @@ def test_comparing_signatures_with_no_shared_metric_names_what_each_has(capfd, t
     from tests.conftest import run_cli
 
     a, b = fake_signature("a", [0.5, 0.6], params=1), fake_signature("b", [0.5, 0.7], params=1)
-    for site in b.sites:
-        site["metrics"] = {"cka": site["metrics"].pop("affinity")}
+    b.sites = [site.updated(metrics={"cka": site.metrics["affinity"]}) for site in b.sites]
     b.metrics = {"cka": {}}
     paths = []
     for sig in (a, b):
@@ -177,8 +176,8 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     paths = []
     for k, (name, acc) in enumerate(accuracy.items()):
         sig = fake_signature(name, [2 * acc - 1 + 0.01 * j for j in range(4)], params=1000 * (k + 1))
-        for s in sig.sites:
-            s["metrics"]["affinity"]["flags"] = ["few_rows"] if name in "ab" and s["index"] < 1 + (name == "b") else []
+        sig.sites = [s.updated(metrics={"affinity": s.metrics["affinity"].updated(
+            flags=["few_rows"] if name in "ab" and s.index < 1 + (name == "b") else [])}) for s in sig.sites]
         paths.append(sig.write(tmp_path / f"{name}.json"))
     (tmp_path / "acc.csv").write_text("".join(f"{k},{v}\n" for k, v in accuracy.items()))
     result = correlate([read_signature(p) for p in paths], {k: str(v) for k, v in accuracy.items()})

@@ -154,8 +154,8 @@ def test_what_differences_cover():
 
 def eps_dominated(name: str, sites: int, flagged: int) -> object:
     sig = _with_options(fake_signature(name, list(np.linspace(0.95, 0.99, sites)), params=1))
-    for s in sig.sites:
-        s["metrics"]["affinity"].update(flags=["eps_dominated"] if s["index"] < flagged else [], ci95=[0.9, 0.99])
+    sig.sites = [s.updated(metrics={"affinity": s.metrics["affinity"].updated(
+        flags=["eps_dominated"] if s.index < flagged else [], ci95=[0.9, 0.99])}) for s in sig.sites]
     sig.metrics = {"affinity": {"direction": "higher = more linear", "range": [0.0, 1.0]}}
     return sig
 

@@ -270,8 +270,7 @@ def test_hostile_names_and_old_signatures_on_an_explored_page(browser, tmp_path)
     sig = onnxaff.analyze(mlp(3, False, 0), "synthetic:gaussian", limit=64, chunk_size=32, progress=False)
     hostile = "</script><script>window.pwned=1</script><!--"
     sig.model["name"] = hostile
-    sig.sites[0]["id"] = hostile
-    del sig.sites[0]["neighbourhood"]
+    sig.sites[0] = sig.sites[0].updated(id=hostile).without("neighbourhood")
     opened = Opened(browser, tmp_path, single_page(sig, "affinity"), "hostile")
     page = opened.page
     assert page.evaluate("window.pwned") is None

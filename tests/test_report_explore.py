@@ -74,7 +74,7 @@ def test_the_data_block_cannot_be_closed_by_a_name():
 
 def test_every_page_carries_its_script_and_a_site_without_neighbourhood_says_so(rng):
     sig = onnxaff.analyze(mlp(rng), "synthetic:gaussian", limit=64, chunk_size=32, progress=False)
-    del sig.sites[0]["neighbourhood"]
+    sig.sites[0] = sig.sites[0].without("neighbourhood")
     page = single_page(sig)
     data = json.loads(re.search(r'id="onnxaff-data">(.*?)</script>', page).group(1))
     assert data["models"][0]["sites"]["0"]["neighbourhood"] == "absent"  # the page says "not recorded"

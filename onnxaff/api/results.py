@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import numbers
 import os
@@ -21,8 +20,7 @@ def signatures_of(signatures, exclude_flagged: bool = False) -> tuple[list[Signa
     Signature or path (the label names it in tables and plots), or a Study. A Signature given is copied, never
     changed (labels, `exclude_flagged`)."""
     from onnxaff.comparison import label_signature
-    from onnxaff.signature import read_signature
-    from onnxaff.stats import drop_flagged
+    from onnxaff.signature import drop_flagged, read_signature
 
     if isinstance(signatures, Study):
         signatures = signatures.signatures
@@ -32,7 +30,7 @@ def signatures_of(signatures, exclude_flagged: bool = False) -> tuple[list[Signa
     sigs, paths = [], []
     for label, s in items:
         if isinstance(s, Signature):
-            sig = copy.deepcopy(s) if exclude_flagged else dataclasses.replace(s, model=dict(s.model))
+            sig = dataclasses.replace(s, model=dict(s.model))  # its sites are immutable: drop_flagged replaces them
         else:
             sig = read_signature(s)
             paths.append(s)

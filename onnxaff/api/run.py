@@ -120,7 +120,7 @@ def analyze(model, data, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_si
     >>> from onnxaff_models import shipped_model
     >>> mlp = shipped_model("sk_mlp_relu")
     >>> sig = onnxaff.analyze(mlp.path, mlp.data, limit=256, chunk_size=128, progress=False)
-    >>> [site["kind"] for site in sig.sites]
+    >>> [site.kind for site in sig.sites]
     ['relu', 'relu', 'relu', 'softmax']
     >>> all(0 <= score <= 1 for score in sig.scores("affinity"))
     True

@@ -29,8 +29,7 @@ def split_labels(args) -> tuple[list[str | None], list[str]]:
 
 def read_all(paths, labels=None, exclude_flagged: bool = False):
     from onnxaff.comparison import label_signature
-    from onnxaff.signature import read_signature
-    from onnxaff.stats import drop_flagged
+    from onnxaff.signature import drop_flagged, read_signature
 
     sigs = [label_signature(read_signature(p), label)
             for p, label in zip(paths, labels or [None] * len(paths), strict=True)]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from onnxaff.errors import option
 from onnxaff.protocol import short
 from onnxaff.signature import DAGGER, DAGGER_NOTE
+from onnxaff.siteentry import ScoreEntry, SiteEntry
 from onnxaff.terminal import table, wrapped
 from onnxaff.text import printable, short_names
 
@@ -22,26 +25,28 @@ def fmt_value(v, spec: str = ".4f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def fmt_score(entry: dict | None, chunks: bool = True, ci: bool = False) -> str:
-    """mean±std (chunks); with `ci`, ± is the ci95's half-width instead; without `chunks`, no chunk count."""
+def fmt_score(entry: Mapping | None, chunks: bool = True, ci: bool = False) -> str:
+    """mean±std (chunks); with `ci`, ± is the ci95's half-width instead; without `chunks`, no chunk count. `entry`:
+    a signature's ScoreEntry, or the dict onnxaff.entries builds."""
     if not entry:
         return "-"
-    if entry.get("mean") is None:
-        return entry.get("status", "-")
-    mark = "*" if entry.get("partial") else ""
-    if entry.get("std") is None:  # pooled metrics: one value over all rows
-        return f"{entry['mean']:.4f} (pooled)"
-    spread = f"±{entry['std']:.4f}"
+    e = ScoreEntry.from_json(entry)
+    if e.mean is None:
+        return e.status or "-"
+    mark = "*" if e.partial else ""
+    if e.std is None:  # pooled metrics: one value over all rows
+        return f"{e.mean:.4f} (pooled)"
+    spread = f"±{e.std:.4f}"
     if ci:  # symmetric about the mean (t or half-sampling) until clipped to the metric's range: the longer side
-        lo, hi = entry.get("ci95") or (None, None)
-        spread = f"±{max(hi - entry['mean'], entry['mean'] - lo):.4f}" if lo is not None and hi is not None else ""
+        lo, hi = e.ci95 or (None, None)
+        spread = f"±{max(hi - e.mean, e.mean - lo):.4f}" if lo is not None and hi is not None else ""
     if not chunks:
-        return f"{entry['mean']:.4f}{spread}{mark}"
-    return f"{entry['mean']:.4f}{spread} ({entry['chunks']}){mark}"
+        return f"{e.mean:.4f}{spread}{mark}"
+    return f"{e.mean:.4f}{spread} ({e.chunks}){mark}"
 
 
-def _site_chunks(s: dict) -> str:
-    counts = {e.get("chunks") for e in s.get("metrics", {}).values() if e and e.get("std") is not None}
+def _site_chunks(s: SiteEntry) -> str:
+    counts = {e.chunks for e in s.metrics.values() if e.std is not None}
     counts.discard(None)
     return "/".join(str(c) for c in sorted(counts)) or "-"
 
@@ -53,12 +58,12 @@ def _flag_code(flag: str) -> str:
 def site_lines(sig, names: list[str]) -> list[str]:
     """The per-site table (scores as mean±ci half-width) and its legend lines, within 120 columns."""
     rows, seen_flags = [], set()
-    ids = short_names([s["id"] for s in sig.sites], 32)
+    ids = short_names([s.id for s in sig.sites], 32)
     for s, shown in zip(sig.sites, ids, strict=True):
-        cells = [fmt_score(s["metrics"].get(n), chunks=False, ci=True) for n in names]
-        flags = sorted({f for n in names for f in (s["metrics"].get(n) or {}).get("flags") or []})
+        cells = [fmt_score(s.metrics.get(n), chunks=False, ci=True) for n in names]
+        flags = sorted({f for n in names if n in s.metrics for f in s.metrics[n].flags})
         seen_flags.update(flags)
-        rows.append([s["index"], shown, s["kind"], s.get("dim") or "-", s["status"], _site_chunks(s),
+        rows.append([s.index, shown, s.kind, s.dim or "-", s.status, _site_chunks(s),
                      "".join(_flag_code(f) for f in flags) or "-", *cells])
     lines = [wrapped(rows, ["#", "site", "kind", "D", "status", "chunks", "flags", *names], fixed=7, repeat=2),
              "scores: mean±half-width of the 95 % interval over the chunks (the std is in the signature)"]
@@ -72,9 +77,8 @@ def stage_lines(sig, track_names: list[str]) -> list[str]:
     """The residual stages' trajectory scores (mean±std (chunks)), or nothing when the run has no stage."""
     if not sig.stages:
         return []
-    ids = short_names([st["id"] for st in sig.stages], 40)
-    rows = [[st["index"], shown, st["length"], st.get("dim") or "-", st["status"],
-             *[fmt_score(st["metrics"].get(n)) for n in track_names]]
+    ids = short_names([st.id for st in sig.stages], 40)
+    rows = [[st.index, shown, st.length, st.dim or "-", st.status, *[fmt_score(st.metrics.get(n)) for n in track_names]]
             for st, shown in zip(sig.stages, ids, strict=True)]
     header = ["#", "residual stage", "blocks", "D", "status", *[f"{n} mean±std (chunks)" for n in track_names]]
     return [wrapped(rows, header, fixed=5), ""]
@@ -98,7 +102,7 @@ def run_lines(sig) -> list[str]:
     lines = ["", printable(f"{sig.model['name']}: {d['samples']} samples from {d['source']}"),
              printable(f"protocol {short(sig.protocol())}, "
                        f"{rt['providers'][0]}, {rt['seconds']:.1f} s ({rt['samples_per_second']} samples/s)")]
-    if any(e.get("partial") for s in sig.sites for e in s["metrics"].values()):
+    if any(e.partial for s in sig.sites for e in s.metrics.values()):
         lines.append(f"* scored on one partial chunk: the data has fewer rows than the chunk size "
                      f"({sig.options['chunk_size']})")
     return lines

@@ -15,6 +15,7 @@ import math
 from functools import lru_cache
 from importlib import resources
 
+from onnxaff.siteentry import ScoreEntry, SiteEntry
 from onnxaff.text import printable
 
 DATA_ID = "onnxaff-data"
@@ -46,33 +47,35 @@ def _clean(v):
     return printable(str(v))
 
 
-def scored_rows(s: dict, chunk_size) -> int | None:
+def scored_rows(s: SiteEntry, chunk_size) -> int | None:
     """The rows the chunk scores saw: whole chunks (the rows short of one are dropped), or the one partial chunk's;
     a site's `rows` counts every row collected (600 collected, 512 scored at chunk size 512)."""
-    rows, chunks = s.get("rows"), s.get("chunks")
-    if s.get("partial_chunk"):
-        return rows
-    if isinstance(chunks, int) and isinstance(chunk_size, int):
-        return chunks * chunk_size
+    if s.partial_chunk:
+        return s.rows
+    if isinstance(s.chunks, int) and isinstance(chunk_size, int):
+        return s.chunks * chunk_size
     return None
 
 
-def _site(s: dict, chunk_size=None) -> dict:
-    metrics = {m: {k: e[k] for k in _METRIC_KEYS if k in e} for m, e in (s.get("metrics") or {}).items() if e}
-    return {"id": s.get("id"), "kind": s.get("kind"), "op_types": s.get("op_types") or [],
-            "nodes": len(s.get("nodes") or []), "params": s.get("params") or {}, "dim": s.get("dim"),
-            "dim_y": s.get("dim_y"), "rows": s.get("rows"), "scored_rows": scored_rows(s, chunk_size),
-            "chunks": s.get("chunks"), "input_shape": s.get("input_shape"),
-            "input": s.get("input"), "output": s.get("output"), "metrics": metrics,
-            "neighbourhood": s.get("neighbourhood", "absent")}
+def _fields(e: ScoreEntry) -> dict:
+    """The score fields a tooltip reads, those the file has (the page tells an absent field from a null one)."""
+    held = e.to_json()
+    return {k: held[k] for k in _METRIC_KEYS if k in held}
+
+
+def _site(s: SiteEntry, chunk_size=None) -> dict:
+    return {"id": s.id, "kind": s.kind, "op_types": s.op_types or [], "nodes": len(s.nodes or []),
+            "params": s.params or {}, "dim": s.dim, "dim_y": s.dim_y, "rows": s.rows,
+            "scored_rows": scored_rows(s, chunk_size), "chunks": s.chunks, "input_shape": s.input_shape,
+            "input": s.input, "output": s.output, "metrics": {m: _fields(e) for m, e in s.metrics.items() if e},
+            "neighbourhood": s.neighbourhood if "neighbourhood" in s else "absent"}
 
 
 def page_data(named_sigs) -> dict:
     """{"models": [{"name", "sites": {index: site}}]}: the ok activation sites (those the plots draw)."""
     models = []
     for name, sig in named_sigs:
-        sites = {str(s["index"]): _site(s, (sig.options or {}).get("chunk_size")) for s in sig.sites
-                 if s.get("status") == "ok" and s.get("group", "activation") == "activation"}
+        sites = {str(s.index): _site(s, (sig.options or {}).get("chunk_size")) for s in sig.sites if s.in_signature}
         models.append({"name": name, "sites": sites})
     return {"models": models}
 

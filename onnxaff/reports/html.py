@@ -12,6 +12,7 @@ from onnxaff.protocol import text as protocol_text
 from onnxaff.reports import explore, plots, svg
 from onnxaff.reports.scatter import scatter_svg
 from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, signature_stats
+from onnxaff.siteentry import ScoreEntry
 from onnxaff.tables import flagged_share
 from onnxaff.text import printable
 
@@ -270,7 +271,7 @@ def _correlation_body(result: dict, level: int = 2) -> str:
     parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
                  "statistics that carry flags (few rows, partial chunk, ...; docs/statistics.md); their models are "
                  "drawn hollow above. Comparisons can leave such scores out: the exclude-flagged option of compare and "
-                 "correlate, onnxaff.stats.drop_flagged in Python.</p>"
+                 "correlate, onnxaff.signature.drop_flagged in Python.</p>"
                  + _table(["model", "accuracy", "group", "flagged sites"],
                           [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]))
     return "".join(parts)
@@ -280,14 +281,14 @@ def _interval(ci) -> str | None:
     return None if not ci else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def _score_cell(entry: dict | None, ci: bool = False):
+def _score_cell(entry: ScoreEntry | None, ci: bool = False):
     """A per-site score for the tables: the mean (with `ci`, ± the half-width of its ci95, the longer side where
     clipped), marked * when scored on one partial chunk."""
-    if not entry or entry.get("mean") is None:
-        return (entry or {}).get("status")
-    mean, (lo, hi) = entry["mean"], entry.get("ci95") or (None, None)
+    if entry is None or entry.mean is None:
+        return None if entry is None else entry.status
+    mean, (lo, hi) = entry.mean, entry.ci95 or (None, None)
     text = f"{mean:.4g}" + (f" ±{max(hi - mean, mean - lo):.2g}" if ci and lo is not None and hi is not None else "")
-    return text + "*" if entry.get("partial") else (text if ci else mean)
+    return text + "*" if entry.partial else (text if ci else mean)
 
 
 def _signature_svg(named_sigs: list[tuple[str, Signature]], metric: str) -> str:
@@ -312,9 +313,9 @@ def single_page(sig: Signature, metric: str | None = None) -> str:
         values = [v for v in sig.scores(m) if v is not None]
         parts.append(f"<h2 id='m-{_esc(m)}'>{_esc(m)}</h2>" + _signature_svg([(name, sig)], m)
                      + _img(plots.histograms({name: values}, m), f"histogram of {m}"))
-    rows = [[s["index"], s["id"], s["kind"], fmt_shape(s.get("input_shape")), s.get("dim"), s["status"],
-             *[c for m in metrics for c in (_score_cell(s["metrics"].get(m), ci=True),
-                                            ", ".join((s["metrics"].get(m) or {}).get("flags") or []) or "-")]]
+    rows = [[s.index, s.id, s.kind, fmt_shape(s.input_shape), s.dim, s.status,
+             *[c for m in metrics for c in (_score_cell(s.metrics.get(m), ci=True),
+                                            ", ".join(s.metrics[m].flags if m in s.metrics else ()) or "-")]]
             for s in sig.sites]
     parts.append("<h2>Sites</h2><p class='note'>Scores: mean ± half-width of the 95 % interval over the chunks; "
                  "flags per metric (docs/statistics.md).</p>"
@@ -324,12 +325,12 @@ def single_page(sig: Signature, metric: str | None = None) -> str:
     if marked:
         parts.append(f"<p class='warn'>Most {_esc(', '.join(marked))} scores of this model carry flags: "
                      + _esc("; ".join(f"{m} {flagged_share(sig.flag_summary(m))}" for m in marked)) + "</p>")
-    if any(e.get("partial") for s in sig.sites for e in s.get("metrics", {}).values() if e):
+    if any(e.partial for s in sig.sites for e in s.metrics.values()):
         parts.append("<p class='note'>* scored on one partial chunk: the data has fewer rows than the chunk size.</p>")
     if sig.stages:
         track = [m for m in sig.metrics if m not in metrics]
-        rows = [[st["index"], st["id"], st["length"], st.get("dim"), st["status"],
-                 *[_score_cell(st["metrics"].get(m)) for m in track]] for st in sig.stages]
+        rows = [[st.index, st.id, st.length, st.dim, st.status, *[_score_cell(st.metrics.get(m)) for m in track]]
+                for st in sig.stages]
         described = "; ".join(f"{m}: {(sig.metrics[m] or {}).get('description', '')}" for m in track)
         parts.append(f"<h2>Residual stages</h2><p>Trajectory metrics: {html.escape(printable(described))}.</p>"
                      + _table(["#", "stage", "blocks", "D", "status", *track], rows, left={1, 4}))

@@ -209,15 +209,13 @@ def signatures_svg(series: list[tuple[str, list[dict]]], metric: str, width: int
 
 def site_points(sig, metric: str) -> list[dict]:
     """The ok activation sites with a `metric` score, along normalised depth, with what a tooltip shows."""
-    sites = [s for s in sig.sites if s.get("status") == "ok" and s.get("group", "activation") == "activation"
-             and (s.get("metrics", {}).get(metric) or {}).get("mean") is not None]
+    sites = [s for s in sig.sites if s.in_signature and metric in s.metrics and s.metrics[metric].mean is not None]
     n = len(sites)
     out = []
     for k, s in enumerate(sites):
-        e = s["metrics"][metric]
-        out.append({"x": k / (n - 1) if n > 1 else 0.0, "y": e["mean"], "std": e.get("std"),
-                    "chunks": e.get("chunks"), "partial": bool(e.get("partial")), "index": s["index"],
-                    "site": s["id"], "kind": s["kind"], "ops": "+".join(s.get("op_types") or []),
-                    "dim": s.get("dim"), "ci95": e.get("ci95"), "flags": list(e.get("flags") or []),
+        e = s.metrics[metric]
+        out.append({"x": k / (n - 1) if n > 1 else 0.0, "y": e.mean, "std": e.std, "chunks": e.chunks,
+                    "partial": bool(e.partial), "index": s.index, "site": s.id, "kind": s.kind,
+                    "ops": "+".join(s.op_types or []), "dim": s.dim, "ci95": e.ci95, "flags": list(e.flags or []),
                     "intervals": (sig.options or {}).get("intervals", "auto")})
     return out
