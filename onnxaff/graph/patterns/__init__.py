@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from onnxaff.graph.patterns import gelu, hardswish, mish, relu6, softsign, swish
+from onnxaff.graph.patterns import gelu, hardswish, mish, relu6, softplus, softsign, swish
 from onnxaff.graph.patterns.islands import match_islands
-from onnxaff.graph.patterns.region import ANCHORS, Candidate, candidates, evaluator
+from onnxaff.graph.patterns.region import Candidate, evaluator, proposals
 from onnxaff.graph.patterns.rule import Miss, Rule
 from onnxaff.graph.patterns.softmax import match_softmax
 from onnxaff.graph.view import GraphView
 
-RULES: list[Rule] = [*gelu.RULES, *swish.RULES, *hardswish.RULES, *mish.RULES, *relu6.RULES, *softsign.RULES]
+RULES: list[Rule] = [*gelu.RULES, *swish.RULES, *hardswish.RULES, *mish.RULES, *relu6.RULES, *softsign.RULES,
+                     *softplus.RULES]
 
 
 @dataclass
@@ -39,23 +40,23 @@ def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = No
 def match_anchored(view: GraphView, claimed: set[int],
                    misses: list[tuple[str, Candidate, Miss]] | None = None) -> list[tuple[str, Candidate, dict]]:
     """The exporters' forms around an anchor op (Erf, Sigmoid, Clip, ...): (kind, region, params) each, in forward
-    order of the anchor; their nodes are added to `claimed`."""
+    order of the anchor; their nodes are added to `claimed`. Each rule is tried on the regions it declares."""
     found = []
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
         node = view.nodes[i]
-        if i in claimed or node.op_type not in ANCHORS or node.domain not in ("", "ai.onnx"):
-            continue
         rules = [r for r in RULES if node.op_type in r.anchors]
-        cands = [c for c in candidates(view, i) if len(c.nodes) >= 2]
-        if not cands and rules and misses is not None:
+        if i in claimed or not rules or node.domain not in ("", "ai.onnx"):
+            continue
+        cands = [(c, by) for c, by in proposals(view, i, rules) if len(c.nodes) >= 2]
+        if not cands and misses is not None:
             misses.append(("rule", Candidate(node.input[0] if node.input else "", node.output[0], (i,)),
                            Miss("anchor", NO_REGION, (node.op_type,))))
-        for cand in cands:
+        for cand, by in cands:
             if claimed.intersection(cand.nodes):
                 if misses is not None:
                     misses.append(("rule", cand, Miss("anchor", "overlaps a site found earlier")))
                 continue
-            hit = _classify(rules, evaluator(view, cand), cand, misses)
+            hit = _classify(by, evaluator(view, cand), cand, misses)
             if hit is not None:
                 found.append((hit[0].kind, cand, hit[1]))
                 claimed.update(cand.nodes)

@@ -4,7 +4,8 @@ A decomposed activation is a small elementwise subgraph with one entry tensor x,
 scalar constants and nothing else. Structure only proposes candidates around an anchor op
 (Erf, Sigmoid, Clip, ...); a candidate is accepted when evaluating it on probe points reproduces a
 known activation. That makes matching independent of operand order, of where the 0.5 sits, of
-Div-by-√2 versus Mul-by-1/√2, and of constants being initializers or Constant nodes.
+Div-by-√2 versus Mul-by-1/√2, and of constants being initializers or Constant nodes. Each rule says where its
+candidates lie around the anchor (`rule.Region`); this module walks the graph for it and knows no rule.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxaff.graph import elementwise, qdq
+from onnxaff.graph.patterns.rule import AT_ANCHOR, Region, Rule
 from onnxaff.graph.view import GraphView
 
 # Elementwise ops a pattern may be made of, with numpy definitions (float64, scalar constants).
@@ -23,12 +25,10 @@ EVALUABLE = {
     "Erf", "Tanh", "Sigmoid", "HardSigmoid", "Softplus", "Relu", "Clip", "Min", "Max",
     "Identity", "Cast",
 }
-# Ops a decomposed activation can be anchored on: its first non-affine step.
-ANCHORS = {"Erf", "Tanh", "Sigmoid", "HardSigmoid", "Softplus", "Relu", "Clip", "Min", "Max", "Exp", "Abs"}
-
 MAX_REGION_NODES = 16
 _MAX_ENTRY_SEARCH = 12
-_MAX_FORWARD_STEPS = 8
+# Ops of one variable operand and constants: a gate's scaling (0.5·x), a rule's steps above its anchor (βx).
+_SCALING = ("Mul", "Div", "Add", "Sub", "Neg", "Identity")
 
 
 @dataclass(frozen=True)
@@ -134,44 +134,51 @@ def _entry_candidates(view: GraphView, start: str) -> list[str]:
     return found
 
 
-def _scaled_source(view: GraphView, name: str, entries: list[str]) -> str | None:
-    """If `name` is an entry times/plus constants (e.g. the 0.5·x of a GELU), that entry."""
-    steps = 0
-    while steps < 3:
-        if name in entries:
-            return name
+def _upstream(view: GraphView, name: str, steps: int) -> list[str]:
+    """`name` and the tensors it is made from by at most `steps` scaling steps (a Q → DQ pair is no step; a region
+    opening inside one is refused by `region_nodes`), nearest first."""
+    found, taken = [name], 0
+    while taken < steps:
         i = view.producer.get(name)
         if i is None:
-            return None
+            break
         node = view.nodes[i]
-        paired = i in qdq.paired(view)  # a Q → DQ pair is no step
-        if node.op_type not in ("Mul", "Div", "Add", "Sub", "Neg", "Identity") and not paired:
-            return None
+        paired = i in qdq.paired(view)
+        if node.op_type not in _SCALING and not paired:
+            break
         others = [n for n in node.input if n and view.scalar(n) is None]
         if len(others) != 1:
-            return None
-        name, steps = others[0], steps + (not paired)
-    return name if name in entries else None
+            break
+        name, taken = others[0], taken + (not paired)
+        found.append(name)
+    return found
 
 
-def candidates(view: GraphView, anchor: int) -> list[Candidate]:
-    """Plausible (entry, exit) pairs around an anchor node, longest first.
+def _scaled_source(view: GraphView, name: str, entries: list[str]) -> str | None:
+    """If `name` is an entry times/plus constants (e.g. the 0.5·x of a GELU), that entry."""
+    return next((t for t in _upstream(view, name, 3) if t in entries), None)
 
-    Longest first, so a ReLU6 inside a HardSwish is not taken for the whole; a chain never ends on
-    an Identity or Cast, so the site's output is the activation's own tensor.
+
+def candidates(view: GraphView, anchor: int, region: Region = AT_ANCHOR) -> list[Candidate]:
+    """Plausible (entry, exit) pairs around an anchor node where `region` puts them, longest first.
+
+    Longest first (each exit, farthest first, with its farthest entry first), so a ReLU6 inside a HardSwish is not
+    taken for the whole; a chain never ends on an Identity or Cast, so the site's output is the activation's own
+    tensor.
     """
     node = view.nodes[anchor]
     sources = [name for name in node.input if name and view.scalar(name) is None]
     if len(sources) != 1 or len(node.output) != 1:
         return []
     source = sources[0]
+    above = _upstream(view, source, region.before)
     entries = _entry_candidates(view, source)
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[list[str], str]] = []
     gate_entry: str | None = None
     cur = node.output[0]
-    pairs.append((source, cur))
+    pairs.append((above, cur))
     steps = 0
-    while steps < _MAX_FORWARD_STEPS:
+    while steps < region.after:
         nxt = view.single_consumer(cur)
         if nxt is None:
             break
@@ -190,10 +197,25 @@ def candidates(view: GraphView, anchor: int) -> list[Candidate]:
                 break
         cur = n.output[0]
         if n.op_type not in ("Identity", "Cast") and nxt not in qdq.paired(view):
-            pairs.append((gate_entry or source, cur))
+            pairs.append(([gate_entry] if gate_entry else above, cur))
     out = []
-    for entry, exit in reversed(pairs):
-        nodes = region_nodes(view, entry, exit)
-        if nodes is not None and anchor in nodes:
-            out.append(Candidate(entry, exit, nodes))
+    for starts, exit in reversed(pairs):
+        for entry in reversed(starts):
+            nodes = region_nodes(view, entry, exit)
+            if nodes is not None and anchor in nodes:
+                out.append(Candidate(entry, exit, nodes))
     return out
+
+
+def proposals(view: GraphView, anchor: int, rules: list[Rule]) -> list[tuple[Candidate, list[Rule]]]:
+    """Each candidate around `anchor` with the rules whose region proposes it (in the order of `rules`).
+
+    The regions in the order their first rule comes; a candidate two regions propose is listed once, where first.
+    With one region (the built-in rules') this is `candidates` with every rule on each.
+    """
+    regions = list(dict.fromkeys(r.region for r in rules))
+    found: dict[tuple[str, str], tuple[Candidate, set[Region]]] = {}
+    for region in regions:
+        for cand in candidates(view, anchor, region):
+            found.setdefault((cand.entry, cand.exit), (cand, set()))[1].add(region)
+    return [(cand, [r for r in rules if r.region in by]) for cand, by in found.values()]

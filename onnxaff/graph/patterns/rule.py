@@ -1,4 +1,5 @@
-"""What a decomposed-activation rule is: a kind, the ops it may be anchored on, and a test of f."""
+"""What a decomposed-activation rule is: a kind, the ops it may be anchored on, where its region lies around the
+anchor, and a test of f."""
 
 from __future__ import annotations
 
@@ -57,16 +58,35 @@ def close_to(values: np.ndarray, reference: np.ndarray) -> bool:
 
 
 @dataclass(frozen=True)
+class Region:
+    """Where a rule's candidate regions lie around its anchor, in steps, so that a rule says what it needs and the
+    others keep theirs (`region.candidates` reads it).
+
+    The entry is the anchor's input or at most `before` steps above it, through ops of one variable operand and
+    constants (Mul, Div, Add, Sub, Neg: the β of log(1+exp(βx))/β); the exit is the anchor's output or at most `after`
+    elementwise steps below it. Either way a gate (x·g(x), x/g(x)) below the anchor moves the entry to the tensor it
+    gates. The default is what every rule had before rules declared one.
+    """
+
+    before: int = 0
+    after: int = 8
+
+
+AT_ANCHOR = Region()  # the default: the entry at the anchor's input
+
+
+@dataclass(frozen=True)
 class Rule:
     kind: str
     anchors: frozenset[str]
     # Given f (the candidate's elementwise function), the site's parameters if it matches, else the Miss.
     classify: Callable[[Callable[[np.ndarray], np.ndarray]], dict | Miss]
     description: str = ""
+    region: Region = AT_ANCHOR
 
 
 def reference_rule(kind: str, anchors: set[str], reference: Callable, description: str,
-                   params: dict | None = None) -> Rule:
+                   params: dict | None = None, region: Region = AT_ANCHOR) -> Rule:
     """A rule for a fixed function (its values computed at the first candidate, not on import: GELU's erf would
     import scipy.special for every command); `params`: its fixed constants, reported on every site it finds."""
     expected = functools.cache(lambda: reference(PROBE))
@@ -76,4 +96,4 @@ def reference_rule(kind: str, anchors: set[str], reference: Callable, descriptio
         return dict(params or {}) if close_to(values, expected()) else deviation(kind, kind, PROBE, values,
                                                                                   expected())
 
-    return Rule(kind, frozenset(anchors), classify, description)
+    return Rule(kind, frozenset(anchors), classify, description, region)
