@@ -5,39 +5,14 @@ Read from a finished SiteState; nothing here changes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from typing import TypedDict
 
 import numpy as np
 
 from onnxaff.metrics import Metric, plugin_output
 from onnxaff.metrics.dispatch import serving
+from onnxaff.site_state import SiteState
 from onnxaff.stats import RANK_FLAGS, RANK_TEST_MAX_D, entry_ci, metric_flags, moments_rank
-
-if TYPE_CHECKING:
-    from onnxaff.chunks import ChunkSchedule
-    from onnxaff.observations import Observations
-    from onnxaff.pooled import Pooled
-    from onnxaff.scores import Scores
-
-
-class SiteState(Protocol):
-    """What an entry reads of a site's collector (onnxaff.site_state.SiteState, which builds its entries here)."""
-
-    schedule: ChunkSchedule
-    pooled: Pooled
-    observed: Observations
-    scores: Scores
-    intervals: str
-
-
-def not_applicable(st: SiteState, m: Metric) -> str | None:
-    """Why `m` cannot score this site at all (None when it can)."""
-    dims = st.observed.dims
-    if m.equal_dims and dims and dims[0] != dims[1]:
-        return f"needs equal feature dimensions (X: {dims[0]}, Y: {dims[1]})"
-    if serving(m).end_input == "jvp" and st.pooled.jvp is None:
-        return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
-    return None
 
 
 class MetricEntry(TypedDict, total=False):
@@ -59,7 +34,8 @@ class MetricEntry(TypedDict, total=False):
     dead: list[int]
 
 
-def entry(st: SiteState, m: Metric) -> MetricEntry:
+def metric_entry(st: SiteState, m: Metric) -> MetricEntry:
+    """What the signature says of `m` at this site (docs/signature.md)."""
     observed, values = st.observed, st.scores.values.get(m.spec, [])
     partial = st.schedule.partial
     out = MetricEntry(mean=None, std=None, chunks=len(values), status="ok")
@@ -67,7 +43,7 @@ def entry(st: SiteState, m: Metric) -> MetricEntry:
         out["masked_rows"] = observed.masked_rows
     if observed.nonfinite_rows:
         out["status"] = "nonfinite"
-    elif (reason := not_applicable(st, m)) is not None:
+    elif (reason := st.not_applicable(m)) is not None:
         out.update(status="not_applicable", reason=reason)
     elif m.spec in st.scores.errors:
         out.update(status="error", error=st.scores.errors[m.spec])

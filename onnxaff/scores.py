@@ -57,8 +57,10 @@ class Scores:
             if error is None and value is not None:
                 self.live[name] = [index, value]
 
-    def append(self, other: Scores, boundary: list | None = None) -> None:
-        """The next slice's scores after these; `boundary`: the scores of the chunk pair straddling the two."""
+    def merge(self, other: Scores, boundary: list | None = None, *, halves: dict[str, list[float]]) -> None:
+        """The next slice's scores after these; `boundary`: the scores of the chunk pair straddling the two; `halves`:
+        the half-sample scores the whole keeps (those of the slice holding its first chunk, or none: the site's
+        owner decides, onnxaff.half_samples.kept)."""
         for name, (index, value) in other.live.items():  # its chunk index counted from the start of the whole
             self.live.setdefault(name, [index + len(self.values.get(name, [])), value])
         mine = Scores()
@@ -69,3 +71,4 @@ class Scores:
             self.values[name] = self.values.get(name, []) + mine.values.get(name, []) + other.values.get(name, [])
         for name, error in other.errors.items():
             self.errors.setdefault(name, error)
+        self.halves = halves

@@ -2,7 +2,9 @@
 
 Its parts each do one job and save their own fields (onnxaff.statefields, one flat dict): the chunk schedule
 (onnxaff.chunks), the pooled sums (onnxaff.pooled), what the features showed (onnxaff.observations) and the
-scores (onnxaff.scores); the signature entry is read off it by onnxaff.entries.
+scores (onnxaff.scores); this class feeds them in order, scores the first chunk's half-samples between them
+(onnxaff.half_samples: when) and merges each part with the next slice's own. The signature entry is read off it by
+onnxaff.entries.
 
 A checkpoint and a shard part are both this state for every site. Merging the parts of consecutive,
 chunk-aligned slices of the data gives the state of one run over all of it: chunk scores are concatenated
@@ -19,12 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff import defaults
+from onnxaff import defaults, half_samples
 from onnxaff.chunks import ChunkSchedule
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
-from onnxaff.entries import entry, not_applicable
 from onnxaff.errors import OnnxaffError
-from onnxaff.half_samples import HalfSamples
 from onnxaff.metrics import Chunk, ChunkPair, Metric
 from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.observations import Observations
@@ -70,9 +70,6 @@ class SiteState:
     # what the dispatch table's `no_data` reasons and the assembly read
     chunks = property(lambda self: self.schedule.chunks)
     jvp = property(lambda self: self.pooled.jvp)
-    # the first chunk's half-samples, as the interval method wants them
-    halves = property(lambda self: HalfSamples(self.schedule, self.scores, self.intervals, self.expected_rows,
-                                               self.jobs))
 
     def to_state(self) -> dict:
         """The collected state between batches (pending chunk scores are collected first; after a stop, the
@@ -111,19 +108,29 @@ class SiteState:
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.observed.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
-            self.halves.note_solo(chunk)
-            self.halves.note_dead(chunk, metrics, scorer)
+            self._note_solo(chunk)
+            self._note_dead(chunk, metrics, scorer)
         self._submit(chunk, self.schedule.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
             self.schedule.keep(chunk)
-        if self.schedule.chunks == 1 and self.halves.now():
-            self.halves.submit(metrics, scorer)
+        if self.schedule.chunks == 1 and half_samples.now(self.intervals, self.schedule.buffer.size,
+                                                          self.expected_rows):
+            self._submit_halves(metrics, scorer)
         self.schedule.collect_done(self.scores.store)  # scored chunks let go of their rows
-        self.halves.collect(wait=False)
+        self._collect_halves(wait=False)
+
+    def not_applicable(self, m: Metric) -> str | None:
+        """Why `m` cannot score this site at all (None when it can)."""
+        dims = self.observed.dims
+        if m.equal_dims and dims and dims[0] != dims[1]:
+            return f"needs equal feature dimensions (X: {dims[0]}, Y: {dims[1]})"
+        if serving(m).end_input == "jvp" and self.pooled.jvp is None:
+            return "Jacobian-vector products need float32/float64 tensors and the site's own nodes"
+        return None
 
     def jobs(self, metrics: list[Metric], make) -> list[tuple[Metric, object]]:
         """(metric, its input) for each metric that applies to the site and gets an input from make(metric)."""
-        return [(m, x) for m in metrics if not not_applicable(self, m) and (x := make(m)) is not None]
+        return [(m, x) for m in metrics if not self.not_applicable(m) and (x := make(m)) is not None]
 
     def _submit(self, chunk: Chunk, previous: Chunk | None, metrics: list[Metric], scorer: MetricScorer) -> None:
         build = {m: serving(m).chunk_input for m in metrics}
@@ -139,7 +146,42 @@ class SiteState:
         """Record the finished chunk scores in chunk order, then the half-sample scores (gives up on a stop: see
         ChunkSchedule.collect)."""
         self.schedule.collect(self.scores.store)
-        self.halves.collect(wait=True)
+        self._collect_halves(wait=True)
+
+    # --- the first chunk's half-samples (onnxaff.half_samples: when they are scored and kept) ---
+
+    def _note_solo(self, chunk: Chunk) -> None:
+        """The first chunk is kept for its half-samples; a second one drops them unless intervals="half"."""
+        if self.schedule.chunks == 1:
+            self.schedule.solo = chunk
+        elif not half_samples.kept(self.intervals, self.schedule.chunks) and (self.schedule.solo is not None
+                                                                                or self.schedule.halving):
+            self.schedule.drop_halves()  # the interval is over chunks (a prediction of one chunk was short)
+            self.scores.halves = {}
+
+    def _submit_halves(self, metrics: list[Metric], scorer: MetricScorer) -> None:
+        """Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
+        ms = [m for m, _ in self.jobs(metrics, lambda m: serving(m).half_samples or None)]
+        if ms:
+            self.schedule.submit_halves(lambda half: [(m, half) for m in ms], scorer)
+
+    def _note_dead(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
+        """The metrics that score a plain chunk score the site's first chunk with dead outputs without them, once
+        (onnxaff.scores.Scores.submit_live; collected with the halves)."""
+        self.scores.submit_live(chunk, self.schedule.chunks - 1, lambda c: self.jobs(
+            metrics, lambda m: c if serving(m).half_samples else None), scorer)
+
+    def _collect_halves(self, wait: bool) -> None:
+        """The half-sample scores of the metrics that scored the chunk itself, in half order; then the chunk's rows
+        are let go. Without `wait`, only when they are all done. The scores without dead outputs likewise."""
+        self.scores.collect_live(wait)
+        sched = self.schedule
+        if not sched.halving or (not wait and not sched.halves_ready()):
+            return
+        if (results := sched.take_halves()) is None:
+            return  # stopped: the solo chunk stays, so a resumed run scores its halves
+        self.scores.store_halves([r for r in results if r[0] in self.scores.values])
+        sched.solo = None
 
     # --- the end of the data ---
 
@@ -153,8 +195,8 @@ class SiteState:
         rest = None if self.observed.nonfinite_rows else self.schedule.remainder(self.observed.chunk_rounding)
         if rest is not None:
             self.score(rest, metrics, scorer)
-        if self.halves.wanted():
-            self.halves.submit(metrics, scorer)
+        if half_samples.wanted(self.intervals, self.schedule.chunks):
+            self._submit_halves(metrics, scorer)
 
     def finish(self, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Score the partial chunk if it is all there is, collect the chunks and their half-samples, then the
@@ -177,62 +219,39 @@ class SiteState:
             raise KeyboardInterrupt
         self.finished = True
 
-    def entry(self, m: Metric) -> dict:
-        return entry(self, m)
-
     # --- shards ---
 
     def merge(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> None:
-        """Append the state of the next slice of the data (self covers the examples just before it)."""
-        SiteMerge(self, other, metrics, scorer).apply()
-
-
-@dataclass
-class SiteMerge:
-    """One site's state over two consecutive, chunk-aligned slices of the data: `into` (the earlier slice) takes
-    `part` (the next one), scores appended in chunk order, the pair across the boundary scored, the first chunk's
-    halves kept where the interval reads them."""
-
-    into: SiteState
-    part: SiteState
-    metrics: list[Metric]
-    scorer: MetricScorer
-
-    def apply(self) -> None:
-        st, other = self.into, self.part
+        """Append the state of the next slice of the data (self covers the examples just before it): each part merges
+        the next slice's own, the pair across the boundary is scored, and the first chunk's halves stay where the
+        interval reads them."""
         try:
-            st.observed.merge(other.observed)
+            self.observed.merge(other.observed)
         except ValueError as exc:
             raise OnnxaffError(str(exc)) from None
-        st.collect()  # chunks scored by an earlier merge come before this part's
-        if st.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
+        self.collect()  # chunks scored by an earlier merge come before this part's
+        if self.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
             raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
                                "shard again")
-        st.scores.append(other.scores, self.boundary())
-        self.keep_halves()
-        st.pooled.merge(other.pooled)
-        for x, y in st.schedule.append(other.schedule):  # only a slice that is not chunk-aligned leaves rows
-            for chunk in st.schedule.cut(x, y, st.observed.chunk_rounding):
-                st.score(chunk, self.metrics, self.scorer)
-            st.collect()  # these chunks come after the part's own: record them now, in that order
+        first = self if self.schedule.chunks else other  # the slice holding the whole's first chunk
+        keep = half_samples.kept(self.intervals, self.schedule.chunks + other.schedule.chunks)
+        self.scores.merge(other.scores, self._boundary(other, metrics, scorer),
+                          halves=first.scores.halves if keep else {})
+        self.schedule.solo = first.schedule.solo if keep else None
+        self.pooled.merge(other.pooled)
+        for x, y in self.schedule.append(other.schedule):  # only a slice that is not chunk-aligned leaves rows
+            for chunk in self.schedule.cut(x, y, self.observed.chunk_rounding):
+                self.score(chunk, metrics, scorer)
+            self.collect()  # these chunks come after the part's own: record them now, in that order
 
-    def boundary(self) -> list | None:
-        """The scores of the pair across the boundary (the earlier slice's last chunk, the next one's first), for
-        the metrics that read pairs; None when there is none."""
-        st, mine, theirs = self.into, self.into.schedule, self.part.schedule
-        if mine.previous is None or theirs.first is None or st.observed.nonfinite_rows:
+    def _boundary(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> list | None:
+        """The scores of the pair across the boundary (this slice's last chunk, the next one's first), for the
+        metrics that read pairs; None when there is none."""
+        mine, theirs = self.schedule, other.schedule
+        if mine.previous is None or theirs.first is None or self.observed.nonfinite_rows:
             return None
         pair = ChunkPair(mine.previous, theirs.first)
-        jobs = st.jobs(self.metrics, lambda m: pair if serving(m).keeps_previous else None)
-        if jobs and (scores := self.scorer.results(self.scorer.submit(jobs))) is None:
+        jobs = self.jobs(metrics, lambda m: pair if serving(m).keeps_previous else None)
+        if jobs and (scores := scorer.results(scorer.submit(jobs))) is None:
             raise KeyboardInterrupt  # on a scoring thread, as every metric: a stuck one cannot hold Ctrl-C
         return scores if jobs else None
-
-    def keep_halves(self) -> None:
-        """The first chunk's halves count when the whole has one chunk, or always under intervals="half"."""
-        st, other, mine, theirs = self.into, self.part, self.into.schedule, self.part.schedule
-        if mine.chunks + theirs.chunks == 1 or st.intervals == "half":
-            st.scores.halves = st.scores.halves if mine.chunks else other.scores.halves
-            mine.solo = mine.solo if mine.chunks else theirs.solo
-        else:
-            st.scores.halves, mine.solo = {}, None

@@ -12,6 +12,7 @@ import pytest
 from onnxaff.analysis.checkpoint import load_state, save_state
 from onnxaff.chunks import ChunkSchedule
 from onnxaff.collect import ChunkBuffer
+from onnxaff.entries import metric_entry
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import resolve
 from onnxaff.observations import Observations
@@ -206,7 +207,7 @@ def feed(st: SiteState, x, y, metrics, scorer, start: int, stop: int, batch: int
 
 
 def entries(st: SiteState, metrics) -> dict:
-    return {m.spec: st.entry(m) for m in metrics}
+    return {m.spec: metric_entry(st, m) for m in metrics}
 
 
 def finished(st: SiteState, metrics, scorer) -> dict:

@@ -9,6 +9,7 @@ import pytest
 
 import onnxaff
 from onnxaff.analysis.cost import estimate
+from onnxaff.entries import metric_entry
 from onnxaff.stats import rows_needed
 from tests.builders import mlp, save
 from tests.conftest import run_cli
@@ -183,7 +184,7 @@ def test_shards_weigh_the_dead_features_as_one_run():
             st.finish(ms, scorer)
     assert whole.scores.live == first.scores.live and whole.scores.live["cka"][0] == 2
     for m in ms:
-        a, b = whole.entry(m), first.entry(m)
+        a, b = metric_entry(whole, m), metric_entry(first, m)
         assert (a["values"], a["flags"], a["dead"]) == (b["values"], b["flags"], b["dead"]) and a["dead"] == [8, 16]
 
 

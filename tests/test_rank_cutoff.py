@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from onnxaff.analysis import open_run
+from onnxaff.entries import metric_entry
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.reduction import feature_rounding, positions
 from onnxaff.metrics import FLOAT32_EPS, Chunk, Moments, rank_cutoff, rank_verdict, resolve
@@ -162,5 +163,5 @@ def test_rounding_reaches_chunks_and_moments_and_survives_state_and_merge(rng):
     inputs = [c for s in seen for c in (s if isinstance(s, tuple) else (s,))]  # a ChunkPair's two chunks
     assert inputs and all(s.rounding == STEM for s in inputs)  # every Chunk and the Moments
     assert any(isinstance(s, Moments) for s in inputs)
-    entry = parts[0].entry(metrics[1])
+    entry = metric_entry(parts[0], metrics[1])
     assert entry["flags"] == ["rank_deficient"]  # r2_pooled's flags from the pooled X

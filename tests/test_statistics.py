@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from onnxaff.entries import metric_entry
 from onnxaff.metrics import resolve
 from onnxaff.scoring import MetricScorer
 from onnxaff.site_state import SiteState
@@ -23,7 +24,7 @@ def entries(x, y, chunk, metrics=METRICS, intervals="auto"):
         for i in range(0, len(x), 100):
             st.add(x[i:i + 100], y[i:i + 100], ms, scorer)
         st.finish(ms, scorer)
-    return {m.name: st.entry(m) for m in ms}
+    return {m.name: metric_entry(st, m) for m in ms}
 
 
 def gaussian(rng, n, d):

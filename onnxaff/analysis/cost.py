@@ -27,7 +27,6 @@ from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
 from onnxaff.chunks import site_chunk_rows
 from onnxaff.data import no_usable
-from onnxaff.entries import not_applicable
 from onnxaff.graph.reduction import feature_dim, graph_mode
 from onnxaff.memory import status_bytes
 from onnxaff.metrics.dispatch import serving
@@ -252,7 +251,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: Jobs, examples: int) 
     total, rows, chunks, partial = _chunking(st, fed, examples, st.schedule.buffer.size)
     few, needs, seconds = [], {}, {}
     for m in plan.metrics:
-        if not_applicable(st, m) is not None or None in dims:
+        if st.not_applicable(m) is not None or None in dims:
             continue
         how = serving(m)
         if how.row_rule:
