@@ -147,7 +147,8 @@ def test_flag_texts_are_the_metrics_own(tmp_path):
     assert "cka" in flagged
     for names in (["cka"], ["sparsity_change"]):
         metrics = resolve(names)
-        sites = [{**s, "metrics": {k: v for k, v in s["metrics"].items() if k in names}} for s in sig.sites]
+        sites = [s.to_json() | {"metrics": {k: v.to_json() for k, v in s.metrics.items() if k in names}}
+                 for s in sig.sites]  # flag_warnings reads the dicts assembly joins
         for e in sites[0]["metrics"].values():
             e["flags"] = ["constant_output"]
         (line,) = flag_warnings(sites, metrics)

@@ -95,11 +95,10 @@ def assemble(header: dict, records: list[SiteRecord], states: dict[int, SiteStat
 def check_some_number(sig: Signature, used: int) -> None:
     """Data too small for every metric (one example, one partial chunk for a chunk-pair metric) is an error,
     not a signature of empty entries that exits 0."""
-    entries = [e for s in sig.sites for e in s.get("metrics", {}).values()]
-    if any(e["status"] == "ok" for e in entries) or not any(e["status"] == "no_data" for e in entries):
+    entries = [e for s in sig.sites for e in s.metrics.values()]
+    if any(e.status == "ok" for e in entries) or not any(e.status == "no_data" for e in entries):
         return  # a number somewhere, or nothing for want of data (NaN/Inf sites are flagged and warned about)
-    reasons = sorted({e.get("reason", "needs at least 2 rows in a chunk") for e in entries
-                      if e["status"] == "no_data"})
+    reasons = sorted({e.reason or "needs at least 2 rows in a chunk" for e in entries if e.status == "no_data"})
     raise OnnxaffError(f"no site got a number from {used} example(s): {'; '.join(reasons)} "
                        f"(chunk size {sig.options['chunk_size']}); give more data")
 
