@@ -98,7 +98,7 @@ def _seen_by(st: SiteState, m: Metric, pooled: bool) -> set[str]:
     """What the flags of `m` read: a pooled rank-sensitive metric's rank flags come from the pooled X (the
     spectrum it inverts), not from single chunks."""
     moments = st.pooled.moments
-    if not (pooled and getattr(m, "rank_sensitive", False) and moments is not None and moments.n >= 2
+    if not (pooled and m.rank_sensitive and moments is not None and moments.n >= 2
             and moments.dx <= RANK_TEST_MAX_D):  # past it the test is skipped: merge no moment tree for it
         return st.observed.seen
     found = moments_rank(moments.total().cov_x(), st.observed.chunk_rounding)

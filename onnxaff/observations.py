@@ -56,11 +56,10 @@ class Observations:
 
     def note_chunk(self, chunk: Chunk, rank: bool) -> None:
         """One chunk's diagnostics; the rank test costs about what r2 costs a chunk, so only when asked."""
-        scale = chunk_scale(chunk.x, chunk.y)
-        self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=rank, scale=scale, rounding=chunk.rounding)
+        self.seen |= chunk_diagnostics(chunk.x, chunk.y, rank=rank, rounding=chunk.rounding)
         if "constant_output" in self.seen:
             self.dead = max(self.dead, int((np.ptp(chunk.y, axis=0) == 0).sum()))
-        self.scale = _least(self.scale, scale)
+        self.scale = _least(self.scale, chunk_scale(chunk.x, chunk.y))
 
     def merge(self, other: Observations) -> None:
         if self.dims is not None and other.dims is not None and self.dims != other.dims:

@@ -107,7 +107,7 @@ class SiteState:
 
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
-            self.observed.note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
+            self.observed.note_chunk(chunk, rank=any(m.rank_sensitive for m in metrics))
             self._note_solo(chunk)
             self._note_dead(chunk, metrics, scorer)
         self._submit(chunk, self.schedule.previous, metrics, scorer)

@@ -92,22 +92,19 @@ def eps_dominated(eps: float, scale: float | None) -> bool:
     return scale is not None and eps >= EPS_RATIO * scale
 
 
-def chunk_diagnostics(x: np.ndarray, y: np.ndarray, eps: float = 1e-6, rank: bool = True,
-                      scale: float | None = None, rounding: float = FLOAT32_EPS) -> set[str]:
-    """Properties of one chunk that make some scores meaningless: constant output, ε-dominated, rank-deficient X
-    (or one whose rank two correct reductions could decide differently: `rank_ambiguous`).
+def chunk_diagnostics(x: np.ndarray, y: np.ndarray, rank: bool = True, rounding: float = FLOAT32_EPS) -> set[str]:
+    """Properties of one chunk that make some scores meaningless: constant output, rank-deficient X (or one whose
+    rank two correct reductions could decide differently: `rank_ambiguous`). Whether an ε dominates is each
+    metric's own question, weighed against the chunk_scale kept beside these (`metric_flags`).
 
     rank=False skips the O(nd²) rank test (the caller runs it only when a rank-sensitive metric is asked);
-    `scale`, the chunk's chunk_scale when the caller has it already; `rounding`, the features' (Chunk.rounding),
-    which sets r2's cutoff (onnxaff.metrics.rank).
+    `rounding`, the features' (Chunk.rounding), which sets r2's cutoff (onnxaff.metrics.rank).
     """
     found = set()
     n, d = x.shape
     const_y = np.ptp(y, axis=0) == 0
     if const_y.any():
         found.add("constant_output")
-    if eps_dominated(eps, chunk_scale(x, y) if scale is None else scale):
-        found.add("eps_dominated")
     if not rank:
         return found
     xc = x - x.mean(axis=0)
@@ -143,18 +140,17 @@ def _gram_rank(gram: np.ndarray, rounding: float) -> set[str]:
 def metric_flags(metric, rows: int, d: int, partial: bool, seen: set[str], scale: float | None = None) -> list[str]:
     """The flags of one metric entry, in a fixed order; empty when nothing is wrong.
 
-    `scale`: the site's smallest chunk variance (chunk_scale), against which a regularised metric's own ε
-    (its `eps`, 1e-6 when it has none) is judged; without it, the default ε's verdict in `seen`."""
+    `scale`: the site's smallest chunk variance (chunk_scale), against which a regularised metric's own ε (its
+    declared `eps`) is judged; None where no chunk had a live output (then no ε can dominate)."""
     how = serving(metric)
     flags = []
-    if how.row_rule and rows < rows_needed(getattr(metric, "rows_per_dim", None), d):
+    if how.row_rule and rows < rows_needed(metric.rows_per_dim, d):
         flags.append("few_rows")
     if partial and how.site_chunks:
         flags.append("partial")
-    if getattr(metric, "regularised", False) and (
-            eps_dominated(getattr(metric, "eps", 1e-6), scale) if scale is not None else "eps_dominated" in seen):
+    if metric.regularised and metric.eps is not None and eps_dominated(metric.eps, scale):
         flags.append("eps_dominated")
-    if getattr(metric, "rank_sensitive", False):
+    if metric.rank_sensitive:
         flags += [f for f in RANK_FLAGS if f in seen]
     if "constant_output" in seen:
         flags.append("constant_output")
@@ -195,7 +191,7 @@ _FLAG_TEXT = {
     "few_rows": ("have fewer rows per chunk than their dimension needs",
                  f"raise {option('chunk_size')} and the number of examples, or see docs/statistics.md"),
     "partial": (f"were scored on one partial chunk (fewer rows than {option('chunk_size')})", "give more examples"),
-    "eps_dominated": ("have activations so small that the metric's absolute ε ({eps}) moves the score",
+    "eps_dominated": ("have activations so small that the metric's absolute ε{eps} moves the score",
                       "a metric whose ε is relative to the covariance does not have this (docs/statistics.md)"),
     "rank_deficient": ("have a numerically rank-deficient input X", "in-sample R² fits fewer directions there"),
     "rank_ambiguous": ("have a direction of X at r2's rank cutoff, which another correct reduction of the same "
@@ -211,21 +207,26 @@ _DEAD_TODO = {False: "a linearity score reads a constant feature as an affine ma
 
 def _dead_todo(names: list[str], metrics) -> str:
     """The constant_output advice in the flagged metrics' own terms (a descriptive one is never 'linear')."""
-    kinds = {getattr(m, "higher_is_more_linear", True) is None for m in metrics if m.spec in names}
+    kinds = {m.higher_is_more_linear is None for m in metrics if m.spec in names}
     return "; ".join(_DEAD_TODO[k] for k in sorted(kinds or {False})) + (
         "; each entry's `dead` says how many (docs/statistics.md)")
 
 
 def _eps_text(names: list[str], metrics) -> str:
-    """The ε of the flagged metrics as the user set it: the paper's 1e-6 only where that is the one in use."""
-    eps = sorted({float(getattr(m, "eps", 1e-6)) for m in metrics if m.spec in names} or {1e-6})
-    return "the paper's 1e-6" if eps == [1e-6] else ", ".join(f"{e:g}" for e in eps)
+    """` (ε)` of the flagged metrics as the run set it, saying so where each is its metric's default (the
+    constructor's, Metric.parameters); empty where none of them is among `metrics`."""
+    flagged = [m for m in metrics if m.spec in names and m.eps is not None]
+    if not flagged:
+        return ""
+    text = ", ".join(f"{e:g}" for e in sorted({float(m.eps) for m in flagged}))
+    default = all(m.eps == type(m).parameters().get("eps") for m in flagged)
+    return f" ({text}, its default)" if default else f" ({text})"
 
 
 def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
     """One line per flag kind over all sites and metrics, with counts and what to do (replaces per-site lines);
     `metrics` (the run's Metric instances) give the rows a few_rows site would need."""
-    per_dim = {m.spec: getattr(m, "rows_per_dim", None) for m in metrics}
+    per_dim = {m.spec: m.rows_per_dim for m in metrics}
     lines = []
     for kind, (what, todo) in _FLAG_TEXT.items():
         counts, worst, dead = {}, None, None

@@ -156,7 +156,7 @@ def test_a_needs_no_row_serves_is_refused_when_the_metric_loads(tmp_path):
 def test_flags_follow_the_metric_declarations():
     seen = {"eps_dominated", "rank_deficient"}
     by_name = {m.spec: m for m in resolve(["affinity", "affinity_rel", "r2_heldout", "cka_pooled"])}
-    assert metric_flags(by_name["affinity"], 10, 4, False, seen) == ["few_rows", "eps_dominated"]
+    assert metric_flags(by_name["affinity"], 10, 4, False, seen, scale=1e-4) == ["few_rows", "eps_dominated"]
     assert metric_flags(by_name["affinity_rel"], 100, 4, False, seen) == []
     assert metric_flags(by_name["r2_heldout"], 10, 4, True, seen) == ["partial", "rank_deficient"]
     assert metric_flags(by_name["cka_pooled"], 31, 4, True, seen) == ["few_rows"]  # cka's 8 rows per dimension

@@ -103,7 +103,7 @@ def test_the_eps_rule_jumps_as_the_docs_say_and_is_flagged_eps_dominated(n):
     (2n(r + 1))), r = v/ε, ≈ 0.5 just below ε, where the map scored 0.6166 just above it (n = 256, d = 8): the jump
     docs/metrics.md states. Such a chunk carries `eps_dominated` on both sides, never `constant_output` (which means
     an output feature constant to the bit)."""
-    from onnxaff.stats import chunk_diagnostics, metric_flags
+    from onnxaff.stats import chunk_diagnostics, chunk_scale, metric_flags
     from onnxaff_plugins.affinity import Affinity
 
     rng = np.random.default_rng(0)
@@ -116,7 +116,7 @@ def test_the_eps_rule_jumps_as_the_docs_say_and_is_flagged_eps_dominated(n):
         y = np.sqrt(r * 1e-6 / var) * relu
         scores[r] = affinity_score(x, y)
         seen = chunk_diagnostics(x, y, rank=False)
-        assert metric_flags(Affinity(), n, d, False, seen) == ["eps_dominated"], r
+        assert metric_flags(Affinity(), n, d, False, seen, chunk_scale(x, y)) == ["eps_dominated"], r
         if r < 1:
             assert scores[r] == pytest.approx(1 - np.sqrt(r * (n - 1) / (2 * n * (r + 1))), abs=1e-9)
     assert scores[1.0001] - scores[0.9999] > 0.05  # the map's score above, the A = 0 rule's below

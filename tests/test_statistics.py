@@ -417,4 +417,4 @@ def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
     small = 1e-2 * gaussian(rng, 512, 6)
     e = entries(small, np.maximum(small, 0), 256, metrics=["affinity"])
     (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(["affinity"])) if "absolute ε" in w]
-    assert "(the paper's 1e-6)" in line, line
+    assert "(1e-06, its default)" in line, line

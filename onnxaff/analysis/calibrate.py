@@ -93,7 +93,7 @@ class Jobs:
         if key not in self.seconds:
             chunk = self._rows(st, rows)
             clock = time.perf_counter()
-            Observations().note_chunk(chunk, rank=any(getattr(m, "rank_sensitive", False) for m in metrics))
+            Observations().note_chunk(chunk, rank=any(m.rank_sensitive for m in metrics))
             self.seconds[key] = time.perf_counter() - clock
         return self.seconds[key]
 

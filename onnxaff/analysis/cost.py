@@ -255,7 +255,7 @@ def _site_cost(plan: Plan, site, states, fed: _Fed, timer: Jobs, examples: int) 
             continue
         how = serving(m)
         if how.row_rule:
-            needs[m.spec] = rows_needed(getattr(m, "rows_per_dim", None), max(dims))
+            needs[m.spec] = rows_needed(m.rows_per_dim, max(dims))
         flags = metric_flags(m, total if how.pooled else rows, max(dims), partial, set())  # the run's own rule
         if "few_rows" in flags:
             few.append(m.spec)

@@ -56,6 +56,9 @@ class Metric:
     rows_per_dim: ClassVar[float | None] = None
     min_rows: ClassVar[int] = 2  # the fewest rows a chunk needs at all: a smaller --chunk-size is refused up front
     regularised: ClassVar[bool] = False  # adds an absolute ε to covariances: flagged `eps_dominated` where it bites
+    # That ε (a parameter of the name sets it: affinity's `eps`), weighed against the site's smallest chunk variance;
+    # None: no absolute ε, nothing to weigh.
+    eps: ClassVar[float | None] = None
     rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
     # The estimator in words (a signature's protocol names it; a parameter may change it: set it on `self`), and the
     # named protocols whose metric this is with its default parameters (onnxaff.protocol.NAMED: `--protocol paper`).

@@ -137,7 +137,7 @@ def _declared_values(obj, name: str) -> None:
     for flag in ("regularised", "rank_sensitive"):
         if getattr(obj, flag) and serving.stage:
             _fail("declarations", name, f"declares {flag}, a flag of sites' X, with needs 'tracks' (stages only)")
-    eps = getattr(obj, "eps", None) if not inspect.isclass(obj) else None
+    eps = obj.eps
     if obj.regularised and eps is not None and (isinstance(eps, bool) or not isinstance(eps, numbers.Real)
                                                 or not 0 <= eps < math.inf):
         _fail("declarations", name, f"is regularised with eps {eps!r:.60}; the eps_dominated flag needs a number ≥ 0")
