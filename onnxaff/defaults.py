@@ -8,11 +8,12 @@ SAMPLE_RATE = 16000  # Hz an audio folder's files are resampled to (onnxaff.data
 PACK = False  # text data: windows over all texts' tokens, no padding (onnxaff.data.text)
 PAD = 0.0  # synthetic masks: the largest fraction of each example's last positions set to 0
 PROGRESS = True
-REDUCE = "mean"  # a site's features: the mean over positions (onnxaff.graph.reduction)
+REDUCE = "sample:16"  # 16 seeded positions per example where a site has them, else its one row (graph.reduction;
+# the default protocol: docs/statistics.md)
 DEVICE = "auto"
 GRAPH_OPTIMIZATION = "all"  # onnxruntime's graph optimisation level (onnxaff.runtime)
 INTERVALS = "auto"  # how a site's ci95 is computed (onnxaff.stats)
-CHUNK_SIZE = 512  # rows per scored chunk: the paper's protocol
+CHUNK_SIZE = "4d"  # rows per scored chunk: 4·D at a site of D features (chunks.site_chunk_rows; the paper: 512)
 PROTOCOL = None  # a named protocol setting chunk size, reduction, metrics (onnxaff.protocol.NAMED); None: none
 BATCH_SIZE = 64
 REDUCE_IN = "graph"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 
 # Named protocols: the options each sets (AnalysisConfig's `protocol`); its metrics are those declaring the name in
-# `protocols` (onnxaff.metrics.Metric), with their default parameters. paper: Bouniot et al.'s protocol.
-NAMED = {"paper": {"chunk_size": 512, "reduce": "mean"}}
+# `protocols` (onnxaff.metrics.Metric), with their default parameters. width: the defaults (onnxaff.defaults), rows
+# that follow each site's width; paper: Bouniot et al.'s protocol.
+NAMED = {"width": {"chunk_size": "4d", "reduce": "sample:16"}, "paper": {"chunk_size": 512, "reduce": "mean"}}
 CUSTOM = "custom"  # the name of a protocol no named one matches
 SAMPLE = "sample:"  # onnxaff.graph.reduction's sample:K (not imported: the signature format knows no graph)
 ROWS_PER_EXAMPLE = {

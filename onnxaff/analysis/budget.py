@@ -139,16 +139,18 @@ def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, exa
         mode = graph_mode(config.reduce)
         dims = ([_dims(s, mode) for s in sites] if m in metrics else
                 [(sum(feature_dim(p, mode) or 0 for p in probes),) * 2 for probes in stage_probes])
-        rows = max(chunk_rows(config, examples, d) for d in dims) if dims else 2  # (the widest site's under "Kd")
-        chunks = max(1, examples // rows)
-        costs = [m.chunk_seconds(chunk_rows(config, examples, (dx, dy)), dx or 0, dy or 0) for dx, dy in dims]
-        costs = [c for c in costs if c is not None]
+        costs = []  # (seconds a chunk, what, rows a chunk, chunks) per site: under "Kd" each site has its own
+        for dx, dy in dims:
+            rows = chunk_rows(config, examples, (dx, dy))
+            if (cost := m.chunk_seconds(rows, dx or 0, dy or 0)) is not None:
+                costs.append((*cost, rows, max(1, examples * (sampled(config.reduce) or 1) // rows)))
         if not costs or max(c[0] for c in costs) < SLOW_CHUNK_SECONDS:
             continue
-        seconds = max(c[0] for c in costs)
-        total = sum(c[0] for c in costs) * chunks
-        lines.append(f"metric {m.spec}: {max(costs)[1]} takes about {_duration(seconds)} a {rows:,}-row chunk, "
-                     f"about {_duration(total)} for {chunks} chunk(s) × {len(costs)} site(s); a smaller "
+        seconds, what, rows, _ = max(costs)
+        total = sum(c[0] * c[3] for c in costs)
+        chunks = sum(c[3] for c in costs)
+        lines.append(f"metric {m.spec}: {what} takes about {_duration(seconds)} a {rows:,}-row chunk, "
+                     f"about {_duration(total)} for {chunks:,} chunk(s) over {len(costs)} site(s); a smaller "
                      f"{option('chunk_size')} with more chunks scales (or a metric on pooled moments)")
     return lines
 

@@ -1,9 +1,11 @@
 """Every number of the shipped models' runs, written to numbers.json, so a refactor can prove it changed none.
 
-Two runs per shipped network on its shipped digits: the demo's (default metrics) and one with every
-built-in metric and `--blocks all`. numbers.json also records the environment that froze them. Rerun this
-only when a change of numbers is intended, and say why in the commit: `python -m tests.golden.freeze [MODEL ...]`
-from the repository root.
+Three runs per shipped network on its shipped digits: the demo's (the default protocol and metrics), the paper's
+protocol with the metrics that were the defaults before it (affinity and affinity_lw at 512 rows per chunk, one
+row per example: those numbers have not moved since they were first frozen), and every built-in metric with
+`--blocks all` under the paper's rows. numbers.json also records the environment that froze them. Rerun this
+only when a change of numbers is intended, and say why in the commit:
+`python -m tests.golden.freeze [MODEL ...] [--runs RUN,...]` from the repository root.
 How closely another machine reproduces them is measured by `python -m tests.golden.perturb` (tolerances.json).
 """
 
@@ -17,7 +19,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ALL_METRICS = ["affinity", "affinity_lw", "affinity_rel", "affinity_bc", "cka", "cka_pooled", "r2", "r2_heldout",
                "r2_pooled", "nlc", "sparsity_change", "entropy_change", "lss", "ots"]
-RUNS = {"demo": {}, "all": {"metrics": ALL_METRICS, "blocks": ["residual", "attention", "mlp"]}}
+PAPER_ROWS = {"chunk_size": 512, "reduce": "mean"}  # onnxaff.protocol.NAMED["paper"]: kept literal, frozen here
+RUNS = {"demo": {}, "paper": {"metrics": ["affinity", "affinity_lw"], **PAPER_ROWS},
+        "all": {"metrics": ALL_METRICS, "blocks": ["residual", "attention", "mlp"], **PAPER_ROWS}}
 
 
 def _numbers(entry: dict) -> dict:
@@ -59,9 +63,14 @@ def run_all(models=None, runs=tuple(RUNS), **runtime) -> dict:
 if __name__ == "__main__":
     from tests.golden.environment import environment
 
-    models = sys.argv[1:] or None
-    runs = run_all(models)
-    if models:  # some models refrozen: the others' runs stay as they were
+    args = sys.argv[1:]
+    chosen = tuple(RUNS)
+    if "--runs" in args:
+        at = args.index("--runs")
+        chosen, args = tuple(args[at + 1].split(",")), args[:at] + args[at + 2:]
+    models = args or None
+    runs = run_all(models, chosen)
+    if models or chosen != tuple(RUNS):  # some runs refrozen: the others stay as they were
         runs = {**json.loads((HERE / "numbers.json").read_text())["runs"], **runs}
     frozen = {"environment": environment(), "runs": runs}
     (HERE / "numbers.json").write_text(json.dumps(frozen, indent=1, sort_keys=True) + "\n")
