@@ -54,8 +54,8 @@ def test_a_fixed_batch_model_sets_the_batch_and_the_shard_unit():
 def test_a_model_without_sites_or_inputs_is_refused():
     config = AnalysisConfig(progress=False)
     with pytest.raises(OnnxaffError, match="the model has no non-linearity to analyse"):
-        Plan.build(chain("Neg", "Identity"), "synthetic:gaussian:n=8", config)
+        Plan.build(chain("Neg", "Identity"), "synthetic:gaussian:n=8", config).check()
     constants = parse('<ir_version: 8, opset_import: ["" : 17]> g () => (float[N, 2] y) '
                       "<float[1, 2] c = {1.0, -1.0}, int64[2] s = {3, 2}> { e = Expand(c, s)  y = Tanh(e) }")
     with pytest.raises(OnnxaffError, match="the model has no inputs"):
-        Plan.build(constants, "synthetic:gaussian:n=8", config)
+        Plan.build(constants, "synthetic:gaussian:n=8", config).check()

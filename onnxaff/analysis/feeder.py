@@ -29,7 +29,7 @@ class Feeder:
     """A Plan, the runtime sessions that execute it, and the RunState its batches fill."""
 
     def __init__(self, plan: Plan, keyed: bool = True):
-        self.plan, self.keyed = plan, keyed  # keyed: the state's key holds the data's content (it may be saved)
+        self.plan, self.keyed = plan.check(), keyed  # keyed: the state's key holds the data's content (it may be saved)
         config = plan.config
         self.runner = Runner(plan.loaded, plan.augmented, device=config.device, threads=config.threads,
                              graph_optimization=config.graph_optimization)
