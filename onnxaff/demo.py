@@ -39,7 +39,7 @@ def _zoo(only: list[str] | None):
     return zoo
 
 
-def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int = default("chunk_size"),
+def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int | str = default("chunk_size"),
              device: str = default("device"), only: list[str] | None = None, progress: bool = defaults.PROGRESS,
              echo=None, force: bool = False) -> DemoRun:
     """Analyse the shipped networks and write signatures and reports into the folder `out`: a study of them

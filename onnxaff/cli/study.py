@@ -85,7 +85,7 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
 @click.option("--out", default="onnxaff-demo", show_default=True, help="Folder for the demo's outputs.")
 @click.option("--metrics", default=None,
               help="Comma-separated metrics; the first one heads the tables [default: the declared defaults].")
-@configured("--chunk-size", type=int, help="Rows per scored chunk.")
+@configured("--chunk-size", help="Rows per scored chunk, or Kd: K·D rows at a site of D features (at least 64).")
 @configured("--device", type=click.Choice(["auto", "cpu", "cuda"]))
 @click.option("--models", "only", default="", help="Comma-separated shipped model names [default: all].")
 @click.option("--quiet", is_flag=True, help="No progress or tables, only the output folder.")
