@@ -6,7 +6,7 @@ is dropped, so every score comes from equally sized samples, except when a site 
 at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
 
 A chunk's rows are let go as soon as its scores are in (`collect_done`, after every submit), not at the end of the
-run; the first chunk alone is kept (`solo`) while its half-samples may still be needed (docs/statistics.md).
+run; the first chunk alone may stay for its half-samples (onnxaff.half_samples keeps it: docs/statistics.md).
 
 Chunks whose scores were not done when a run stopped (Ctrl-C while a metric is slow or stuck) are kept as
 `unscored` and scored again first when the run continues; a later chunk done early is scored again too, so the
@@ -22,11 +22,10 @@ from typing import NamedTuple
 import numpy as np
 
 from onnxaff.collect import ChunkBuffer
-from onnxaff.metrics import Chunk
+from onnxaff.metrics import Chunk, ChunkPair
 from onnxaff.metrics.rank import FLOAT32_EPS
 from onnxaff.scoring import MetricScorer
 from onnxaff.statefields import saved, transient
-from onnxaff.stats import half_sample_rows
 
 ROWS_FLOOR = 64  # chunk_size="Kd": the fewest rows a chunk gets, whatever the site's width
 
@@ -85,9 +84,7 @@ CHUNK = {"encode": chunk_state, "decode": chunk_from}
 
 @dataclass
 class ChunkSchedule:
-    """Rows -> chunks of `buffer.size`; `first`/`previous` for chunk-pair metrics (kept only when one is asked),
-    `solo` the first chunk while its half-samples may be needed (a one-chunk interval, or every interval under
-    intervals="half"), `halving` the futures of its half-sample scores (one per half) while they are computed."""
+    """Rows -> chunks of `buffer.size`; `first`/`previous` for chunk-pair metrics (kept only when one is asked)."""
 
     buffer: ChunkBuffer = saved(factory=lambda: ChunkBuffer(2), encode=ChunkBuffer.to_state,
                                 decode=ChunkBuffer.from_state)
@@ -95,11 +92,9 @@ class ChunkSchedule:
     chunk_rows: int = 0
     first: Chunk | None = saved(None, **CHUNK)
     previous: Chunk | None = saved(None, **CHUNK)
-    solo: Chunk | None = saved(None, **CHUNK)
     unscored: list[tuple[Chunk, Chunk | None]] = saved(factory=list, encode=_pairs_state, decode=_pairs_from)
     partial: bool = False  # the one partial chunk was scored (no full chunk)
     pending: list[Pending] = transient(factory=list)  # chunk scores still being computed, in chunk order
-    halving: list[tuple[Future, MetricScorer]] = transient(factory=list)
 
     def cut(self, x: np.ndarray, y: np.ndarray, rounding: float) -> list[Chunk]:
         """The full chunks these rows complete, read-only float64."""
@@ -138,37 +133,12 @@ class ChunkSchedule:
             k += 1
         del self.pending[:k]
 
-    def submit_halves(self, jobs_of, scorer: MetricScorer) -> None:
-        """Submit the half-samples of `solo` (seeded: onnxaff.stats.half_sample_rows), one future per half so that
-        idle scoring threads take them in parallel; `jobs_of(half)` gives a half's jobs."""
-        solo = self.solo
-        if solo is None or solo.n < 8 or self.halving:
-            return
-        for rows in half_sample_rows(solo.n):
-            if jobs := jobs_of(Chunk(readonly(solo.x[rows]), readonly(solo.y[rows]), solo.rounding)):
-                self.halving.append((scorer.submit(jobs), scorer))
-
-    def halves_ready(self) -> bool:
-        """The half-sample scores are all done and the chunk they halve has its own scores in."""
-        return (all(f.done() for f, _ in self.halving)
-                and not any(p.chunk is self.solo for p in self.pending))
-
-    def take_halves(self) -> list | None:
-        """The half-sample results in half order (waiting for them), or None when a stop came first: then `solo`
-        stays, so the halves are scored again (at the end of the data, or of a resumed run)."""
-        halving, self.halving = self.halving, []
-        out = []
-        for future, scorer in halving:
-            if (results := scorer.results(future)) is None:
-                return None
-            out += results
-        return out
-
-    def drop_halves(self) -> None:
-        """A second chunk came (the predicted row count was short): the halves are not needed."""
-        for future, _ in self.halving:
-            future.cancel()
-        self.halving, self.solo = [], None
+    def boundary(self, other: ChunkSchedule) -> ChunkPair | None:
+        """The chunk pair across the boundary with the next slice's schedule (this one's last chunk, that one's
+        first), None when either is not kept."""
+        if self.previous is None or other.first is None:
+            return None
+        return ChunkPair(self.previous, other.first)
 
     def take_unscored(self) -> list[tuple[Chunk, Chunk | None]]:
         again, self.unscored = self.unscored, []

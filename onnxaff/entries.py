@@ -78,7 +78,7 @@ def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
     rows = observed.rows if pooled else (st.schedule.chunk_rows or observed.rows)
     d = max(observed.dims) if observed.dims else 0
     flags = metric_flags(m, rows, d, st.schedule.partial, _seen_by(st, m, pooled), observed.scale)
-    ci = None if pooled or st.intervals == "none" else entry_ci(values, st.scores.halves.get(m.spec), m.range,
+    ci = None if pooled or st.intervals == "none" else entry_ci(values, st.halved.halves.get(m.spec), m.range,
                                                                   st.intervals)
     if "constant_output" in flags and dead_within(st.scores.live.get(m.spec), values, ci):
         flags.remove("constant_output")

@@ -1,6 +1,6 @@
-"""A site's metric scores: each chunk metric's values in chunk order, the first error of each metric, the
-half-sample scores of a run's only chunk, and one chunk scored with its dead output features dropped (what the
-constant_output flag weighs: onnxaff.entries)."""
+"""A site's metric scores: each chunk metric's values in chunk order, the first error of each metric, and one chunk
+scored with its dead output features dropped (what the constant_output flag weighs: onnxaff.entries). The first
+chunk's half-sample scores are onnxaff.half_samples'."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from onnxaff.statefields import transient
 class Scores:
     values: dict[str, list[float]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    halves: dict[str, list[float]] = field(default_factory=dict)
     live: dict[str, list[float]] = field(default_factory=dict)  # spec -> [chunk index, score without dead outputs]
     living: tuple | None = transient(None)  # (future, scorer, chunk index) while those scores are computed
 
@@ -28,11 +27,6 @@ class Scores:
                 self.errors.setdefault(name, error)
             else:
                 self.values.setdefault(name, []).append(value)
-
-    def store_halves(self, results: list[tuple[str, float | None, str | None]]) -> None:
-        for name, value, _ in results:
-            if value is not None:
-                self.halves.setdefault(name, []).append(value)
 
     def submit_live(self, chunk: Chunk, index: int, jobs_of, scorer) -> None:
         """Once a site: its first chunk with constant (dead) output features scored again with them dropped (X's
@@ -57,10 +51,8 @@ class Scores:
             if error is None and value is not None:
                 self.live[name] = [index, value]
 
-    def merge(self, other: Scores, boundary: list | None = None, *, halves: dict[str, list[float]]) -> None:
-        """The next slice's scores after these; `boundary`: the scores of the chunk pair straddling the two; `halves`:
-        the half-sample scores the whole keeps (those of the slice holding its first chunk, or none: the site's
-        owner decides, onnxaff.half_samples.kept)."""
+    def merge(self, other: Scores, boundary: list | None = None) -> None:
+        """The next slice's scores after these; `boundary`: the scores of the chunk pair straddling the two."""
         for name, (index, value) in other.live.items():  # its chunk index counted from the start of the whole
             self.live.setdefault(name, [index + len(self.values.get(name, [])), value])
         mine = Scores()
@@ -71,4 +63,3 @@ class Scores:
             self.values[name] = self.values.get(name, []) + mine.values.get(name, []) + other.values.get(name, [])
         for name, error in other.errors.items():
             self.errors.setdefault(name, error)
-        self.halves = halves

@@ -1,10 +1,10 @@
 """What one run has collected for one site (or residual stage), and how it is saved and merged.
 
 Its parts each do one job and save their own fields (onnxaff.statefields, one flat dict): the chunk schedule
-(onnxaff.chunks), the pooled sums (onnxaff.pooled), what the features showed (onnxaff.observations) and the
-scores (onnxaff.scores); this class feeds them in order, scores the first chunk's half-samples between them
-(onnxaff.half_samples: when) and merges each part with the next slice's own. The signature entry is read off it by
-onnxaff.entries.
+(onnxaff.chunks), the pooled sums (onnxaff.pooled), what the features showed (onnxaff.observations), the
+scores (onnxaff.scores) and the first chunk's half-samples (onnxaff.half_samples); this class feeds them in order,
+says when the half-samples are scored, and merges each part with the next slice's own. The signature entry is read
+off it by onnxaff.entries.
 
 A checkpoint and a shard part are both this state for every site. Merging the parts of consecutive,
 chunk-aligned slices of the data gives the state of one run over all of it: chunk scores are concatenated
@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff import defaults, half_samples
+from onnxaff import defaults
 from onnxaff.chunks import ChunkSchedule
 from onnxaff.collect import ChunkBuffer, JvpAccumulator
 from onnxaff.errors import OnnxaffError
-from onnxaff.metrics import Chunk, ChunkPair, Metric
+from onnxaff.half_samples import HalfSamples, now, wanted
+from onnxaff.metrics import Chunk, Metric
 from onnxaff.metrics.dispatch import any_serving, serving
 from onnxaff.observations import Observations
 from onnxaff.pooled import Pooled
@@ -47,6 +48,7 @@ class SiteState:
     pooled: Pooled = part(Pooled)
     observed: Observations = part(Observations)
     scores: Scores = part(Scores)
+    halved: HalfSamples = part(HalfSamples)
     label: str = transient("")
     jvp_names: tuple[str, ...] | None = transient(None)
     intervals: str = transient("auto")  # the run's interval method (AnalysisConfig.intervals)
@@ -108,16 +110,17 @@ class SiteState:
     def score(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
         if not self.tracks and any_serving(metrics, "site_chunks"):
             self.observed.note_chunk(chunk, rank=any(m.rank_sensitive for m in metrics))
-            self._note_solo(chunk)
-            self._note_dead(chunk, metrics, scorer)
+            self.halved.note(chunk, self.schedule.chunks, self.intervals)
+            self.scores.submit_live(chunk, self.schedule.chunks - 1, lambda c: self.jobs(  # dead outputs dropped
+                metrics, lambda m: c if serving(m).half_samples else None), scorer)
         self._submit(chunk, self.schedule.previous, metrics, scorer)
         if any_serving(metrics, "keeps_previous"):  # a chunk per site is real memory: only when asked for
             self.schedule.keep(chunk)
-        if self.schedule.chunks == 1 and half_samples.now(self.intervals, self.schedule.buffer.size,
-                                                          self.expected_rows):
+        if self.schedule.chunks == 1 and now(self.intervals, self.schedule.buffer.size, self.expected_rows):
             self._submit_halves(metrics, scorer)
         self.schedule.collect_done(self.scores.store)  # scored chunks let go of their rows
-        self._collect_halves(wait=False)
+        self.scores.collect_live(wait=False)
+        self.halved.collect(False, self.schedule.pending, self.scores.values)
 
     def not_applicable(self, m: Metric) -> str | None:
         """Why `m` cannot score this site at all (None when it can)."""
@@ -143,45 +146,17 @@ class SiteState:
             self._submit(chunk, previous, metrics, scorer)
 
     def collect(self) -> None:
-        """Record the finished chunk scores in chunk order, then the half-sample scores (gives up on a stop: see
-        ChunkSchedule.collect)."""
+        """Record the finished chunk scores in chunk order, then the scores without dead outputs and the half-sample
+        scores, waiting for them (gives up on a stop: see ChunkSchedule.collect)."""
         self.schedule.collect(self.scores.store)
-        self._collect_halves(wait=True)
-
-    # --- the first chunk's half-samples (onnxaff.half_samples: when they are scored and kept) ---
-
-    def _note_solo(self, chunk: Chunk) -> None:
-        """The first chunk is kept for its half-samples; a second one drops them unless intervals="half"."""
-        if self.schedule.chunks == 1:
-            self.schedule.solo = chunk
-        elif not half_samples.kept(self.intervals, self.schedule.chunks) and (self.schedule.solo is not None
-                                                                                or self.schedule.halving):
-            self.schedule.drop_halves()  # the interval is over chunks (a prediction of one chunk was short)
-            self.scores.halves = {}
+        self.scores.collect_live(wait=True)
+        self.halved.collect(True, self.schedule.pending, self.scores.values)
 
     def _submit_halves(self, metrics: list[Metric], scorer: MetricScorer) -> None:
         """Through the scorer like every metric call (read-only inputs, validated values, Ctrl-C never held)."""
         ms = [m for m, _ in self.jobs(metrics, lambda m: serving(m).half_samples or None)]
         if ms:
-            self.schedule.submit_halves(lambda half: [(m, half) for m in ms], scorer)
-
-    def _note_dead(self, chunk: Chunk, metrics: list[Metric], scorer: MetricScorer) -> None:
-        """The metrics that score a plain chunk score the site's first chunk with dead outputs without them, once
-        (onnxaff.scores.Scores.submit_live; collected with the halves)."""
-        self.scores.submit_live(chunk, self.schedule.chunks - 1, lambda c: self.jobs(
-            metrics, lambda m: c if serving(m).half_samples else None), scorer)
-
-    def _collect_halves(self, wait: bool) -> None:
-        """The half-sample scores of the metrics that scored the chunk itself, in half order; then the chunk's rows
-        are let go. Without `wait`, only when they are all done. The scores without dead outputs likewise."""
-        self.scores.collect_live(wait)
-        sched = self.schedule
-        if not sched.halving or (not wait and not sched.halves_ready()):
-            return
-        if (results := sched.take_halves()) is None:
-            return  # stopped: the solo chunk stays, so a resumed run scores its halves
-        self.scores.store_halves([r for r in results if r[0] in self.scores.values])
-        sched.solo = None
+            self.halved.submit(lambda half: [(m, half) for m in ms], scorer)
 
     # --- the end of the data ---
 
@@ -195,7 +170,7 @@ class SiteState:
         rest = None if self.observed.nonfinite_rows else self.schedule.remainder(self.observed.chunk_rounding)
         if rest is not None:
             self.score(rest, metrics, scorer)
-        if half_samples.wanted(self.intervals, self.schedule.chunks):
+        if wanted(self.intervals, self.schedule.chunks):
             self._submit_halves(metrics, scorer)
 
     def finish(self, metrics: list[Metric], scorer: MetricScorer) -> None:
@@ -210,7 +185,7 @@ class SiteState:
         self.start_finish(metrics, scorer)
         self.collect()
         if not scorer.stop:  # else the solo chunk stays, so a resumed run scores its halves
-            self.schedule.solo = None
+            self.halved.release()
         inputs = {} if self.observed.nonfinite_rows else self.pooled.inputs(self.observed.chunk_rounding)
         jobs = self.jobs(metrics, lambda m: inputs.get(serving(m).end_input))
         if jobs and (results := scorer.results(scorer.submit(jobs))) is not None:
@@ -233,11 +208,8 @@ class SiteState:
         if self.schedule.unscored or other.schedule.unscored:  # never drop a chunk's scores silently
             raise OnnxaffError("a part holds chunks that were never scored (saved by a stopped run); run that "
                                "shard again")
-        first = self if self.schedule.chunks else other  # the slice holding the whole's first chunk
-        keep = half_samples.kept(self.intervals, self.schedule.chunks + other.schedule.chunks)
-        self.scores.merge(other.scores, self._boundary(other, metrics, scorer),
-                          halves=first.scores.halves if keep else {})
-        self.schedule.solo = first.schedule.solo if keep else None
+        self.scores.merge(other.scores, self._boundary(other, metrics, scorer))
+        self.halved.merge(other.halved, self.intervals, self.schedule.chunks, other.schedule.chunks)
         self.pooled.merge(other.pooled)
         for x, y in self.schedule.append(other.schedule):  # only a slice that is not chunk-aligned leaves rows
             for chunk in self.schedule.cut(x, y, self.observed.chunk_rounding):
@@ -247,10 +219,7 @@ class SiteState:
     def _boundary(self, other: SiteState, metrics: list[Metric], scorer: MetricScorer) -> list | None:
         """The scores of the pair across the boundary (this slice's last chunk, the next one's first), for the
         metrics that read pairs; None when there is none."""
-        mine, theirs = self.schedule, other.schedule
-        if mine.previous is None or theirs.first is None or self.observed.nonfinite_rows:
-            return None
-        pair = ChunkPair(mine.previous, theirs.first)
+        pair = None if self.observed.nonfinite_rows else self.schedule.boundary(other.schedule)
         jobs = self.jobs(metrics, lambda m: pair if serving(m).keeps_previous else None)
         if jobs and (scores := scorer.results(scorer.submit(jobs))) is None:
             raise KeyboardInterrupt  # on a scoring thread, as every metric: a stuck one cannot hold Ctrl-C

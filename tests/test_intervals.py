@@ -176,7 +176,7 @@ def test_half_uses_the_first_chunks_halves_for_every_site():
     with open_run(_mlp(), "synthetic:gaussian:n=256", AnalysisConfig(intervals="half", **MLP_OPTIONS)) as run:
         run.execute()
         sig = run.signature()
-        halves = {(k, m): h for k, st in enumerate(run.state.sites) for m, h in st.scores.halves.items()}
+        halves = {(k, m): h for k, st in enumerate(run.state.sites) for m, h in st.halved.halves.items()}
     auto = analyze(_mlp(), "synthetic:gaussian:n=256", **MLP_OPTIONS)
     for k, (s, a) in enumerate(zip(sig.sites, auto.sites, strict=True)):
         for name, e in s["metrics"].items():

@@ -120,10 +120,10 @@ def class_sizes(text: str) -> dict[str, int]:
 LARGER = {
     ("onnxaff/graph/view.py", "GraphView"): (160, "the one index of a graph: each derived index (forward order, "
                                              "constants, data flow, Q → DQ pairs) is computed once and kept on it"),
-    ("onnxaff/site_state.py", "SiteState"): (230, "one site's collection from its first row to merged shards: its "
-                                             "parts hold the state, this class the order in which they are fed, "
-                                             "scored, finished and merged, the first chunk's half-samples between "
-                                             "them"),
+    ("onnxaff/site_state.py", "SiteState"): (190, "one site's collection from its first row to merged shards: its "
+                                             "parts hold the state (the first chunk's half-samples included), this "
+                                             "class the order in which they are fed, scored, finished and merged, "
+                                             "and which metrics apply"),
 }
 
 

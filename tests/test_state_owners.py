@@ -16,6 +16,7 @@ from onnxaff import entries, site_state
 from onnxaff.chunks import ChunkSchedule
 from onnxaff.graph import qdq
 from onnxaff.graph.view import GraphView
+from onnxaff.half_samples import HalfSamples
 from onnxaff.metrics import resolve
 from onnxaff.observations import Observations
 from onnxaff.pooled import Pooled
@@ -72,7 +73,7 @@ def test_a_merge_keeps_the_first_chunks_halves_as_one_run_does(metrics, scorer, 
     first, second = _fed(intervals, 0, split, metrics, scorer), _fed(intervals, split, stop, metrics, scorer)
     first.merge(SiteState.from_state(second.to_state(), label="s", intervals=intervals), metrics, scorer)
     assert _finished(first, metrics, scorer) == one
-    assert bool(first.scores.halves) == (intervals == "half" or stop < 32)
+    assert bool(first.halved.halves) == (intervals == "half" or stop < 32)
 
 
 # --- each part merges itself ---
@@ -80,35 +81,44 @@ def test_a_merge_keeps_the_first_chunks_halves_as_one_run_does(metrics, scorer, 
 
 def test_a_site_state_merges_through_each_parts_own_merge(metrics, scorer, monkeypatch):
     calls = []
-    for cls in (Observations, Pooled, Scores):
+    for cls in (Observations, Pooled, Scores, HalfSamples):
         own = cls.merge
         monkeypatch.setattr(cls, "merge", lambda self, other, *a, _own=own, _cls=cls, **k: (
             calls.append(_cls.__name__), _own(self, other, *a, **k))[1])
     first, second = _fed("auto", 0, 16, metrics, scorer), _fed("auto", 16, 32, metrics, scorer)
     first.merge(second, metrics, scorer)
-    assert sorted(calls) == ["Observations", "Pooled", "Scores"]
+    assert sorted(calls) == ["HalfSamples", "Observations", "Pooled", "Scores"]
 
 
-def test_scores_merge_appends_in_chunk_order_and_keeps_the_halves_it_is_given():
-    mine = Scores(values={"a": [1.0]}, halves={"a": [0.5, 0.6]}, live={"a": [0, 2.0]})
-    theirs = Scores(values={"a": [3.0], "b": [4.0]}, errors={"b": "boom"}, halves={"a": [0.7]},
-                    live={"b": [0, 5.0]})
-    mine.merge(theirs, boundary=[("a", 2.0, None)], halves=theirs.halves)
+def test_scores_merge_appends_in_chunk_order():
+    mine = Scores(values={"a": [1.0]}, live={"a": [0, 2.0]})
+    theirs = Scores(values={"a": [3.0], "b": [4.0]}, errors={"b": "boom"}, live={"b": [0, 5.0]})
+    mine.merge(theirs, boundary=[("a", 2.0, None)])
     assert mine.values == {"a": [1.0, 2.0, 3.0], "b": [4.0]} and mine.errors == {"b": "boom"}
-    assert mine.halves == {"a": [0.7]} and mine.live == {"a": [0, 2.0], "b": [0, 5.0]}  # b's chunk: none before
-    mine.merge(Scores(), halves={})
-    assert mine.halves == {}
+    assert mine.live == {"a": [0, 2.0], "b": [0, 5.0]}  # b's chunk: none before
+
+
+@pytest.mark.parametrize(("intervals", "chunks", "theirs", "kept"), [
+    ("auto", 1, 0, "mine"), ("auto", 0, 1, "theirs"), ("auto", 1, 1, None), ("half", 1, 3, "mine"),
+    ("half", 0, 2, "theirs"),
+])
+def test_half_samples_merge_keeps_the_first_chunks_where_the_whole_reads_them(intervals, chunks, theirs, kept):
+    """The halves of the slice holding the whole's first chunk, where the whole keeps them (half_samples.kept)."""
+    mine, other = HalfSamples(halves={"a": [0.5, 0.6]}), HalfSamples(halves={"a": [0.7]})
+    want = {"mine": mine.halves, "theirs": other.halves, None: {}}[kept]
+    mine.merge(other, intervals, chunks, theirs)
+    assert mine.halves == want and mine.solo is None
 
 
 # --- no satellite rebuilt per read, no cache keyed by instances, no stand-in Protocol ---
 
 
-@pytest.mark.parametrize("cls", [SiteState, ChunkSchedule, Pooled, Observations, Scores])
+@pytest.mark.parametrize("cls", [SiteState, ChunkSchedule, Pooled, Observations, Scores, HalfSamples])
 def test_reading_a_property_twice_gives_the_same_object(cls, metrics, scorer):
     """A property that built an object each time (SiteState.halves did) held no state of its own."""
     owner = _fed("auto", 0, 32, metrics, scorer)
     obj = {SiteState: owner, ChunkSchedule: owner.schedule, Pooled: owner.pooled, Observations: owner.observed,
-           Scores: owner.scores}[cls]
+           Scores: owner.scores, HalfSamples: owner.halved}[cls]
     props = [n for n in dir(cls) if isinstance(getattr(cls, n), property)]
     rebuilt = [n for n in props if not isinstance(getattr(obj, n), int | float | str | type(None))
                and getattr(obj, n) is not getattr(obj, n)]
@@ -146,3 +156,14 @@ def test_entries_read_the_site_state_itself():
     """entries.py read a Protocol named SiteState: site_state imported entries, so entries could not import it."""
     assert typing.get_type_hints(entries.metric_entry)["st"] is site_state.SiteState
     assert not [n for n, v in vars(entries).items() if isinstance(v, type) and getattr(v, "_is_protocol", False)]
+
+
+def test_the_half_samples_are_saved_under_the_names_checkpoints_have():
+    """`solo` and `halves` moved from the schedule and the scores into HalfSamples: a state saved before loads."""
+    x, y = _features(16)
+    before = {"solo": {"x": x.astype(np.float64), "y": y.astype(np.float64), "rounding": 1e-7},
+              "halves": {"affinity": [0.5, 0.6]}}
+    st = SiteState.from_state(before)
+    assert st.halved.halves == {"affinity": [0.5, 0.6]} and st.halved.solo.n == 16
+    saved = st.to_state()
+    assert saved["halves"] == before["halves"] and np.array_equal(saved["solo"]["x"], before["solo"]["x"])
