@@ -15,7 +15,15 @@ from onnx import TensorProto, helper
 from onnxaff import defaults
 from onnxaff.graph.batch import batch_axis
 from onnxaff.graph.masks import graph_features
-from onnxaff.graph.reduction import FLOAT_TYPES, REDUCTIONS, GraphBuilder, batch_first, feature_dim, feature_rounding
+from onnxaff.graph.reduction import (
+    FLOAT_TYPES,
+    REDUCTIONS,
+    GraphBuilder,
+    batch_first,
+    feature_dim,
+    feature_rounding,
+    graph_mode,
+)
 from onnxaff.graph.sites import Site, sanitize
 from onnxaff.graph.view import GraphView
 
@@ -49,8 +57,8 @@ class SiteOutputs:
 
 
 def augment_model(
-    model: onnx.ModelProto, sites: list[Site], reduce: str = defaults.REDUCE, raw: bool = False, jvp: bool = False,
-    view: GraphView | None = None, masks: dict | None = None,
+    model: onnx.ModelProto, sites: list[Site], reduce: str = graph_mode(defaults.REDUCE), raw: bool = False,
+    jvp: bool = False, view: GraphView | None = None, masks: dict | None = None,
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
     """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.
 
