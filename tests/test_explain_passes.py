@@ -56,7 +56,7 @@ def registered(monkeypatch):
     registry = sites.passes
 
     def add(step, first=False):
-        monkeypatch.setattr(sites, "passes", lambda find: [step, *registry(find)] if first else [*registry(find), step])
+        monkeypatch.setattr(sites, "passes", lambda: [step, *registry()] if first else [*registry(), step])
 
     return add
 

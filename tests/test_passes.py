@@ -53,7 +53,7 @@ def test_each_pass_finds_its_form_and_leaves_what_is_taken(body, step, kind):
 def test_the_passes_in_order_are_find_sites():
     view = view_of(GELU, "r = Relu(h)  y = Add(r, x)")
     taken, found = set(), []
-    for step in passes(find_sites):
+    for step in passes():
         for _, site in step.find(view, taken, "auto"):
             assert taken.isdisjoint(site.node_indices)  # a node belongs to one site
             taken.update(site.node_indices)
@@ -62,10 +62,10 @@ def test_the_passes_in_order_are_find_sites():
 
 
 def test_the_order_is_declared_once():
-    assert [type(p) for p in passes(find_sites)] == [StackedGates, AbsorbedRelus, DecomposedSoftmax, AnchoredRules,
-                                                    ElementwiseIslands, SingleNodes, SubgraphSites,
-                                                    WholeRecurrentGates, FusedAttention]
-    assert all(p.name and callable(p.find) for p in passes(find_sites))
+    assert [type(p) for p in passes()] == [StackedGates, AbsorbedRelus, DecomposedSoftmax, AnchoredRules,
+                                          ElementwiseIslands, SingleNodes, SubgraphSites, WholeRecurrentGates,
+                                          FusedAttention]
+    assert all(p.name and callable(p.find) for p in passes())
 
 
 def test_the_node_passes_take_what_lives_inside_nodes():
@@ -85,8 +85,9 @@ def test_the_node_passes_take_what_lives_inside_nodes():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", d]),
          helper.make_tensor_value_info("hs", TensorProto.FLOAT, None)], [w, r])
     view = GraphView(graph, opset=17)
-    inner = [s.id for _, s in SubgraphSites(find_sites).find(view, set(), "auto")]
-    assert inner == ["switch/then/Tanh:t", "switch/else/Relu:r"]
+    found = SubgraphSites().find(view, set(), "auto")  # the bodies, handed back: discovery runs on them itself
+    assert [(position, body.where) for position, body in found] == [(0, "switch/then"), (0, "switch/else")]
+    assert [s.id for s in find_sites(view) if s.scope] == ["switch/then/Tanh:t", "switch/else/Relu:r"]
     gates = WholeRecurrentGates().find(view, set(), "auto")
     assert [s.kind for _, s in gates] == ["sigmoid", "sigmoid", "tanh", "sigmoid", "tanh"]
     assert all(s.status == "skipped" and "could not be unrolled" in s.reason for _, s in gates)

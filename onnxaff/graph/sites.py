@@ -1,6 +1,7 @@
 """Site discovery: every non-linearity of a model, once, in forward order, with what analysis needs.
 
-The passes that find them are graph/passes/, one module each; this runs them and settles each site's shape.
+The passes that find them are graph/passes/, one module each; this runs them, discovers the subgraphs they hand
+back (If/Loop/Scan bodies, graph/subsites.py) as graphs of their own, and settles each site's shape.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from onnxaff.graph.load import default_opset
 from onnxaff.graph.passes import passes
 from onnxaff.graph.site import NOT_ELEMENTWISE, Site
 from onnxaff.graph.span import unique_ids
+from onnxaff.graph.subsites import Body
 from onnxaff.graph.view import GraphView
 
 __all__ = ["NOT_ELEMENTWISE", "Site", "discover_sites", "find_sites", "format_params", "place_batch", "run_passes",
@@ -84,12 +86,19 @@ def discover_sites(model: onnx.ModelProto, layout: str = defaults.LAYOUT, infer_
 def find_sites(view: GraphView, layout: str = defaults.LAYOUT, batch_axes: dict | None = None,
                follow_batch: bool = True) -> list[Site]:
     """`discover_sites` over a graph already indexed (shapes as the view's graph holds them): the passes
-    (graph/passes/) in their order, each on the nodes no earlier one took, then every site settled, on the batch
-    axis followed from the inputs (`batch_axes`: input name -> axis, 0 for the others; graph.batch) unless
-    follow_batch is False (a subgraph, whose inputs are no examples)."""
+    (graph/passes/) in their order, each on the nodes no earlier one took, the subgraphs they hand back discovered
+    the same way, then every site settled, on the batch axis followed from the inputs (`batch_axes`: input name ->
+    axis, 0 for the others; graph.batch) unless follow_batch is False (a subgraph, whose inputs are no examples)."""
     if layout not in ("auto", "channels_first", "channels_last"):
         raise ValueError(f"unknown layout {layout!r}")
-    sites = [s for _, s in sorted(run_passes(view, layout), key=lambda e: e[0])]
+    entries, inner = [], {}
+    for position, found in run_passes(view, layout):
+        if isinstance(found, Body):  # a control node's sites follow it, its bodies' in order
+            inner.setdefault(position, []).extend(found.adopt(find_sites(found.view, layout, follow_batch=False)))
+        else:
+            entries.append((position, found))
+    entries += [(position + (k + 1) / 1000.0, s) for position, found in inner.items() for k, s in enumerate(found)]
+    sites = [s for _, s in sorted(entries, key=lambda e: e[0])]
     for k, site in enumerate(sites):
         site.index = k
         site.elementwise = site.kind not in NOT_ELEMENTWISE
@@ -104,17 +113,18 @@ def find_sites(view: GraphView, layout: str = defaults.LAYOUT, batch_axes: dict 
     return sites
 
 
-def run_passes(view: GraphView, layout: str = defaults.LAYOUT, misses: list | None = None) -> list[tuple[float, Site]]:
+def run_passes(view: GraphView, layout: str = defaults.LAYOUT,
+               misses: list | None = None) -> list[tuple[float, Site | Body]]:
     """The registered passes (graph/passes/) in their order, each on the nodes no earlier one took: (forward
-    position of the exit node, Site) each, unsettled. `misses`, when given, is handed to every pass, which adds
-    (stage, region, Miss) for each candidate it refused: `find_sites` and `sites --explain` run this same loop,
-    so the refusals are those of discovery, after what the earlier passes took."""
-    entries: list[tuple[float, Site]] = []
+    position of the exit node, Site) each, unsettled, or (the control node's, Body) for a subgraph `find_sites`
+    discovers. `misses`, when given, is handed to every pass, which adds (stage, region, Miss) for each candidate
+    it refused: `find_sites` and `sites --explain` run this same loop, so the refusals are those of discovery,
+    after what the earlier passes took."""
+    entries: list[tuple[float, Site | Body]] = []
     taken: set[int] = set()
-    for step in passes(find_sites):
+    for step in passes():
         found = step.find(view, taken, layout, misses)
-        for _, site in found:
-            taken.update(site.node_indices)
+        taken.update(i for _, site in found if isinstance(site, Site) for i in site.node_indices)
         entries += found
     return entries
 

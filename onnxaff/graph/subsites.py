@@ -1,4 +1,5 @@
-"""Sites inside If branches and Loop/Scan bodies: discovery on the subgraph's own index, as at top level.
+"""Sites inside If branches and Loop/Scan bodies: each a `Body` that discovery (graph.sites.find_sites) runs on
+with the subgraph's own index, as at top level, then `adopt`s into the enclosing graph.
 
 A subgraph reads the outer scope's tensors by name, so its index (`ScopedView`) falls back to the outer view
 for their constants, shapes and staticness. Its sites get ids `<node>/<then|else|body>/<id>` and a `scope`
@@ -8,7 +9,7 @@ out. One level deep is observed; deeper sites are listed, skipped with the reaso
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 
 import onnx
@@ -58,29 +59,43 @@ def depth(view: GraphView) -> int:
     return 0 if not isinstance(view, ScopedView) else 1 + depth(view.outer)
 
 
-def subgraph_sites(view: GraphView, i: int, layout: str, find_sites: Callable) -> list:
-    """The sites of node i's subgraphs, in their own forward order, ids prefixed with where they live; `find_sites`
-    (graph.sites' own, which calls this) finds each subgraph's sites as it finds the main graph's."""
-    node = view.nodes[i]
-    found = []
-    for attr in sorted(node.attribute, key=lambda a: a.name != "then_branch"):  # then before else
-        if attr.type != onnx.AttributeProto.GRAPH:
-            continue
-        inner = ScopedView(attr.g, view)
-        where = f"{view.node_label(i)}/{_SHORT.get(attr.name, attr.name)}"
-        for site in find_sites(inner, layout, follow_batch=False):
+@dataclass(frozen=True)
+class Body:
+    """Graph attribute `attr` of node `node` of `outer`: a graph whose sites discovery finds on `view`, its own
+    index, as it finds the main graph's."""
+
+    outer: GraphView
+    node: int
+    attr: onnx.AttributeProto
+    view: ScopedView
+
+    @property
+    def where(self) -> str:
+        return f"{self.outer.node_label(self.node)}/{_SHORT.get(self.attr.name, self.attr.name)}"
+
+    def adopt(self, sites: list) -> list:
+        """The sites discovery found in this body, as sites of the enclosing graph: ids prefixed with where they
+        live, scoped to the control node, skipped where their features cannot be threaded out."""
+        node = self.outer.nodes[self.node]
+        where, scope = self.where, (self.node, self.attr.name, node.op_type)
+        for site in sites:
             site.id = f"{where}/{site.id}"
             site.node_indices = []  # positions in the subgraph: no main-graph node is claimed
             if site.scope is None:
-                site.scope = (i, attr.name, node.op_type)
-                site.params = {**site.params, "inside": {"op": node.op_type, "graph": attr.name}}
+                site.scope = scope
+                site.params = {**site.params, "inside": {"op": node.op_type, "graph": self.attr.name}}
                 _observable(site, where)
-                if site.ok and (why := _unsteady(view, node, attr.g)) is not None:
+                if site.ok and (why := _unsteady(self.outer, node, self.attr.g)) is not None:
                     site.status, site.reason = "skipped", f"inside a {node.op_type} body ({where}): {why}"
             else:
-                nest(site, (i, attr.name, node.op_type))
-            found.append(site)
-    return found
+                nest(site, scope)
+        return sites
+
+
+def bodies(view: GraphView, i: int) -> list[Body]:
+    """Node i's subgraphs, then before else."""
+    attrs = sorted(view.nodes[i].attribute, key=lambda a: a.name != "then_branch")
+    return [Body(view, i, a, ScopedView(a.g, view)) for a in attrs if a.type == onnx.AttributeProto.GRAPH]
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list | None:
