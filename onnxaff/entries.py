@@ -72,6 +72,12 @@ def metric_entry(st: SiteState, m: Metric) -> MetricEntry:
     return out
 
 
+# A move smaller than this is finer than what the default protocol resolves (its 4·D-row chunks read 0.014–0.022
+# above 16·D-row ones, docs/statistics.md): the interval alone shrinks with every chunk, so hundreds of small
+# chunks flagged a single dead channel of 16 that moved the score by 0.007 (the demo's CNN: 7 of 10 sites).
+DEAD_RESOLUTION = 0.01
+
+
 def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
     """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range."""
     observed, pooled = st.observed, serving(m).pooled
@@ -86,12 +92,12 @@ def flags_and_ci(st: SiteState, m: Metric, values: list[float]) -> dict:
 
 
 def dead_within(live: list[float] | None, values: list[float], ci: list[float] | None) -> bool:
-    """The dead output features move the score by no more than its interval: the chunk scored without them
-    (`live`: [chunk index, score]) is within the ci95's half-width of that chunk's own score. Without that score
-    or an interval nothing is weighed, and the flag stays."""
+    """The dead output features move the score by no more than its interval, or than DEAD_RESOLUTION: the chunk
+    scored without them (`live`: [chunk index, score]) is that close to that chunk's own score. Without that
+    score or an interval nothing is weighed, and the flag stays."""
     if live is None or ci is None or not 0 <= int(live[0]) < len(values):
         return False
-    return abs(values[int(live[0])] - live[1]) <= (ci[1] - ci[0]) / 2
+    return abs(values[int(live[0])] - live[1]) <= max((ci[1] - ci[0]) / 2, DEAD_RESOLUTION)
 
 
 def _seen_by(st: SiteState, m: Metric, pooled: bool) -> set[str]:
