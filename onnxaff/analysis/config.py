@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from onnxaff import defaults
+from onnxaff.analysis.textual import TEXTUAL
 from onnxaff.chunks import width_multiple
 from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError, option
-from onnxaff.graph.pairs import parse_block_kinds
 from onnxaff.graph.reduction import REDUCTIONS, SAMPLE, sampled
 from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
 from onnxaff.network import parse_directions
@@ -99,7 +99,9 @@ def _reduction(value) -> None:
 class AnalysisConfig:
     """The options of one analysis. Lists become tuples, `shard` "i/n" becomes (i, n), `nlc_directions` an int
     or "all"; `images` (an onnxaff.ImagePreprocess, or a dict of its options) becomes that dict
-    (ImagePreprocess.options()). Per-input feeding (onnxaff.data.feeding): `batch_axes` {input: axis},
+    (ImagePreprocess.options()). A field may also be given as typed on the command line (onnxaff.analysis.textual:
+    `metrics="a,b"`, `input_shapes="x=3x48x192"`, `pairs="IN:OUT"`, `batch_axes=["mask=1"]`, an image option's
+    `"0.5,0.5,0.5"` or `"48x320"`). Per-input feeding (onnxaff.data.feeding): `batch_axes` {input: axis},
     `constants` {input: number, .npy path or array}, `input_ranges` {input: (low, high)} of synthetic values,
     `pad` the largest fraction of a synthetic mask zeroed at its tail."""
 
@@ -139,6 +141,8 @@ class AnalysisConfig:
         def put(name, value):
             object.__setattr__(self, name, value)
 
+        for name, parse in TEXTUAL.items():  # the forms a person types ("x=3x48x192"), parsed once, here
+            put(name, parse(getattr(self, name)))
         if self.metrics is not None:  # None: the declared defaults, resolved with the registry (Plan)
             metrics = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics)
             if not metrics or not all(isinstance(m, str) and m for m in metrics):
@@ -178,7 +182,7 @@ class AnalysisConfig:
         put("plugins", tuple(os.path.abspath(p) for p in _texts(self.plugins)))
         put("tokenizer", _tokenizer(self.tokenizer))
         put("pairs", _pairs(self.pairs))
-        put("blocks", tuple(parse_block_kinds(",".join(_texts(self.blocks)))))
+        put("blocks", tuple(self.blocks))
         put("shard", parse_shard(self.shard))
         put("nlc_directions", parse_directions(self.nlc_directions))
         for name, value in check_feeding(self.batch_axes, self.constants, self.input_ranges, self.pad).items():

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import click
 
 from onnxaff.cli.app import cli
-from onnxaff.errors import ConfigError
 
 if TYPE_CHECKING:
     from onnxaff.analysis.config import AnalysisConfig
@@ -69,49 +68,30 @@ class RunOptions:
         return not self.analysis.progress
 
 
-def _floats(text: str | None, field_name: str):
-    if text is None:
-        return None
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ConfigError(field_name, f"{{option}} {text!r} is not a comma-separated list of numbers") from None
-
-
 def image_options(preprocess, mean, std, resize, crop, interpolation, fit, pad_value, shuffle, workers,
                   fast_decode) -> dict:
-    """The Analysis `images` dict: the preset and decoding options, and every size or value given."""
-    from onnxaff.data.preprocess import parse_size
-
+    """The Analysis `images` dict: the preset and decoding options, and every size or value given (as typed:
+    AnalysisConfig parses them)."""
     images = {"preprocess": preprocess, "shuffle": shuffle, "draft": fast_decode,
               "workers": min(4, os.cpu_count() or 1) if workers is None else workers}
-    for key, value in (("mean", _floats(mean, "images.mean")), ("std", _floats(std, "images.std")),
-                       ("resize", parse_size(resize, "images.resize")), ("crop", parse_size(crop, "images.crop")),
-                       ("interpolation", interpolation), ("fit", fit),
-                       ("pad_value", _floats(pad_value, "images.pad_value"))):
-        if value is not None:
-            images[key] = value
-    return images
+    given = {"mean": mean, "std": std, "resize": resize, "crop": crop, "interpolation": interpolation, "fit": fit,
+             "pad_value": pad_value}
+    return images | {key: value for key, value in given.items() if value is not None}
 
 
 def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, reduce_in, chunk_workers, layout, seed,
                     input_shape, plugin, pairs, blocks, quiet, nlc_directions=None, intervals="auto",
                     sample_rate=None, tokenizer=None, max_length=None, pack=False, mask=None, batch_axis=(),
                     constant=(), input_range=(), pad=0.0, protocol=None, **image_flags) -> dict:
-    """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike)."""
+    """Analysis keyword arguments from the analysis flags (`analyze`, `study`, shards and Ray alike), each value as
+    the command line gave it: AnalysisConfig parses the texts (onnxaff.analysis.textual) and checks them all."""
     from onnxaff.analysis.config import default
-    from onnxaff.data import parse_input_shapes
-    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
 
-    names = None if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
-    if names == []:  # None: the declared defaults (onnxaff.metrics.default_metrics)
-        raise ConfigError("metrics", f"{{option}} {metrics!r} names no metric")
     options = dict(
-        metrics=names, chunk_size=chunk_size, batch_size=batch_size, limit=limit, reduce=reduce, device=device,
-        layout=layout, seed=seed, input_shapes=parse_input_shapes(input_shape), images=image_options(**image_flags),
+        metrics=metrics, chunk_size=chunk_size, batch_size=batch_size, limit=limit, reduce=reduce, device=device,
+        layout=layout, seed=seed, input_shapes=input_shape, images=image_options(**image_flags),
         plugins=list(plugin), progress=not quiet, reduce_in=reduce_in, chunk_workers=chunk_workers, intervals=intervals,
-        pairs=parse_pairs(pairs), blocks=parse_block_kinds(blocks),
-        **feed_kwargs(batch_axis, constant, input_range, pad),
+        pairs=pairs, blocks=blocks, **feed_kwargs(batch_axis, constant, input_range, pad),
     )
     if nlc_directions is not None:
         options["nlc_directions"] = nlc_directions
@@ -128,11 +108,8 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
 
 
 def feed_kwargs(batch_axis=(), constant=(), input_range=(), pad=0.0) -> dict:
-    """The per-input feeding fields from their flags (--batch-axis, --constant, --input-range, --pad)."""
-    from onnxaff.data.feeding import parse_batch_axes, parse_constants, parse_input_ranges
-
-    given = {"batch_axes": parse_batch_axes(batch_axis), "constants": parse_constants(constant),
-             "input_ranges": parse_input_ranges(input_range), "pad": pad}
+    """The per-input feeding fields from their flags (--batch-axis, --constant, --input-range, --pad), as typed."""
+    given = {"batch_axes": batch_axis, "constants": constant, "input_ranges": input_range, "pad": pad}
     return {k: v for k, v in given.items() if v}  # none given: a study's options digest unchanged
 
 

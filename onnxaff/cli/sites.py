@@ -14,6 +14,9 @@ from onnxaff.errors import render_options
 from onnxaff.terminal import table
 from onnxaff.text import printable
 
+FEEDING = ("batch_axes", "constants", "input_ranges", "pad")  # the probe run's per-input feeding (config fields)
+SOURCE = ("sample_rate", "tokenizer", "max_length", "pack")  # how audio and text become its example
+
 
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
@@ -33,17 +36,17 @@ from onnxaff.text import printable
 @feed_options
 def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks, explain: bool, **feed) -> None:
     """List the non-linearities (sites) of MODEL in forward order, with the status analyze gives them."""
+    from onnxaff.analysis.config import AnalysisConfig
     from onnxaff.cli.config import feed_kwargs
-    from onnxaff.data import parse_input_shapes
-    from onnxaff.data.feeding import check_feeding
-    from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
     from onnxaff.graph.reduction import feature_dim
     from onnxaff.sitelist import PROBE_DATA, sites_of
 
-    source = {k: feed.pop(k) for k in ("sample_rate", "tokenizer", "max_length", "pack")}
-    feeding = check_feeding(**feed_kwargs(**feed))  # checked before the model is read, as analyze's
-    listed = sites_of(model, layout, parse_pairs(pairs), parse_block_kinds(blocks), data=data,
-                      shapes=parse_input_shapes(input_shape), feeding={**feeding, **source}, explain=explain,
+    source = {k: feed.pop(k) for k in SOURCE}
+    # As typed: checked (and parsed) by the analysis' config before the model is read, as analyze's are.
+    config = AnalysisConfig(layout=layout, input_shapes=input_shape, pairs=pairs, blocks=blocks,
+                            **feed_kwargs(**feed), **source)
+    listed = sites_of(model, config.layout, config.pairs, config.blocks, data=data, shapes=config.input_shapes,
+                      feeding={k: getattr(config, k) for k in FEEDING + SOURCE}, explain=explain,
                       explicit=data != PROBE_DATA or bool(input_shape) or any(feed.values()))
     for note in listed.notes:
         click.echo(printable(f"note: {note}"), err=True)

@@ -46,17 +46,17 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
     whose signature is up to date and continues an interrupted one. Exit status 3 when some model failed.
     A flag given here overrides a manifest's [options]; a model's own table overrides both.
     """
+    from onnxaff.analysis.textual import parse_texts
     from onnxaff.comparison import read_table
     from onnxaff.reports.console import models_table
-    from onnxaff.studies import resolve_models, run_study
+    from onnxaff.studies import preview_study, resolve_models, run_study
 
     quiet = flags["quiet"]
-    kwargs = analysis_kwargs(**flags)
+    kwargs = parse_texts(analysis_kwargs(**flags))  # a study reads its options (metrics, files) as values
     given = given_fields(click.get_current_context(), flags)  # the flags a manifest's [options] do not override
     if dry_run:
         from onnxaff.analysis.cost import process_age
         from onnxaff.cli.analyze import print_estimates
-        from onnxaff.studies.preview import preview_study
 
         estimates = preview_study(resolve_models(list(models)), data, kwargs, startup=process_age(),
                                   echo=None if quiet else echo_err, given=given)

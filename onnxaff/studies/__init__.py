@@ -12,9 +12,10 @@ with its own preprocessing, data, options, accuracy and group. `onnxaff demo` is
 from onnxaff.studies.identity import data_identity, options_identity
 from onnxaff.studies.manifest import read_manifest
 from onnxaff.studies.models import Manifest, StudyModel
+from onnxaff.studies.preview import preview_study
 from onnxaff.studies.result import Study, StudyResult
 from onnxaff.studies.run import CLUSTERS, run_study
 from onnxaff.studies.specs import resolve_models
 
 __all__ = ["CLUSTERS", "Manifest", "Study", "StudyModel", "StudyResult", "data_identity", "options_identity",
-           "read_manifest", "resolve_models", "run_study"]
+           "preview_study", "read_manifest", "resolve_models", "run_study"]
