@@ -115,21 +115,28 @@ def test_positions_follow_each_reduction():
     assert positions(flat, "mean") == 1
     (dynamic,) = discover_sites(chain("Relu", dims="N, 16, H, W"))
     assert positions(dynamic, "mean") is None and positions(dynamic, "mean", (2, 16, 7, 9)) == 63
-    _, outs = augment_model(chain("Relu", dims="N, 16, H, W"), [dynamic])
+    _, outs = augment_model(chain("Relu", dims="N, 16, H, W"), [dynamic], "mean")
     assert outs[dynamic.index].rounding is None and outs[dynamic.index].shapes is not None
+    # the default (sample:K reads the `positions` rows): one value a feature, eps32 whatever H and W
+    _, outs = augment_model(chain("Relu", dims="N, 16, H, W"), [dynamic])
+    assert outs[dynamic.index].rounding == FLOAT32_EPS
 
 
+@pytest.mark.parametrize(("reduce", "rounding"), [("mean", 12 * FLOAT32_EPS), (None, FLOAT32_EPS)],
+                         ids=["mean", "default"])
 @pytest.mark.parametrize("dims", ["N, 4, 12, 12", "N, 4, H, W"])
-def test_both_reductions_hand_the_metrics_one_rounding(dims, tmp_path, rng):
-    """Static or symbolic P (read off Shape outputs, or off the raw arrays on the host): the same number."""
+def test_both_reductions_hand_the_metrics_one_rounding(dims, reduce, rounding, tmp_path, rng):
+    """Static or symbolic P (read off Shape outputs, or off the raw arrays on the host): the same number. A mean
+    over the 12×12 map rounds sqrt(144)·eps32; the default's sampled positions average nothing: eps32."""
     np.save(tmp_path / "x.npy", rng.standard_normal((96, 4, 12, 12)).astype(np.float32))
+    options = {} if reduce is None else {"reduce": reduce}
     got = {}
     for where in ("graph", "numpy"):
         run = open_run(chain("Relu", dims=dims), str(tmp_path / "x.npy"), metrics=["r2", "r2_pooled"],
-                       chunk_size=32, progress=False, reduce_in=where)
+                       chunk_size=32, progress=False, reduce_in=where, **options)
         run.execute(finish=False)
         got[where] = run.state.sites[0].observed.rounding
-    assert got["graph"] == got["numpy"] == pytest.approx(12 * FLOAT32_EPS)
+    assert got["graph"] == got["numpy"] == pytest.approx(rounding)
 
 
 def test_rounding_reaches_chunks_and_moments_and_survives_state_and_merge(rng):
