@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from onnxaff.analysis.reads import data_path
 from onnxaff.data import registry
 from onnxaff.data.arrays import ArraySource
 from onnxaff.data.audio import AudioFolderSource
@@ -15,7 +16,7 @@ from onnxaff.data.images import ImageFolderSource
 from onnxaff.data.synthetic import SyntheticSource
 from onnxaff.data.text import TextSource
 from onnxaff.errors import OnnxaffError
-from onnxaff.studies.identity import data_identity, data_path
+from onnxaff.studies.identity import data_identity
 from tests.builders import chain, save
 from tests.conftest import run_cli
 

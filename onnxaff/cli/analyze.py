@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 
@@ -78,6 +77,7 @@ def analyze(model, data, out, dry_run, **flags) -> None:
 
 def run_analysis(model: str, data: str, out: str, opts: RunOptions):
     """Check every output before the run (a long analysis must not end on a file it may not write), run, report."""
+    from onnxaff.analysis.reads import run_inputs
     from onnxaff.files import check_writable, refuse_overwrite
     from onnxaff.shards import state_path_for
 
@@ -87,8 +87,7 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
         checkpoint = opts.checkpoint or f"{out}.ckpt.npz"
         outputs += [("--checkpoint", checkpoint)]
         outputs += [("the shard's state file", state_path_for(out))] if opts.analysis.shard else []
-    refuse_overwrite(outputs, _analysis_inputs(model, data, opts.analysis.plugins, outputs)
-                     + _text_inputs(data, opts.analysis.tokenizer) + constant_files(opts.analysis.constants))
+    refuse_overwrite(outputs, run_inputs(model, data, opts.analysis, outputs))
     check_writable(out)
     if opts.executor == "ray":
         path, sig = _run_ray(model, data, out, outputs, opts)
@@ -101,14 +100,14 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
 
 
 def _run_ray(model, data, out, outputs, opts: RunOptions):
+    from onnxaff.analysis.reads import model_weight_files
     from onnxaff.executors import run_ray
     from onnxaff.files import refuse_overwrite
-    from onnxaff.graph.load import load_model
 
     if opts.analysis.shard is not None or opts.resume or opts.checkpoint is not None or opts.checkpoint_every:
         raise OnnxaffError("--executor ray runs every shard itself and keeps no checkpoint: drop "
                            "--shard/--resume/--checkpoint/--checkpoint-every")
-    refuse_overwrite(outputs, _weight_files(load_model(model, infer_shapes=False)))
+    refuse_overwrite(outputs, model_weight_files(model))
     sig = run_ray(model, data, opts.shards, opts.analysis.replace(progress=False),
                   address=opts.ray_address, progress=not opts.quiet)
     return sig.write(out), sig
@@ -118,6 +117,7 @@ def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
     """Under the checkpoint's lock (open_run takes it), held to the result's last write."""
     from onnxaff.analysis import open_run
     from onnxaff.analysis.checkpoint import write_result
+    from onnxaff.analysis.reads import weight_files
     from onnxaff.files import check_writable, refuse_overwrite
     from onnxaff.shards import write_part
 
@@ -132,7 +132,7 @@ def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
 
     resume = "always" if opts.resume else "never"
     with open_run(model, data, opts.analysis, checkpoint=checkpoint, resume=resume, echo=note, warn=warn) as run:
-        refuse_overwrite(outputs, _weight_files(run.plan.loaded))
+        refuse_overwrite(outputs, weight_files(run.plan.loaded))
         for w in run.plan.slow_chunks:  # said before the hours, not after
             warn(w)
         # A part is saved unfinished (merging finishes once); a whole run finishes inside execute(), where Ctrl-C
@@ -146,40 +146,3 @@ def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
 def _signature_to(run, out):
     sig = run.signature()
     return sig.write(out), sig
-
-
-def _weight_files(loaded) -> list[tuple[str, Path]]:
-    return [("an external weight file of the model", loaded.path.parent / loc) for loc in loaded.external_locations]
-
-
-def _text_inputs(data: str, tokenizer) -> list[tuple[str, str]]:
-    """Text data's file and tokenizer, which no output may replace either."""
-    from onnxaff.data.text import PREFIX, parse_spec
-
-    files = [("the tokenizer", tokenizer if isinstance(tokenizer, str) else None)]
-    return files + ([("the text file", str(parse_spec(data)[0]))] if data.startswith(PREFIX) and data != PREFIX else [])
-
-
-def constant_files(constants) -> list[tuple[str, str]]:
-    """The .npy files of --constant, which no output may replace either."""
-    return [(f"the constant of {name}", value) for name, value in dict(constants or {}).items()
-            if isinstance(value, str)]
-
-
-def _analysis_inputs(model, data, plugins, outputs) -> list[tuple[str, str]]:
-    """The files an analysis reads, which none of its outputs may replace (external weights: once loaded)."""
-    from onnxaff.data.audio import EXTENSIONS as AUDIO
-    from onnxaff.data.images import EXTENSIONS as IMAGES
-    from onnxaff.studies.identity import data_path
-
-    read = data_path(data) or data  # an audio: spec's folder (a text: spec's file is named below)
-    inputs = [("the model", model), ("the data file", data if os.path.isfile(data) else None)]
-    here = os.getcwd()  # the config holds plugins as absolute paths: name them as typed where they are here
-    inputs += [("the plugin", os.path.relpath(p) if os.path.dirname(p) == here else p) for p in plugins]
-    folder = read
-    if os.path.isdir(folder):  # an output named like an image or a sound inside the data folder would replace it
-        root = os.path.realpath(folder)
-        inputs += [("a file of the data folder", p) for _, p in outputs
-                   if os.path.isfile(p) and Path(p).suffix.lower() in IMAGES | AUDIO
-                   and os.path.commonpath([root, os.path.realpath(p)]) == root]
-    return inputs

@@ -42,17 +42,6 @@ def model_identity(path: Path) -> str | None:
     return model_key(digest, weight_files(path.parent, locations))  # a missing file: its analysis says why
 
 
-def data_path(spec: str) -> str | None:
-    """The file or folder a data spec reads (a `text:` spec's file, an `audio:` spec's folder), None for data read
-    from no file (synthetic); the spec itself where no kind reads it (its analysis says why)."""
-    from onnxaff.data.registry import find_kind
-
-    found = find_kind(spec)
-    if found is None:
-        return spec
-    return found[1] or None
-
-
 def data_identity(spec: str) -> str:
     """A digest of the data a spec names, as its kind identifies them (onnxaff.data.registry): a file by path, size
     and the sha256 of its bytes (a `text:` spec's file too, with the spec); a folder by every file its source would

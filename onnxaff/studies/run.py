@@ -11,6 +11,7 @@ from pathlib import Path
 
 from onnxaff.analysis.checkpoint import is_checkpoint
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
+from onnxaff.analysis.reads import data_path
 from onnxaff.errors import ConfigError, Interrupted, Message, OnnxaffError, first_line, option
 from onnxaff.files import check_writable, exclusive, refuse_overwrite, write_text_atomic
 from onnxaff.metrics import registry, resolve
@@ -19,7 +20,6 @@ from onnxaff.signature import Signature, read_signature, write_json_atomic
 from onnxaff.studies.identity import (
     code_identity,
     data_identity,
-    data_path,
     effective_options,
     file_digest,
     model_identity,
