@@ -69,7 +69,8 @@ def test_analyze_shows_analysis_config_defaults_and_keeps_a_given_config(tiny):
     for field in ("metrics", "chunk_size", "batch_size", "limit", "reduce", "device", "input_shapes", "seed",
                   "progress", "intervals"):
         assert repr(parameters[field].default) == repr(default(field)), field
-    assert "chunk_size=512" in str(inspect.signature(onnxaff.analyze))
+    shown = str(inspect.signature(onnxaff.analyze))
+    assert "chunk_size='4d'" in shown and "reduce='sample:16'" in shown  # the width protocol (onnxaff.defaults)
     path, data, _ = tiny
     sig = onnxaff.analyze(path, data, config=AnalysisConfig(chunk_size=32, metrics=("cka",), progress=False),
                           limit=48)

@@ -82,7 +82,7 @@ def test_click_defaults_are_the_configs():
 def test_help_shows_the_config_defaults(capfd):
     code, out, _ = run_cli(capfd, "analyze", "--help")
     assert code == 0
-    for text in ("[default: 512]", "[default: 64]", "[default: mean]", "[default: auto]", "[default: graph]",
+    for text in ("[default: 4d]", "[default: 64]", "[default: sample:16]", "[default: auto]", "[default: graph]",
                  "[default: 0]"):
         assert text in " ".join(out.split()), text
 

@@ -103,7 +103,7 @@ def test_two_spellings_of_one_metric_are_one_name():
 
 def test_defaults_come_from_declarations():
     available = registry()
-    assert default_metrics(available) == ["affinity", "affinity_lw"]
+    assert default_metrics(available) == ["affinity"]  # affinity_lw needs 32·D rows: not a default (issue 49)
     assert sorted(stage_metrics(available)) == ["lss", "ots"]
     assert primary_metric(available) == "affinity"
 

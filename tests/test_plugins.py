@@ -51,7 +51,7 @@ def test_entry_point_metric_is_listed_and_runs(throwaway_distribution, tmp_path,
     assert listed["mean_abs_change"]["direction"] == "lower = more linear"
     assert listed["affinity"]["origin"].startswith("entry point of onnxaff")
     defaults = sorted((v["default"], n) for n, v in listed.items() if v["default"] is not None)
-    assert [n for _, n in defaults] == ["affinity", "affinity_lw"]  # what --metrics defaults to, as declared
+    assert [n for _, n in defaults] == ["affinity"]  # what --metrics defaults to, as declared
     assert {n for n, v in listed.items() if v["stage_default"]} == {"lss", "ots"}
     out = tmp_path / "sig.json"
     code, _, err = run_cli(capfd, "analyze", FIXTURES / "res_cnn_op17.onnx", "--data", "synthetic:gaussian",
