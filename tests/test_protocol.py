@@ -32,11 +32,12 @@ def _run(tmp_path, name: str, **options):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same model under the paper's protocol (named, and by its explicit options) and under 256-row chunks."""
+    """The same model under the paper's protocol (named, and by its explicit options) and under 256-row chunks of the
+    paper's reduction (a protocol that differs from the paper's in its chunk size alone)."""
     tmp = tmp_path_factory.mktemp("protocol")
     return {"named": _run(tmp, "named", protocol="paper"),
             "explicit": _run(tmp, "explicit", metrics=["affinity"], chunk_size=512, reduce="mean"),
-            "small": _run(tmp, "small", metrics=["affinity", "affinity_bc"], chunk_size=256)}
+            "small": _run(tmp, "small", metrics=["affinity", "affinity_bc"], chunk_size=256, reduce="mean")}
 
 
 def test_the_signature_records_its_protocol(runs):
@@ -95,7 +96,7 @@ def test_protocol_paper_is_the_explicit_options_to_the_bit(runs):
     ({"chunk_size": 256}, "chunk_size=256 contradicts protocol=paper, which sets chunk_size=512"),
     ({"reduce": "positions"}, "reduce=positions contradicts protocol=paper, which sets reduce=mean"),
     ({"metrics": ["affinity", "cka"]}, "metrics=affinity,cka contradicts protocol=paper, which sets metrics=affinity"),
-    ({"protocol": "fast"}, "unknown protocol 'fast' for protocol; choose one of paper"),
+    ({"protocol": "fast"}, "unknown protocol 'fast' for protocol; choose one of width, paper"),
 ])
 def test_an_option_against_the_protocol_is_refused(options, said):
     with pytest.raises(ConfigError) as err:
