@@ -105,12 +105,15 @@ def test_correlate_exact_linear_statistic(tmp_path):
 
 
 def test_single_model_report_and_cli_formats(tmp_path, capfd):
-    sig = onnxaff.analyze(mlp(4, True, 0), "synthetic:gaussian", limit=128, chunk_size=64, progress=False)
+    two = ["affinity", "affinity_lw"]  # two metrics: a histogram and a section each
+    sig = onnxaff.analyze(mlp(4, True, 0), "synthetic:gaussian", limit=128, chunk_size=64, metrics=two,
+                          progress=False)
     page = single_page(sig)
     assert page.count("data:image/png;base64,") == 2 and "Sites" in page and "http" not in page
     paths = []
     for k, depth in enumerate((3, 5)):
-        s = onnxaff.analyze(mlp(depth, k == 1, k), "synthetic:gaussian", limit=128, chunk_size=64, progress=False)
+        s = onnxaff.analyze(mlp(depth, k == 1, k), "synthetic:gaussian", limit=128, chunk_size=64, metrics=two,
+                            progress=False)
         paths.append(s.write(tmp_path / f"m{k}.json"))
     for fmt in ("md", "csv", "json", "html"):
         out = tmp_path / f"cmp.{fmt}"
