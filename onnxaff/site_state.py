@@ -3,8 +3,8 @@
 Its parts each do one job and save their own fields (onnxaff.statefields, one flat dict): the chunk schedule
 (onnxaff.chunks), the pooled sums (onnxaff.pooled), what the features showed (onnxaff.observations), the
 scores (onnxaff.scores) and the first chunk's half-samples (onnxaff.half_samples); this class feeds them in order,
-says when the half-samples are scored, and merges each part with the next slice's own. The signature entry is read
-off it by onnxaff.entries.
+says when the half-samples are scored, and merges each part with the next slice's own. Once finished, its signature
+entries are read off it in one call (onnxaff.entries.site_metrics), which asks it nothing afterwards.
 
 A checkpoint and a shard part are both this state for every site. Merging the parts of consecutive,
 chunk-aligned slices of the data gives the state of one run over all of it: chunk scores are concatenated

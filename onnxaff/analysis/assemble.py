@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from onnxaff import __version__
 from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult, entry
-from onnxaff.entries import metric_entry
+from onnxaff.entries import site_metrics
 from onnxaff.errors import Message, OnnxaffError, option
 from onnxaff.metrics import Metric
 from onnxaff.signature import Signature
@@ -27,7 +27,7 @@ def stage_results(records: list[StageRecord], states: list[SiteState], metrics: 
             result = StageResult(length=len(record.blocks), rows=observed.rows, chunks=st.chunks,
                                  partial_chunk=st.schedule.partial,
                                  dim=observed.dims[0] // st.tracks if observed.dims else None,
-                                 metrics={m.spec: metric_entry(st, m) for m in metrics})
+                                 metrics=site_metrics(st, metrics))
         out.append(entry(record, result, length=len(record.blocks), metrics={}))
     return out
 
@@ -57,7 +57,7 @@ def site_entries(records: list[SiteRecord], states: dict[int, SiteState],
             warnings.append(f"{label}: {site.reason}")
         dims = observed.dims or (None, None)
         result = SiteResult(dim=dims[0], dim_y=dims[1], rows=observed.rows, chunks=st.chunks,
-                            partial_chunk=st.schedule.partial, metrics={m.spec: metric_entry(st, m) for m in metrics})
+                            partial_chunk=st.schedule.partial, metrics=site_metrics(st, metrics))
         out.append(entry(replace(record, site=site), result))
         for name, err in st.scores.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
