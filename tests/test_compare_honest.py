@@ -103,8 +103,8 @@ def test_compare_says_when_chunk_sizes_differ_and_strict_refuses(capfd, tmp_path
     model = mlp(3, False, 0)
     paths = []
     for chunk in (64, 32):
-        sig = onnxaff.analyze(model, "synthetic:gaussian", limit=128, chunk_size=chunk, progress=False,
-                              chunk_workers=0, metrics=["affinity"])
+        sig = onnxaff.analyze(model, "synthetic:gaussian", limit=128, chunk_size=chunk, reduce="mean",
+                              progress=False, chunk_workers=0, metrics=["affinity"])
         paths.append(sig.write(tmp_path / f"c{chunk}.json"))
     labelled = [f"a={paths[0]}", f"b={paths[1]}"]
     for fmt in ("html", "md", "json"):
