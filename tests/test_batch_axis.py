@@ -21,11 +21,14 @@ B = (RNG.standard_normal(H) * 0.3).astype(np.float32)
 # 2048 rows); 1e-6 leaves room for other CPUs and thread counts, and is 1/50 of the 5e-5 the batch size moved
 # the score by before the fix (0.6650 at batch 16 against 0.6688 at 64).
 TOL = 1e-6
+# The protocols a site is read under, and the rows one example gives the Relu on S = 12 tokens: the default's
+# sample:16 takes every position of a site with fewer than 16 (12 rows), the paper's mean gives one row.
+PROTOCOLS = {"default": ((), S), "mean": (("--chunk-size", 512, "--reduce", "mean"), 1)}
 
 
-def seq_first():
+def seq_first(s: int = S):
     """[N, S, E] → Transpose(1, 0, 2) → MatMul → Add → Relu → Transpose back (the four nodes of the report)."""
-    return with_weights(HEADER + f"""g (float[N, {S}, {E}] x) => (float[N, {S}, {H}] y) {{
+    return with_weights(HEADER + f"""g (float[N, {s}, {E}] x) => (float[N, {s}, {H}] y) {{
         t = Transpose<perm = [1, 0, 2]>(x)
         m = MatMul(t, w)
         a = Add(m, b)
@@ -34,8 +37,8 @@ def seq_first():
     }}""", w=W, b=B)
 
 
-def batch_first():
-    return with_weights(HEADER + f"""g (float[N, {S}, {E}] x) => (float[N, {S}, {H}] y) {{
+def batch_first(s: int = S):
+    return with_weights(HEADER + f"""g (float[N, {s}, {E}] x) => (float[N, {s}, {H}] y) {{
         m = MatMul(x, w)
         a = Add(m, b)
         y = Relu(a)
@@ -56,13 +59,27 @@ def relu(sites):
     return site
 
 
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 @pytest.mark.parametrize("batch_size", [16, 64])
-def test_seq_first_model_scores_as_its_batch_first_twin(capfd, tmp_path, batch_size):
-    twin = relu(analyze(capfd, tmp_path, batch_first(), batch_size=batch_size, name="twin"))
-    site = relu(analyze(capfd, tmp_path, seq_first(), batch_size=batch_size, name="seq"))
+def test_seq_first_model_scores_as_its_batch_first_twin(capfd, tmp_path, batch_size, protocol):
+    options, per_example = PROTOCOLS[protocol]
+    twin = relu(analyze(capfd, tmp_path, batch_first(), *options, batch_size=batch_size, name="twin"))
+    site = relu(analyze(capfd, tmp_path, seq_first(), *options, batch_size=batch_size, name="seq"))
     assert site["status"] == "ok" and site["params"]["batch_axis"] == 1
-    assert (site["dim"], site["rows"]) == (twin["dim"], twin["rows"]) == (H, 2048)
+    assert (site["dim"], site["rows"]) == (twin["dim"], twin["rows"]) == (H, 2048 * per_example)
     assert abs(site["metrics"]["affinity"]["mean"] - twin["metrics"]["affinity"]["mean"]) < TOL
+
+
+@pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
+def test_sampled_positions_of_a_seq_first_site_are_the_twins(capfd, tmp_path, reduce_in):
+    """24 tokens, more than the default's 16: each example's positions are drawn by its index in the data and
+    its position on the batch-first view, so the seq-first site draws the twin's very rows at every batch size."""
+    twin = relu(analyze(capfd, tmp_path, batch_first(24), name="twin"))
+    for batch_size in (16, 64):
+        site = relu(analyze(capfd, tmp_path, seq_first(24), "--reduce-in", reduce_in, batch_size=batch_size))
+        assert site["status"] == "ok" and site["params"]["batch_axis"] == 1
+        assert (site["dim"], site["rows"]) == (twin["dim"], twin["rows"]) == (H, 2048 * 16)
+        assert abs(site["metrics"]["affinity"]["mean"] - twin["metrics"]["affinity"]["mean"]) < TOL
 
 
 def test_seq_first_model_in_numpy_as_in_the_graph(capfd, tmp_path):
@@ -79,16 +96,19 @@ def axis_one_input():
     }}""", w=W)
 
 
-def test_batch_axis_option_is_followed_to_the_site(capfd, tmp_path):
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_batch_axis_option_is_followed_to_the_site(capfd, tmp_path, protocol):
     """--batch-axis x=1: D is H, not the batch size, and the score is the twin's at both batch sizes."""
+    options, per_example = PROTOCOLS[protocol]
     twin = with_weights(HEADER + f"""g (float[N, {S}, {E}] x) => (float[N, {S}, {H}] y) {{
         m = MatMul(x, w)
         y = Relu(m)
     }}""", w=W)
-    want = relu(analyze(capfd, tmp_path, twin, name="twin"))
+    want = relu(analyze(capfd, tmp_path, twin, *options, name="twin"))
     for batch_size in (16, 64):
-        got = relu(analyze(capfd, tmp_path, axis_one_input(), "--batch-axis", "x=1", batch_size=batch_size))
-        assert (got["dim"], got["rows"]) == (want["dim"], want["rows"]) == (H, 2048)
+        got = relu(analyze(capfd, tmp_path, axis_one_input(), "--batch-axis", "x=1", *options,
+                           batch_size=batch_size))
+        assert (got["dim"], got["rows"]) == (want["dim"], want["rows"]) == (H, 2048 * per_example)
         assert abs(got["metrics"]["affinity"]["mean"] - want["metrics"]["affinity"]["mean"]) < TOL
 
 
@@ -189,7 +209,8 @@ def test_torchscript_seq_first_transformer_layer_scores_as_batch_first(capfd, tm
                                    "--batch-size", batch_size, "--metrics", "affinity", "--out", out, "--quiet")
             assert code == 0, err
             site = relu(json.loads(out.read_text())["sites"])
-            assert site["status"] == "ok" and site["dim"] == 64 and site["rows"] == 1024
+            # the default's sample:16 on [16, N, 64]: every one of the 16 tokens of each example is a row
+            assert site["status"] == "ok" and site["dim"] == 64 and site["rows"] == 16 * 1024
             scores[name, batch_size] = site["metrics"]["affinity"]["mean"]
     want = scores["first", 64]
     assert all(abs(v - want) < TOL for v in scores.values()), scores
@@ -251,7 +272,7 @@ def test_unsqueeze_and_squeeze_shift_the_axis():
     assert (got["t"], got["u"], got["y"]) == (Axis(1), Axis(2), Axis(1))
 
 
-def masked(first: bool):
+def masked(first: bool, s: int = S):
     """x [N, S, E] and a padding mask [N, S]; the Relu on [S, N, H] (first=False) or [N, S, H]."""
     tail = """mf = Cast<to = 1>(attention_mask)
         ax = Constant<value = int64[1] {2}>()
@@ -259,16 +280,20 @@ def masked(first: bool):
         y = Mul(r, mu)"""
     body = ("m = MatMul(x, w)\n r = Relu(m)" if first else
             "t = Transpose<perm = [1, 0, 2]>(x)\n m = MatMul(t, w)\n q = Relu(m)\n r = Transpose<perm = [1, 0, 2]>(q)")
-    return with_weights(HEADER + f"""g (float[N, {S}, {E}] x, int64[N, {S}] attention_mask) => (float[N, {S}, {H}] y) {{
+    return with_weights(HEADER + f"""g (float[N, {s}, {E}] x, int64[N, {s}] attention_mask) => (float[N, {s}, {H}] y) {{
         {body}
         {tail}
     }}""", w=W)
 
 
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 @pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
-def test_padding_mask_on_a_seq_first_site(capfd, tmp_path, reduce_in):
+def test_padding_mask_on_a_seq_first_site(capfd, tmp_path, reduce_in, protocol):
     """The padding mask's token axis read on the batch-first view of the site: the seq-first model = its twin.
-    Before: `invalid expand shape` in the graph, `operands could not be broadcast` on the host."""
+    Before: `invalid expand shape` in the graph, `operands could not be broadcast` on the host. The mean takes
+    one row an example over its tokens; the default's positions are every token (12 < 16), the padded ones
+    left out and counted."""
+    options, _ = PROTOCOLS[protocol]
     rng = np.random.default_rng(1)
     lengths = rng.integers(4, S + 1, 512)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((512, S, E)).astype(np.float32),
@@ -276,12 +301,34 @@ def test_padding_mask_on_a_seq_first_site(capfd, tmp_path, reduce_in):
     got = {}
     for first in (True, False):
         got[first] = relu(analyze(capfd, tmp_path, masked(first), "--reduce-in", reduce_in, "--mask", "attention_mask",
-                                  name=f"m{first}", data=tmp_path / "d.npz"))
-    unmasked = relu(analyze(capfd, tmp_path, masked(True), "--mask", "none", name="none", data=tmp_path / "d.npz"))
-    assert got[False]["params"]["batch_axis"] == 1 and got[False]["rows"] == got[True]["rows"] == 512
+                                  *options, name=f"m{first}", data=tmp_path / "d.npz"))
+    unmasked = relu(analyze(capfd, tmp_path, masked(True), "--mask", "none", *options, name="none",
+                            data=tmp_path / "d.npz"))
+    rows, left_out = (512, 0) if protocol == "mean" else (lengths.sum(), 512 * S - lengths.sum())
+    assert got[False]["params"]["batch_axis"] == 1 and got[False]["rows"] == got[True]["rows"] == rows
+    assert all(got[first]["metrics"]["affinity"].get("masked_rows", 0) == left_out for first in (True, False))
     assert abs(got[False]["metrics"]["affinity"]["mean"] - got[True]["metrics"]["affinity"]["mean"]) < TOL
-    # the mask matters here: unmasked, the score moves by 5.8e-4 (measured), 580 times the tolerance above
+    # the mask matters here: unmasked, the score moves by 5.8e-4 (mean) and 1.8e-3 (default; measured), 580 and
+    # 1,750 times the tolerance above
     assert abs(unmasked["metrics"]["affinity"]["mean"] - got[True]["metrics"]["affinity"]["mean"]) > 100 * TOL
+
+
+@pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
+def test_sampled_padded_positions_of_a_seq_first_site_are_the_twins(capfd, tmp_path, reduce_in):
+    """24 tokens, 4 to 24 of them real: the default draws 16 an example, the padded ones last (docs/statistics.md),
+    so an example of L real tokens gives min(16, L) rows and max(0, 16 − L) left out, counted; the seq-first
+    site draws the twin's rows."""
+    rng = np.random.default_rng(2)
+    lengths = rng.integers(4, 25, 512)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((512, 24, E)).astype(np.float32),
+             attention_mask=(np.arange(24)[None, :] < lengths[:, None]).astype(np.int64))
+    got = {first: relu(analyze(capfd, tmp_path, masked(first, 24), "--reduce-in", reduce_in, name=f"m{first}",
+                               data=tmp_path / "d.npz")) for first in (True, False)}
+    assert got[False]["params"]["batch_axis"] == 1
+    assert got[False]["rows"] == got[True]["rows"] == np.minimum(16, lengths).sum()
+    left_out = np.maximum(0, 16 - lengths).sum()
+    assert all(got[first]["metrics"]["affinity"]["masked_rows"] == left_out > 0 for first in (True, False))
+    assert abs(got[False]["metrics"]["affinity"]["mean"] - got[True]["metrics"]["affinity"]["mean"]) < TOL
 
 
 def test_nlc_of_a_seq_first_site_is_the_twins():
