@@ -13,13 +13,14 @@ from tests.test_compare import mlp
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The same model on two data sets, and a third model."""
+    """The same model on two data sets, and a third model; two metrics, for the lists and tables of each."""
     root = tmp_path_factory.mktemp("runs")
     paths = {}
     for key, model, data in (("g", mlp(3, False, 0), "synthetic:gaussian"), ("u", mlp(3, False, 0),
                                                                               "synthetic:uniform"),
                              ("r", mlp(5, True, 1), "synthetic:gaussian")):
-        sig = onnxaff.analyze(model, data, limit=128, chunk_size=64, progress=False, chunk_workers=0)
+        sig = onnxaff.analyze(model, data, limit=128, chunk_size=64, metrics=["affinity", "affinity_lw"],
+                              progress=False, chunk_workers=0)
         paths[key] = sig.write(root / f"{key}.json")
     return paths
 
