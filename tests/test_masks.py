@@ -3,7 +3,8 @@ left out of the features; a row without positions is dropped and counted (docs/m
 
 Every score is checked against a brute-force computation here: the raw softmax (or Tanh) input and output fetched
 from onnxruntime, the masked positions dropped by hand in float64, scored by the independent affinity of
-tests/test_affinity.py.
+tests/test_affinity.py. The features here are means over positions (reduce="mean", asked for where the default
+would read rows); the default's sampled positions with masks: tests/test_masks_sampled.py.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def test_causal_softmax_is_scored_over_its_unmasked_positions(reduce_in, rng, tm
     fx, gone_x = hand_mean(z, keep, (1, 2))
     fy, _ = hand_mean(p, keep, (1, 2))
     assert not gone_x.any()  # the last query sees every key
-    sig = analyse(model, {"x": x}, tmp_path, reduce_in=reduce_in)
+    sig = analyse(model, {"x": x}, tmp_path, reduce="mean", reduce_in=reduce_in)
     assert_score(site_of(sig, "softmax"), fx, fy)
     assert "mask" not in sig.options  # no padding input: the options read as before
 
@@ -160,7 +161,7 @@ def test_padded_examples_leave_their_padding_out(reduce_in, rng, tmp_path):
     fy, _ = hand_mean(p, keep, (1, 2))
     padded = int((~tokens).any(axis=1).sum())
     assert gone.sum() == padded > 0
-    sig = analyse(model, feeds, tmp_path, reduce_in=reduce_in)
+    sig = analyse(model, feeds, tmp_path, reduce="mean", reduce_in=reduce_in)
     assert_score(site_of(sig, "softmax"), fx[~gone], fy[~gone], masked=padded)
     # the Tanh on [N, T, C]: the token mean over unpadded tokens only
     hx, none_gone = hand_mean(h, tokens[:, :, None], (1,))
@@ -231,7 +232,7 @@ def test_a_model_without_masks_is_reduced_as_before(rng, tmp_path):
     assert site_masks(loaded.view, find_sites(loaded.view), None) == {}
     x = rng.standard_normal((N, H, T, C)).astype(np.float32)
     s, p = raw(model, {"x": x}, "s", "p")
-    sig = analyse(model, {"x": x}, tmp_path)
+    sig = analyse(model, {"x": x}, tmp_path, reduce="mean")
     entry = site_of(sig, "softmax")["metrics"]["affinity"]
     assert "masked_rows" not in entry
     # the float32 ReduceMean of before: equal to the float64 mean to float32 rounding only
@@ -251,7 +252,8 @@ def test_mask_none_turns_the_padding_off(rng, tmp_path):
     sig = analyse(model, {"x": x, "attention_mask": padding(rng)}, tmp_path, mask="none")
     assert sig.options["mask"] == "none"
     tanh = site_of(sig, "tanh")
-    assert "masked_rows" not in tanh["metrics"]["affinity"] and tanh["rows"] == N
+    # the default's sample:16 on T = 6 tokens: every token a row, the padded ones too
+    assert "masked_rows" not in tanh["metrics"]["affinity"] and tanh["rows"] == N * T
 
 
 @pytest.mark.parametrize("name", ["bert_tiny", "gpt_tiny"])
@@ -265,7 +267,8 @@ def test_text_fixtures_score_every_softmax(name, rng, tmp_path):
         feeds.update(attention_mask=mask, token_type_ids=np.zeros((48, 16), np.int64))
     data = tmp_path / "data.npz"
     np.savez(data, **feeds)
-    sig = onnxaff.analyze(str(path), str(data), metrics=["affinity", "nlc"], progress=False, chunk_size=512)
+    sig = onnxaff.analyze(str(path), str(data), metrics=["affinity", "nlc"], progress=False, chunk_size=512,
+                          reduce="mean")
     softmaxes = [s for s in sig.sites if s["kind"] == "softmax"]
     assert softmaxes
     for site in softmaxes:  # the NLC's directions leave the masked positions alone (graph.jvp)
