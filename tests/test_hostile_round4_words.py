@@ -194,7 +194,8 @@ def six_hundred(tmp_path_factory):
 
     model = next(m for m in shipped_models() if m.name == "sk_mlp_relu")
     x = np.random.default_rng(0).standard_normal((600, 784)).astype(np.float32)
-    return onnxaff.analyze(str(model.path), x, metrics=["affinity", "cka"], progress=False)
+    return onnxaff.analyze(str(model.path), x, metrics=["affinity", "cka"], chunk_size=512, reduce="mean",
+                           progress=False)
 
 
 def test_a_one_chunk_tooltip_says_its_interval_is_from_half_chunks(six_hundred):
@@ -232,6 +233,21 @@ def test_the_site_panel_data_give_the_rows_scored_beside_those_collected(six_hun
     partial = onnxaff.analyze(relu, x, metrics=["affinity"], chunk_size=64, progress=False)
     (site,) = explore.page_data([("m", partial)])["models"][0]["sites"].values()
     assert (site["rows"], site["scored_rows"]) == (40, 40)
+
+
+def test_the_site_panel_gives_the_rows_scored_under_the_default_width_chunks():
+    """Under the default chunk size 4d a site's chunks hold max(64, 4·D) rows: the panel said `rows: 600` with no
+    word of the rows scored (scored_rows was None for any chunk size but a fixed number)."""
+    from onnxaff.reports import explore
+    from onnxaff_models import shipped_models
+
+    model = next(m for m in shipped_models() if m.name == "sk_mlp_relu")  # three ReLUs of 64, a softmax of 10
+    x = np.random.default_rng(0).standard_normal((600, 784)).astype(np.float32)
+    sig = onnxaff.analyze(str(model.path), x, metrics=["affinity"], progress=False)
+    sites = explore.page_data([("m", sig)])["models"][0]["sites"].values()
+    # D = 64: 256-row chunks, 2 of them in 600 rows; D = 10: the 64-row floor, 9 of them
+    assert sorted((s["dim"], s["rows"], s["scored_rows"], s["chunks"]) for s in sites) == [
+        (10, 600, 576, 9), (64, 600, 512, 2), (64, 600, 512, 2), (64, 600, 512, 2)]
 
 
 def test_the_site_panel_and_tooltip_as_the_browser_shows_them(six_hundred, tmp_path):

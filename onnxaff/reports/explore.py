@@ -15,6 +15,7 @@ import math
 from functools import lru_cache
 from importlib import resources
 
+from onnxaff.chunks import site_chunk_rows
 from onnxaff.siteentry import ScoreEntry, SiteEntry
 from onnxaff.text import printable
 
@@ -49,11 +50,13 @@ def _clean(v):
 
 def scored_rows(s: SiteEntry, chunk_size) -> int | None:
     """The rows the chunk scores saw: whole chunks (the rows short of one are dropped), or the one partial chunk's;
-    a site's `rows` counts every row collected (600 collected, 512 scored at chunk size 512)."""
+    a site's `rows` counts every row collected (600 collected, 512 scored at chunk size 512). Under chunk_size
+    "Kd" a chunk holds the site's own rows (onnxaff.chunks.site_chunk_rows of its dims, as the run sized it)."""
     if s.partial_chunk:
         return s.rows
-    if isinstance(s.chunks, int) and isinstance(chunk_size, int):
-        return s.chunks * chunk_size
+    rows = site_chunk_rows(chunk_size, (s.dim, s.dim_y or s.dim))
+    if isinstance(s.chunks, int) and isinstance(rows, int):
+        return s.chunks * rows
     return None
 
 
