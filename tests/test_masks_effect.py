@@ -26,6 +26,9 @@ from tests.test_affinity import brute_force_affinity
 FMIN = float(np.finfo(np.float32).min)
 N, H, T, C = 40, 2, 6, 4
 CONSTANTS = [-1.6e38, -1e9, -1e4, FMIN]  # what the hostile tester's exporters wrote, and transformers' finfo.min
+# The rows an example gives the causal softmax: the paper's mean, one; the default's sample:16 draws all H·T = 12
+# query rows and leaves out each that holds a masked key: the last query of each head is left, H rows.
+PROTOCOLS = {"mean": ({"reduce": "mean"}, 1), "default": ({}, H)}
 
 # Scores, the mask written by a Where (transformers) or added (a folded causal mask, BERT's (1 − m)·c), Softmax.
 WHERE = HEADER + """ g ({t}[N, {H}, {T}, {C}] x) => ({t}[N, {H}, {T}, {C}] y) {{
@@ -53,27 +56,30 @@ def attention(kind: str, neg: float, dtype=np.float32, seed: int = 0) -> onnx.Mo
     return with_weights(text, neg=added, **w)
 
 
-def score(model: onnx.ModelProto, tmp_path, reduce_in: str = "graph", x: np.ndarray | None = None) -> dict:
+def score(model: onnx.ModelProto, tmp_path, reduce_in: str = "graph", x: np.ndarray | None = None,
+          **options) -> dict:
     onnx.save(model, tmp_path / "m.onnx")
     if x is not None:
         np.savez(tmp_path / "x.npz", x=x)
     sig = onnxaff.analyze(tmp_path / "m.onnx", str(tmp_path / "x.npz"), metrics=["affinity"], progress=False,
-                          chunk_size=512, reduce_in=reduce_in)
+                          chunk_size=512, reduce_in=reduce_in, **options)
     return next(s for s in sig.sites if s["kind"] == "softmax")
 
 
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 @pytest.mark.parametrize("reduce_in", ["graph", "numpy"])
 @pytest.mark.parametrize("kind", ["where", "added"])
-def test_every_mask_constant_scores_as_the_inf_mask(kind, reduce_in, tmp_path):
-    """Before: 0.2374 (−1.6e38), 0.5568 (−1e9, −1e4) against 0.5705 for −inf, all "ok"."""
+def test_every_mask_constant_scores_as_the_inf_mask(kind, reduce_in, protocol, tmp_path):
+    """Before: 0.2374 (−1.6e38), 0.5568 (−1e9, −1e4) against 0.5705 for −inf, all "ok" (means)."""
+    options, per_example = PROTOCOLS[protocol]
     x = np.random.default_rng(1).standard_normal((N, H, T, C)).astype(np.float32)
-    reference = score(attention(kind, -np.inf), tmp_path, reduce_in, x)
+    reference = score(attention(kind, -np.inf), tmp_path, reduce_in, x, **options)
     assert reference["status"] == "ok" and np.isfinite(reference["metrics"]["affinity"]["mean"])
     for neg in CONSTANTS:
-        got = score(attention(kind, neg), tmp_path, reduce_in)
+        got = score(attention(kind, neg), tmp_path, reduce_in, **options)
         assert got["status"] == "ok", (neg, got)
         assert got["metrics"]["affinity"]["mean"] == reference["metrics"]["affinity"]["mean"], neg
-        assert got["rows"] == reference["rows"] == N
+        assert got["rows"] == reference["rows"] == N * per_example
 
 
 def test_the_inf_mask_score_is_the_hand_masked_one(tmp_path):
@@ -87,7 +93,7 @@ def test_the_inf_mask_score_is_the_hand_masked_one(tmp_path):
     z, p = (a.astype(np.float64) for a in ort.InferenceSession(exposed.SerializeToString()).run(["z", "p"], {"x": x}))
     keep = np.isfinite(z)
     fx, fy = ((np.where(keep, a, 0).sum(axis=(1, 2)) / keep.sum(axis=(1, 2))) for a in (z, p))
-    got = score(model, tmp_path, x=x)["metrics"]["affinity"]["mean"]
+    got = score(model, tmp_path, x=x, reduce="mean")["metrics"]["affinity"]["mean"]
     assert got == pytest.approx(brute_force_affinity(fx, fy), rel=1e-9)  # test_masks.py's tolerance, same route
 
 
@@ -103,7 +109,8 @@ def test_float16_masks_by_effect_too(tmp_path):
 
 def test_scores_far_from_any_mask_are_never_masked(tmp_path):
     """The threshold sits below any genuine score: scores down to about −3,000 behind a Where that masks nothing
-    (so the site can hold masks) keep every position, and score as the plain mean of every position."""
+    (so the site can hold masks) keep every position, and score as the plain mean of every position; under the
+    default, every one of the H·T query rows of each example is a row."""
     import onnxruntime as ort
 
     x = (np.random.default_rng(3).standard_normal((N, H, T, C)) * 11).astype(np.float32)
@@ -115,10 +122,15 @@ def test_scores_far_from_any_mask_are_never_masked(tmp_path):
     exposed.graph.output.extend(v for v in exposed.graph.value_info if v.name in ("z", "p"))
     z, p = (a.astype(np.float64) for a in ort.InferenceSession(exposed.SerializeToString()).run(["z", "p"], {"x": x}))
     assert -5000 < z.min() < -2000  # genuine scores this low stay data
-    site = score(model, tmp_path, x=x)
+    site = score(model, tmp_path, x=x, reduce="mean")
     assert site["status"] == "ok" and site["metrics"]["affinity"].get("masked_rows", 0) == 0
     want = brute_force_affinity(z.mean(axis=(1, 2)), p.mean(axis=(1, 2)))
     assert site["metrics"]["affinity"]["mean"] == pytest.approx(want, rel=1e-9)
+    site = score(model, tmp_path)
+    assert site["status"] == "ok" and site["metrics"]["affinity"].get("masked_rows", 0) == 0
+    assert site["rows"] == N * H * T and site["metrics"]["affinity"]["chunks"] == 1
+    want = brute_force_affinity(z.reshape(-1, T), p.reshape(-1, T))
+    assert site["metrics"]["affinity"]["mean"] == pytest.approx(want, rel=1e-6)  # test_masks_sampled.py's
     path = tmp_path / "m.onnx"
     loaded = load_model(path)
     (mask,) = site_masks(loaded.view, find_sites(loaded.view), None).values()
