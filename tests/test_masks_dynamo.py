@@ -167,10 +167,30 @@ def test_the_folded_mask_is_scored_over_its_unmasked_positions(rng, tmp_path):
     fx = np.where(keep, z, 0).sum(axis=(1, 2)) / keep.sum(axis=(1, 2))
     fy = np.where(keep, p, 0).sum(axis=(1, 2)) / keep.sum(axis=(1, 2))
     np.savez(tmp_path / "x.npz", x=x)
-    sig = onnxaff.analyze(path, str(tmp_path / "x.npz"), metrics=["affinity"], chunk_size=N, progress=False)
+    sig = onnxaff.analyze(path, str(tmp_path / "x.npz"), metrics=["affinity"], chunk_size=N, reduce="mean",
+                          progress=False)
     site = next(s for s in sig.sites if s["kind"] == "softmax")
     assert site["status"] == "ok" and np.isfinite(site["metrics"]["affinity"]["mean"])
     assert site["metrics"]["affinity"]["mean"] == pytest.approx(brute_force_affinity(fx, fy), rel=1e-9)
+
+
+def test_the_folded_mask_leaves_its_masked_query_rows_unscored_by_default(rng, tmp_path):
+    """The default (sample:16) on the external-data file: of the H·T = 132 query rows of an example only the last
+    query of each head holds no masked key; the draw takes those two before any masked row (docs/statistics.md),
+    so an example gives H rows and 16 − H are left out, counted. The brute force: those rows of the raw z and p."""
+    model = added_model(rng, causal())
+    path = written(model, tmp_path)
+    x = rng.standard_normal((N, H, T, C)).astype(np.float32)
+    z, p = fetched(model, {"x": x}, "z", "p")
+    assert not (z[:, :, -1] <= FMIN / 2).any() and (z[:, :, :-1] <= FMIN / 2).any(axis=-1).all()
+    np.savez(tmp_path / "x.npz", x=x)
+    sig = onnxaff.analyze(path, str(tmp_path / "x.npz"), metrics=["affinity"], chunk_size=N * H, progress=False)
+    site = next(s for s in sig.sites if s["kind"] == "softmax")
+    entry = site["metrics"]["affinity"]
+    assert site["status"] == "ok" and entry["status"] == "ok" and entry["chunks"] == 1
+    assert site["rows"] == N * H and entry["masked_rows"] == N * (16 - H)
+    want = brute_force_affinity(z[:, :, -1].reshape(N * H, T), p[:, :, -1].reshape(N * H, T))
+    assert entry["mean"] == pytest.approx(want, rel=1e-6)  # raw float32 rows: tests/test_masks_sampled.py's
 
 
 def fetched(model: onnx.ModelProto, feeds: dict, *names: str) -> list[np.ndarray]:
