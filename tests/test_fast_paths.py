@@ -57,7 +57,7 @@ def test_numpy_reduction_on_a_transformer():
 
 def test_threaded_chunk_scoring_is_identical_to_inline():
     m = ZOO["torch_cnn_silu"]
-    kw = dict(metrics=["affinity", "affinity_lw", "r2_heldout"], chunk_size=128, progress=False)
+    kw = dict(metrics=["affinity", "affinity_lw", "r2_heldout"], chunk_size=128, reduce="mean", progress=False)
     inline = onnxaff.analyze(m.path, str(m.data), chunk_workers=0, **kw)
     threaded = onnxaff.analyze(m.path, str(m.data), chunk_workers=3, **kw)
     for metric in kw["metrics"]:

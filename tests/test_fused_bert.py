@@ -39,8 +39,9 @@ def tokens(tmp_path) -> tuple[Path, dict]:
     return tmp_path / "tokens.npz", feeds
 
 
-def softmax_scores(path: Path, data: Path, chunk_size: int = 48) -> list[tuple]:
-    sig = onnxaff.analyze(path, str(data), chunk_size=chunk_size, metrics=["affinity"], progress=False, chunk_workers=0)
+def softmax_scores(path: Path, data: Path, chunk_size: int = 48, **options) -> list[tuple]:
+    sig = onnxaff.analyze(path, str(data), chunk_size=chunk_size, metrics=["affinity"], progress=False, chunk_workers=0,
+                          **options)
     return [(s["status"], s["rows"], s["metrics"]["affinity"]) for s in sig.sites if s["kind"] == "softmax"]
 
 
@@ -64,18 +65,22 @@ def test_sites_lists_the_softmaxes_ok_with_no_data_options(form, capfd):
                                                                          ("Attention_1/softmax", "ok")]
 
 
-def test_softmax_affinity_is_the_plain_models(tmp_path):
+@pytest.mark.parametrize("reduce", ["mean", "sample:16"])
+def test_softmax_affinity_is_the_plain_models(tmp_path, reduce):
     """The same function on the same padded data: the fused kernels change the float32 rounding only (measured:
     the two softmax affinities within 1.1e-8 of the plain model's), far inside 1e-6. Both add −10000 to a padded
-    key's score, a mask by its effect (graph/masks.py): a padded example is left out of the means, counted."""
+    key's score, a mask by its effect (graph/masks.py): a padded example is left out of the means, counted; under
+    the default sample:16 each example's map has 2 heads × 8 queries = 16 positions, all drawn, and every row of a
+    padded example holds a masked key, so each such example loses its 16 rows, counted."""
     data, feeds = tokens(tmp_path)
     padded = int((feeds["attention_mask"] == 0).any(axis=1).sum())
-    plain = softmax_scores(PLAIN, data)
+    per = 16 if reduce == "sample:16" else 1  # rows per example
+    plain = softmax_scores(PLAIN, data, reduce=reduce)
     assert len(plain) == 2 and 0 < padded < ROWS
-    assert all(status == "ok" and rows == ROWS - padded and entry["masked_rows"] == padded
+    assert all(status == "ok" and rows == per * (ROWS - padded) and entry["masked_rows"] == per * padded
                for status, rows, entry in plain)
     for form, path in FUSED.items():
-        fused = softmax_scores(path, data)
+        fused = softmax_scores(path, data, reduce=reduce)
         assert [r[:2] for r in fused] == [r[:2] for r in plain], form
         got, want = [r[2]["mean"] for r in fused], [r[2]["mean"] for r in plain]
         assert got == pytest.approx(want, abs=1e-6), form
@@ -96,7 +101,7 @@ def test_mask_index_softmax_against_the_brute_force(tmp_path):
     data, feeds = tokens(tmp_path)
     loaded = load_model(FUSED["mask_index"])
     sites = [s for s in sites_of(FUSED["mask_index"]).sites if s.kind == "softmax"]
-    scores = softmax_scores(FUSED["mask_index"], data, chunk_size=512)  # one chunk: one affinity of all rows
+    scores = softmax_scores(FUSED["mask_index"], data, chunk_size=512, reduce="mean")  # one affinity of all rows
     query = (feeds["attention_mask"] != 0)[:, None, :, None]
     for site, (_, rows, entry) in zip(sites, scores, strict=True):
         z, p = fetch(loaded.model, feeds, site.input, site.output)
@@ -106,6 +111,23 @@ def test_mask_index_softmax_against_the_brute_force(tmp_path):
         gone = (count == 0).any(axis=1)
         fx, fy = ((a * keep).sum(axis=(1, 2))[~gone] / count[~gone] for a in (z, p))
         assert rows == ROWS - gone.sum() and entry["masked_rows"] == gone.sum() > 0
+        assert entry["mean"] == pytest.approx(brute_force_affinity(fx, fy), rel=1e-9)
+
+
+def test_mask_index_softmax_per_position_rows_against_the_brute_force(tmp_path):
+    """The default reduction, sample:16, on the same site: an example's map has 2 heads × 8 queries = 16 positions,
+    all drawn (in a seeded order, which the affinity of one chunk of all rows does not see), each a row of its 8
+    keys; a row holding a masked key is dropped, so an example with a padded key loses all 16 and the rows left
+    are every position of the others, raw (no means)."""
+    data, feeds = tokens(tmp_path)
+    loaded = load_model(FUSED["mask_index"])
+    sites = [s for s in sites_of(FUSED["mask_index"]).sites if s.kind == "softmax"]
+    scores = softmax_scores(FUSED["mask_index"], data, chunk_size=512)  # the default reduce; one chunk of all rows
+    for site, (_, rows, entry) in zip(sites, scores, strict=True):
+        z, p = fetch(loaded.model, feeds, site.input, site.output)
+        gone = (z < -5000).any(axis=(1, 2, 3))
+        fx, fy = (a[~gone].reshape(-1, SEQ) for a in (z, p))
+        assert rows == 16 * (ROWS - gone.sum()) == len(fx) and entry["masked_rows"] == 16 * gone.sum() > 0
         assert entry["mean"] == pytest.approx(brute_force_affinity(fx, fy), rel=1e-9)
 
 

@@ -111,12 +111,20 @@ def test_tensors_that_are_graph_inputs_outputs_shared_and_colliding_names(rng):
 
 
 def test_float16_model_is_reduced_in_float32(rng):
+    """The mean over positions is taken in float32; the default reduction's rows (positions, which sample:16
+    draws from) are the float16 values themselves, in float32, one row per position."""
     model = chain("Relu", dims="N, 3, 4, 4", dtype="float16")
-    aug, outs = augment_model(model, discover_sites(model))
+    aug, outs = augment_model(model, discover_sites(model), "mean")
     x = rng.standard_normal((2, 3, 4, 4)).astype(np.float16)
     got = run(aug, {"x": x})
     assert got[outs[0].y].dtype == np.float32
     np.testing.assert_allclose(got[outs[0].x], x.astype(np.float32).mean(axis=(2, 3)), rtol=1e-6)
+    aug, outs = augment_model(model, discover_sites(model))
+    got = run(aug, {"x": x})
+    rows = x.astype(np.float32).transpose(0, 2, 3, 1).reshape(-1, 3)
+    assert got[outs[0].x].dtype == got[outs[0].y].dtype == np.float32
+    np.testing.assert_array_equal(got[outs[0].x], rows)
+    np.testing.assert_array_equal(got[outs[0].y], np.maximum(rows, 0))
 
 
 def test_unknown_reduction_is_refused():

@@ -222,12 +222,12 @@ def test_cli_end_to_end_equals_the_python_api(case, tmp_path, capfd):
 def test_bert_fixture_end_to_end(case, tmp_path, capfd, pack):
     """The fixture's sequence length is 16 and most sentences are shorter: padded, each example has keys that
     padding hides from every query, which have no features, so its attention sites leave it out and say so;
-    packed, every site is scored."""
+    packed, every site is scored. One row per example (the mean over positions): the default's rows below."""
     root, tok, lines, _ = case
     out = tmp_path / "bert.json"
     code, _, err = run_cli(capfd, "analyze", FIXTURES / "text" / "bert_tiny.onnx", "--data", f"text:{lines}",
                            "--tokenizer", root / "tokenizer.json", "--out", out, "--chunk-size", 16,
-                           "--metrics", "affinity", *(["--pack"] if pack else []))
+                           "--reduce", "mean", "--metrics", "affinity", *(["--pack"] if pack else []))
     assert code == 0, err
     sig = read_signature(out)
     kinds = {s["kind"] for s in sig.sites}
@@ -242,6 +242,29 @@ def test_bert_fixture_end_to_end(case, tmp_path, capfd, pack):
             assert f"masks left out {entry['masked_rows']} of 48 rows" in err and "--pack" in err
     if pack:
         assert sig.data["packed"]["window"] == LENGTH and sig.options["pack"] is True
+
+
+def test_bert_fixture_default_rows_leave_out_padding(case, tmp_path, capfd):
+    """The default reduction, sample:16, on the padded fixture: a GELU's map [B, 16 tokens, C] has 16 positions,
+    all drawn, and a padded token's row is left out, counted (one per padded token); an attention map [B, 2 heads,
+    16 queries, 16 keys] gives 16 of its 32 rows, each holding every key, so an example with a padded key (which
+    every query's row holds) loses all 16."""
+    root, tok, lines, _ = case
+    out = tmp_path / "bert.json"
+    code, _, err = run_cli(capfd, "analyze", FIXTURES / "text" / "bert_tiny.onnx", "--data", f"text:{lines}",
+                           "--tokenizer", root / "tokenizer.json", "--out", out, "--metrics", "affinity")
+    assert code == 0, err
+    sig = read_signature(out)
+    assert sig.options["reduce"] == "sample:16"
+    tokens = [min(len(tok.encode(t).ids), LENGTH) for t in sentences()]
+    padded, pad_tokens = sum(n < LENGTH for n in tokens), sum(LENGTH - n for n in tokens)
+    assert 0 < padded < len(tokens)
+    expected = {"gelu": (sum(tokens), pad_tokens), "softmax": (16 * (len(tokens) - padded), 16 * padded)}
+    for s in sig.sites:
+        entry = s["metrics"]["affinity"]
+        assert s["status"] == entry["status"] == "ok" and np.isfinite(entry["mean"]), s
+        assert (s["rows"], entry["masked_rows"]) == expected[s["kind"]], s["id"]
+        assert f"masks left out {entry['masked_rows']} of {16 * len(tokens)} rows" in err
 
 
 def test_packed_windows_are_the_tokens_end_to_end(case):
