@@ -1,5 +1,6 @@
 """Real exported graphs: PyTorch fixtures, onnx's own test models, and the shared pretrained models."""
 
+import math
 from collections import Counter
 
 import pytest
@@ -71,10 +72,17 @@ def test_shared_pretrained_models(name):
 SHARED_SHAPES = {"ch_ppocr_mobile_v2.0_cls_infer.onnx": {"x": (3, 48, 192)}}
 
 
+def positions(site: dict) -> int | None:
+    """Positions of an example at a site (the axes other than batch and features), None where one is symbolic."""
+    shape, axis = site["input_shape"], site["feature_axis"] % len(site["input_shape"])
+    dims = [d for i, d in enumerate(shape) if i not in (0, axis)]
+    return math.prod(dims) if all(isinstance(d, int) and d > 0 for d in dims) else None
+
+
 @pytest.mark.parametrize("name", sorted(SHARED_COUNTS))
 def test_shared_pretrained_models_analyze_synthetic(name):
-    import math
-
+    """The default reduction, sample:16: 16 rows an example where a map has 16 positions, all of a smaller one's
+    (a squeeze-excitation's 1×1), one at a rank-2 site; 32-row chunks of them."""
     import onnxaff
 
     path = SHARED_MODELS / name
@@ -87,7 +95,9 @@ def test_shared_pretrained_models_analyze_synthetic(name):
         entry = s["metrics"]["affinity"]
         # one score per ok site; a missing number always comes with a flagged reason
         if s["status"] == "ok":
-            assert entry["status"] == "ok" and math.isfinite(entry["mean"]) and entry["chunks"] == 1
+            per, known = s["rows"] // 32, positions(s) if s["rank"] >= 3 else 1
+            assert s["rows"] == 32 * per and (per == min(16, known) if known else 1 <= per <= 16), s["id"]
+            assert entry["status"] == "ok" and math.isfinite(entry["mean"]) and entry["chunks"] == per
         else:
             assert s["reason"] and entry["mean"] is None
     assert len(sig.scores()) == sum(s["status"] == "ok" for s in sig.sites) > 0
