@@ -7,7 +7,6 @@ test instead of the machine.
 
 from __future__ import annotations
 
-import re
 import resource
 import time
 import tracemalloc
@@ -156,15 +155,33 @@ def test_pages_of_a_writable_map_are_kept(mode, tmp_path):
 
 
 def test_chunk_size_whose_exact_assignment_would_take_long_is_warned_with_the_time(tmp_path):
+    """affinity declares its chunk's cost as its n²·D distances (AFFINITY_SECONDS_PER_ROW2_DIM): 16,384 rows of
+    512 features, about 27 s a chunk; the site is rank 2, one row an example under the default sample:16, so the
+    16,384 examples give it one chunk (the warning counted 16: K rows an example at every site)."""
+    from onnxaff.analysis import open_run
+    from onnxaff_plugins.affinity import AFFINITY_SECONDS_PER_ROW2_DIM
+
+    model = save(parse(chain_text("Relu", width=512)), tmp_path / "m.onnx")
+    run = open_run(model, "synthetic:gaussian:n=16384", chunk_size=16384, metrics=["affinity"], progress=False)
+    line = next((w for w in run.plan.warnings if "assignment" in w), "")
+    seconds = AFFINITY_SECONDS_PER_ROW2_DIM * 16384**2 * 512
+    assert f"about {seconds:.0f} s a 16,384-row chunk" in line and option("chunk_size") in line, run.plan.warnings
+    assert f"about {seconds:.0f} s for 1 chunk(s) over 1 site(s)" in line, line  # the CLI: --chunk-size
+    quick = open_run(model, "synthetic:gaussian:n=16384", chunk_size=512, metrics=["affinity"], progress=False)
+    assert not any("assignment" in w for w in quick.plan.warnings)
+
+
+@pytest.mark.parametrize("positions, examples", [(32, 2048), (8, 4096)])
+def test_the_slow_chunk_warning_counts_the_rows_each_example_gives_its_site(tmp_path, positions, examples):
+    """Under the default sample:16 a site of P positions gives min(16, P) rows an example: 32,768 rows, two
+    16,384-row chunks, whether from 16 of 32 positions or from all 8."""
     from onnxaff.analysis import open_run
 
-    model = save(parse(chain_text("Relu")), tmp_path / "m.onnx")
-    run = open_run(model, "synthetic:gaussian:n=8192", chunk_size=4096, metrics=["affinity"], progress=False)
-    line = next((w for w in run.plan.warnings if "assignment" in w), "")
-    assert "4,096-row chunk" in line and option("chunk_size") in line, run.plan.warnings  # the CLI: --chunk-size
-    assert re.search(r"about [0-9.]+ (s|min|h)", line), line
-    quick = open_run(model, "synthetic:gaussian:n=8192", chunk_size=512, metrics=["affinity"], progress=False)
-    assert not any("assignment" in w for w in quick.plan.warnings)
+    model = save(parse(chain_text("Relu", dims=f"N, {positions}, 512")), tmp_path / "m.onnx")
+    run = open_run(model, f"synthetic:gaussian:n={examples}", chunk_size=16384, metrics=["affinity"],
+                   progress=False)
+    assert any("a 16,384-row chunk" in w and "for 2 chunk(s) over 1 site(s)" in w for w in run.plan.warnings), \
+        run.plan.warnings
 
 
 def test_report_of_a_signature_with_a_200k_character_model_name_is_quick(capfd, tmp_path):

@@ -81,7 +81,7 @@ def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
     from onnxaff.scoring import default_workers
 
     mode = graph_mode(config.reduce)
-    widths = [(chunk_rows(config, examples, dims) * sum(dims) * FLOAT64, s.id) for s in sites
+    widths = [(chunk_rows(config, examples, dims, _site_rows(s, config)) * sum(dims) * FLOAT64, s.id) for s in sites
               if None not in (dims := _dims(s, mode))]
     if not widths:
         return []
@@ -93,13 +93,23 @@ def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
              f"{option('chunk_workers')} (or {option('reduce', 'mean')} for fewer features)")]
 
 
-def chunk_rows(config, examples: int, dims=(None,)) -> int:
+def chunk_rows(config, examples: int, dims=(None,), per_example: int | None = None) -> int:
     """The rows of a site's chunk of `dims` features (chunk_size "Kd": site_chunk_rows), or fewer where the
-    examples (× K under sample:K) give fewer."""
+    examples give fewer, at `per_example` rows each (rows_per_example; None: unknown, at most K under sample:K)."""
     size = site_chunk_rows(config.chunk_size, dims) or ROWS_FLOOR
     if config.reduce == "positions":
         return size
-    return max(2, min(size, examples * (sampled(config.reduce) or 1)))
+    return max(2, min(size, examples * _per_example(config, per_example)))
+
+
+def _per_example(config, per_example: int | None) -> int:
+    return per_example or sampled(config.reduce) or 1
+
+
+def _site_rows(site, config) -> int | None:
+    """The rows one example gives `site` before any mask (the budget's bound: a mask leaves rows out); None where
+    its rank is not known yet (at most K under sample:K)."""
+    return None if site.rank is None else rows_per_example(site, config.reduce, None)
 
 
 def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tuple[int, str, str]]:
@@ -111,7 +121,7 @@ def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tup
         dx, dy = _dims(s, graph_mode(config.reduce))
         if dx is None or dy is None:
             continue
-        rows = chunk_rows(config, examples, (dx, dy))
+        rows = chunk_rows(config, examples, (dx, dy), _site_rows(s, config))
         chunk = rows * (dx + dy) * FLOAT64
         widest = max(widest, (chunk, s.id))
         parts.append((HELD * chunk, f"site {s.id}'s {rows:,}-row chunks of {dx:,} + {dy:,} features",
@@ -132,18 +142,32 @@ def site_memory(sites, stage_probes, metrics, config, examples: int) -> list[tup
     return parts
 
 
+def rows_per_example(site, reduce: str, mask) -> int | None:
+    """The rows one example gives a site: 1, except under reduce="positions", where every position of a rank ≥ 3
+    tensor is a row, and "sample:K", K of them (None when one of those dims is symbolic); None under a mask,
+    which leaves rows out."""
+    if mask is not None:
+        return None
+    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
+    if graph_mode(reduce) != "positions" or rank is None or rank <= 2:
+        return 1
+    dims = [shape[a] for a in range(1, rank) if a != axis] if shape is not None and axis is not None else [None]
+    every = math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+    return every if every is None or sampled(reduce) is None else min(every, sampled(reduce))
+
+
 def slow_chunk_warnings(sites, metrics, track_metrics, stage_probes, config, examples: int) -> list[str]:
     """One line per metric whose declared cost makes a chunk take long: the predicted time, and what scales."""
     lines = []
     for m in metrics + track_metrics:
         mode = graph_mode(config.reduce)
-        dims = ([_dims(s, mode) for s in sites] if m in metrics else
-                [(sum(feature_dim(p, mode) or 0 for p in probes),) * 2 for probes in stage_probes])
+        dims = ([(*_dims(s, mode), _site_rows(s, config)) for s in sites] if m in metrics else
+                [(*(sum(feature_dim(p, mode) or 0 for p in probes),) * 2, None) for probes in stage_probes])
         costs = []  # (seconds a chunk, what, rows a chunk, chunks) per site: under "Kd" each site has its own
-        for dx, dy in dims:
-            rows = chunk_rows(config, examples, (dx, dy))
+        for dx, dy, per in dims:
+            rows = chunk_rows(config, examples, (dx, dy), per)
             if (cost := m.chunk_seconds(rows, dx or 0, dy or 0)) is not None:
-                costs.append((*cost, rows, max(1, examples * (sampled(config.reduce) or 1) // rows)))
+                costs.append((*cost, rows, max(1, examples * _per_example(config, per) // rows)))
         if not costs or max(c[0] for c in costs) < SLOW_CHUNK_SECONDS:
             continue
         seconds, what, rows, _ = max(costs)

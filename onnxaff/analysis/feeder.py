@@ -5,10 +5,9 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from onnxaff.analysis.budget import rows_per_example
 from onnxaff.analysis.checkpoint import run_key
 from onnxaff.analysis.plan import Plan, chunk_sizes
 from onnxaff.analysis.runstate import RunState
@@ -182,17 +181,3 @@ def sized(st: SiteState, chunk_size, *features: np.ndarray) -> None:
     first batch's features."""
     if st.schedule.buffer.size == 1:
         st.schedule.buffer.size = site_chunk_rows(chunk_size, tuple(f.shape[1] for f in features))
-
-
-def rows_per_example(site, reduce: str, mask) -> int | None:
-    """The rows one example gives a site: 1, except under reduce="positions", where every position of a rank ≥ 3
-    tensor is a row, and "sample:K", K of them (None when one of those dims is symbolic); None under a mask,
-    which leaves rows out."""
-    if mask is not None:
-        return None
-    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
-    if graph_mode(reduce) != "positions" or rank is None or rank <= 2:
-        return 1
-    dims = [shape[a] for a in range(1, rank) if a != axis] if shape is not None and axis is not None else [None]
-    every = math.prod(dims) if all(isinstance(d, int) for d in dims) else None
-    return every if every is None or sampled(reduce) is None else min(every, sampled(reduce))
