@@ -163,7 +163,9 @@ def test_half_sampling_estimates_the_sd_of_a_mean(rng):
 
 
 def test_a_small_run_prints_one_warning_line_per_flag_kind(capfd, tmp_path):
-    """26 examples through a shipped 10-site CNN: every site is partial and short of rows, in two lines, not 20."""
+    """26 examples through a shipped 10-site CNN: every site is partial and short of rows, in two lines, not 20 (the
+    paper's rows, one an example in 512-row chunks, and two metrics: under the defaults' 16 positions an example the
+    sites fill their chunks)."""
     import json
 
     from onnxaff.stats import _FLAG_TEXT
@@ -172,6 +174,7 @@ def test_a_small_run_prints_one_warning_line_per_flag_kind(capfd, tmp_path):
 
     model = next(m for m in shipped_models() if m.name == "torch_cnn_relu")
     code, out, err = run_cli(capfd, "analyze", model.path, "--data", model.data, "--limit", "26",
+                             "--chunk-size", 512, "--reduce", "mean", "--metrics", "affinity,affinity_lw",
                              "--out", tmp_path / "s.json")
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
@@ -264,7 +267,8 @@ def _conv_model(rng):
 
 
 def test_a_26_photo_folder_prints_one_warning_line_per_flag_kind(capfd, tmp_path, rng):
-    """Real photos (seeded crops and flips of those matplotlib and scikit-learn ship), as a new user would run."""
+    """Real photos (seeded crops and flips of those matplotlib and scikit-learn ship), one row a photo (reduce mean)
+    in 512-row chunks: a 32-channel site is short of rows in its one partial chunk."""
     import json
 
     from PIL import Image
@@ -288,7 +292,8 @@ def test_a_26_photo_folder_prints_one_warning_line_per_flag_kind(capfd, tmp_path
     model = tmp_path / "cnn.onnx"
     model.write_bytes(_conv_model(rng).SerializeToString())
     code, out, err = run_cli(capfd, "analyze", model, "--data", folder, "--crop", 32, "--resize", 36,
-                             "--metrics", "affinity,affinity_lw,cka,r2", "--out", tmp_path / "s.json")
+                             "--metrics", "affinity,affinity_lw,cka,r2", "--chunk-size", 512, "--reduce", "mean",
+                             "--out", tmp_path / "s.json")
     assert code == 0, err
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     for what, _ in _FLAG_TEXT.values():
@@ -339,7 +344,7 @@ def test_terminal_table_shows_each_scores_ci95(capfd, tmp_path):
 
     model = next(m for m in shipped_models() if m.name == "sk_mlp_relu")
     code, out, err = run_cli(capfd, "analyze", model.path, "--data", model.data, "--chunk-size", 256,
-                             "--out", tmp_path / "s.json")
+                             "--metrics", "affinity,affinity_lw", "--out", tmp_path / "s.json")  # a cell each
     assert code == 0, err
     assert "scores: mean±half-width of the 95 % interval over the chunks" in out
     sites = json.loads((tmp_path / "s.json").read_text())["sites"]
