@@ -293,7 +293,7 @@ def test_default_metrics_head_the_table_and_bad_options_stop_before_any_model(tm
                                 "128", "--batch-size", "32", "--chunk-workers", "0")
     assert code == 0, err
     assert stdout.splitlines()[0].split()[:2] == ["model", "sites"] and "affinity mean" in stdout
-    assert set(read_signature(tmp_path / "s" / "signatures" / "a.json").metrics) == {"affinity", "affinity_lw"}
+    assert set(read_signature(tmp_path / "s" / "signatures" / "a.json").metrics) == {"affinity"}  # the default
     for args, message in ((["--chunk-size", "1"], "--chunk-size must be a whole number of at least 2, got 1"),
                           (["--metrics", "affinity:bogus=1"], "--metrics: metric 'affinity' has no parameter 'bogus'"),
                           (["--checkpoint-every", "-2"], "--checkpoint-every must be 0 or positive, got -2")):
