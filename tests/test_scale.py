@@ -28,7 +28,8 @@ TOL = 1e-12
 
 @pytest.fixture(scope="module")
 def rescnn():
-    """The shipped residual CNN and its 1024 digits: 10 sites of several widths, 8 chunks of 128."""
+    """The shipped residual CNN and its 1024 digits: 10 sites of several widths; under the default reduction
+    (sample:16) each digit gives every site 16 rows, 128 chunks of 128."""
     m = next(x for x in shipped_models() if x.name == "torch_rescnn_relu")
     return str(m.path), str(m.data)
 
@@ -65,10 +66,11 @@ def _close_nlc(x, y, tol):
 
 def test_reference_exercises_every_kind_of_state(reference):
     site = next(s for s in reference.sites if s["status"] == "ok")
-    assert site["chunks"] == 8
+    rows = 16 * 1024  # sample:16, the default: 16 of each digit's 28×28 positions
+    assert reference.options["reduce"] == "sample:16" and site["rows"] == rows and site["chunks"] == rows // 128
     m = site["metrics"]
-    assert m["affinity"]["chunks"] == 8 and m["r2_heldout"]["chunks"] == 7  # pairs of consecutive chunks
-    assert m["cka_pooled"]["pooled_rows"] == 1024 and m["nlc"]["status"] == "ok"
+    assert m["affinity"]["chunks"] == rows // 128 and m["r2_heldout"]["chunks"] == rows // 128 - 1  # pairs
+    assert m["cka_pooled"]["pooled_rows"] == rows and m["nlc"]["status"] == "ok"
     assert reference.network["nlc"]["status"] == "ok"
 
 
@@ -341,14 +343,15 @@ def test_network_nlc_of_shards_past_its_example_limit(tmp_path):
 
 def test_merge_says_when_a_shard_ends_between_chunks(tmp_path):
     """An unreadable file leaves its shard a row short of a chunk boundary: the merge cannot be one run's
-    chunking there, and says so; the chunk scores stay in data order."""
+    chunking there, and says so; the chunk scores stay in data order. One row per example (reduce mean): under the
+    default's 16 rows a photo, 2-row chunks always end on a boundary."""
     from tests.test_images import image_model
 
     root = photo_folder(tmp_path / "photos", 4)
     (root / "0_zbroken.jpg").write_bytes(b"not an image")
     model = tmp_path / "m.onnx"
     onnx.save(image_model(["N", 3, 16, 16]), model)
-    options = {"metrics": ["affinity"], "chunk_size": 2, "batch_size": 2,
+    options = {"metrics": ["affinity"], "chunk_size": 2, "reduce": "mean", "batch_size": 2,
                "images": {"preprocess": "raw", "workers": 0}}
     parts = [shard_state(str(model), str(root), (i, 2), options) for i in range(2)]
     merged = merge_states(parts)
