@@ -1,6 +1,7 @@
 """`onnxaff analyze` end to end: CLI = API = an independent computation, and the signature contract."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -40,6 +41,7 @@ def activation_case(tmp_path, rng):
 
 
 def test_cli_equals_api_equals_independent(activation_case, tmp_path, capfd):
+    """The defaults on both sides: chunks of max(64, 4·D) = 64 rows at these D = 1 sites, 2048 rows: 32 chunks."""
     model, data, x = activation_case
     out = tmp_path / "sig.json"
     code, _, err = run_cli(capfd, "analyze", model, "--data", data, "--out", out, "--metrics", "affinity", "--quiet")
@@ -50,9 +52,9 @@ def test_cli_equals_api_equals_independent(activation_case, tmp_path, capfd):
     x64 = x[:, 0].astype(np.float64)
     for site, f in zip(from_api.sites, (lambda v: np.maximum(v, 0), np.tanh, lambda v: 1 / (1 + np.exp(-v))),
                        strict=True):
-        chunks = [independent_affinity_1d(x64[i:i + 512], f(x64[i:i + 512])) for i in range(0, 2048, 512)]
+        chunks = [independent_affinity_1d(x64[i:i + 64], f(x64[i:i + 64])) for i in range(0, 2048, 64)]
         entry = site["metrics"]["affinity"]
-        assert entry["chunks"] == 4 and entry["status"] == "ok"
+        assert entry["chunks"] == 32 and entry["status"] == "ok"
         # float32 activations from the runtime against float64 ones here: agreement to ~1e-7.
         np.testing.assert_allclose(entry["values"], chunks, atol=2e-6)
         assert entry["mean"] == pytest.approx(np.mean(chunks), abs=2e-6)
@@ -63,7 +65,9 @@ def test_cli_equals_api_equals_independent(activation_case, tmp_path, capfd):
 
 def test_signature_contract(activation_case, tmp_path):
     model, data, _ = activation_case
-    sig = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, batch_size=100)
+    two = ["affinity", "affinity_lw"]
+    sig = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, reduce="mean", metrics=two,
+                          batch_size=100)
     d = json.loads(sig.write(tmp_path / "s.json").read_text())
     assert d["schema"] == "onnxaff.signature" and d["schema_version"] == 1
     assert len(d["model"]["sha256"]) == 64 and d["model"]["opset"] == 17
@@ -79,7 +83,8 @@ def test_signature_contract(activation_case, tmp_path):
     assert read_signature(tmp_path / "s.json").scores() == sig.scores()
     # chunk scores do not depend on the batch size, beyond float32 rounding: a CPU without AVX2 computes the last
     # elements of a batch with scalar code, which rounds differently (scores move by about 1e-8)
-    again = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, batch_size=7)
+    again = onnxaff.analyze(model, str(data), progress=False, chunk_size=256, reduce="mean", metrics=two,
+                            batch_size=7)
     np.testing.assert_allclose(again.scores(), sig.scores(), rtol=0, atol=1e-6)
 
 
@@ -88,21 +93,28 @@ MANIFEST = TORCH_FIXTURES
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_fixtures_end_to_end_synthetic(name):
+    """The default reduction, sample:16: a rank-2 site gives its one row an example (96 rows, 2 chunks of 48), one
+    with P positions min(16, P) rows (P known where its shape is static: the encoder's 9 tokens give 9)."""
     sig = onnxaff.analyze(FIXTURES / f"{name}.onnx", "synthetic:gaussian", limit=96, chunk_size=48,
                           progress=False)
     assert [s["kind"] for s in sig.sites] == MANIFEST[name]["kinds"]
     for s in sig.sites:
         assert s["status"] == "ok"
+        per, left = divmod(s["rows"], 96)
+        assert left == 0 and (per == 1 if s["rank"] == 2 else 1 <= per <= 16), s
+        positions = [d for a, d in enumerate(s["input_shape"]) if a not in (0, s["feature_axis"])]
+        if all(isinstance(d, int) for d in positions):
+            assert per == min(16, math.prod(positions)), s
         for m in s["metrics"].values():
-            assert m["status"] == "ok" and m["chunks"] == 2 and np.isfinite(m["mean"]), m
+            assert m["status"] == "ok" and m["chunks"] == 2 * per and np.isfinite(m["mean"]), m
 
 
 def test_partial_chunk_rule(activation_case):
     model, data, _ = activation_case
-    small = onnxaff.analyze(model, str(data), limit=100, progress=False)
+    small = onnxaff.analyze(model, str(data), limit=100, chunk_size=512, progress=False)
     entry = small.sites[0]["metrics"]["affinity"]
     assert entry["chunks"] == 1 and entry["partial"] is True
-    big = onnxaff.analyze(model, str(data), limit=1100, progress=False)  # 2 full chunks, 76 rows dropped
+    big = onnxaff.analyze(model, str(data), limit=1100, chunk_size=512, progress=False)  # 2 full, 76 rows dropped
     entry = big.sites[0]["metrics"]["affinity"]
     assert entry["chunks"] == 2 and "partial" not in entry
 
