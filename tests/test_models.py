@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 
 import numpy as np
@@ -41,12 +42,27 @@ def signatures(demo):
     return {name: read_signature(demo / "signatures" / f"{name}.json") for name in ZOO}
 
 
+def default_rows(site: dict, examples: int) -> int:
+    """Rows the default protocol (reduce sample:16) gives a site: 16 positions per example where its map has them
+    (all where it has fewer), one row per example at a rank-2 site."""
+    shape = site["input_shape"]
+    positions = math.prod(d for axis, d in enumerate(shape) if axis not in (0, site["feature_axis"] % len(shape)))
+    return examples * (min(16, positions) if site["rank"] >= 3 else 1)
+
+
 @pytest.mark.parametrize("name", list(ZOO))
 def test_sites_match_the_framework(name, signatures):
+    """The demo runs the default protocol: each site's chunks hold max(64, 4·D) rows (chunk_size 4d) of the rows
+    sample:16 gives it, a trailing partial chunk dropped."""
     m, sig = ZOO[name], signatures[name]
     assert [s["kind"] for s in sig.sites] == m.sites
     assert sig.data["samples"] == 1024
-    assert all(s["status"] == "ok" and s["metrics"]["affinity"]["chunks"] == 2 for s in sig.sites)
+    assert sig.options["chunk_size"] == "4d" and sig.options["reduce"] == "sample:16"
+    for s in sig.sites:
+        rows = default_rows(s, 1024)
+        chunk = max(64, 4 * max(s["dim"], s["dim_y"]))
+        assert s["status"] == "ok" and s["rows"] == rows, s["id"]
+        assert s["metrics"]["affinity"]["chunks"] == rows // chunk, s["id"]
     assert all(0.0 < v < 1.0 for v in sig.scores("affinity"))
 
 
@@ -96,7 +112,8 @@ def test_demo_writes_signatures_and_report(demo):
     page = (out / "report.html").read_text()
     assert "DTW" in page and "Correlation with accuracy" in page
     assert "src=\"http" not in page and not re.search(r"href=[\"'](?!#)", page)  # offline: only in-page links
-    assert page.count("data:image/png;base64,") + page.count("<svg class=\"scatter\"") >= 10  # PNG, SVG scatter
+    # the default metric's three PNGs (distribution, DTW heatmap, dendrogram), the six best statistics' SVG scatters
+    assert page.count("data:image/png;base64,") >= 3 and page.count("<svg class=\"scatter\"") >= 6
 
 
 def test_demo_subset_and_unknown_model(tmp_path, capfd):
