@@ -68,8 +68,9 @@ def site_entries(records: list[SiteRecord], states: dict[int, SiteState],
     return out, warnings
 
 
-MASKED_ROWS = ("a row with a feature no unmasked position reaches, as a key padding hides from every query: "
-               "docs/metrics.md#masked-positions; text data packed with " + option("pack") + " have no padding")
+MASKED_ROWS = ("rows of positions a mask hides, as padded tokens, or with a feature no unmasked position reaches, as "
+               "a key padding hides from every query: docs/metrics.md#masked-positions; text data packed with "
+               + option("pack") + " have no padding")
 
 
 def assemble(header: dict, records: list[SiteRecord], states: dict[int, SiteState], metrics: list[Metric],
