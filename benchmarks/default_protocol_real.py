@@ -188,6 +188,7 @@ def summarise(net: str, sigs: dict[str, dict], times: dict, built: dict) -> dict
     cpu = {k: v["cpu_s"] for k, v in times.items()}
     cost = {"cpu_s": cpu, "wall_s": {k: v["wall_s"] for k, v in times.items()},
             "load_avg": {k: [v["load_avg_before"], v["load_avg_after"]] for k, v in times.items()},
+            "peak_rss_mib": {k: v["peak_rss_mib"] for k, v in times.items()},
             "head": {k: v["head"] for k, v in times.items()}}
     if {"plain_1024", "default_1024", "paper_1024"} <= cpu.keys():
         cost["ratio"] = {"default_1024/plain": round(cpu["default_1024"] / cpu["plain_1024"], 1),
