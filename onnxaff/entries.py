@@ -6,6 +6,7 @@ One call per finished SiteState (`site_metrics`, what assembly calls): it reads 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -138,10 +139,17 @@ def _entry(f: Finished, m: Metric) -> MetricEntry:
     return out
 
 
-# A move smaller than this is finer than what the default protocol resolves (its 4·D-row chunks read 0.014–0.022
-# above 16·D-row ones, docs/statistics.md): the interval alone shrinks with every chunk, so hundreds of small
-# chunks flagged a single dead channel of 16 that moved the score by 0.007 (the demo's CNN: 7 of 10 sites).
+# A move smaller than this share of a metric's range is finer than what the default protocol resolves (its 4·D-row
+# chunks read 0.014–0.022 above 16·D-row ones on the affinity's [0, 1], docs/statistics.md): the interval alone
+# shrinks with every chunk, so hundreds of small chunks flagged a single dead channel of 16 that moved the score by
+# 0.007 (the demo's CNN: 7 of 10 sites). A metric with an unbounded range is weighed by its interval alone.
 DEAD_RESOLUTION = 0.01
+
+
+def dead_resolution(bounds: tuple[float, float]) -> float:
+    """DEAD_RESOLUTION of the metric's declared range (0.01 on [0, 1]); 0 where the range is unbounded."""
+    width = bounds[1] - bounds[0]
+    return DEAD_RESOLUTION * width if math.isfinite(width) else 0.0
 
 
 def flags_and_ci(f: Finished, m: Metric, values: list[float]) -> dict:
@@ -153,18 +161,19 @@ def flags_and_ci(f: Finished, m: Metric, values: list[float]) -> dict:
     seen = f.pooled_seen if pooled and m.rank_sensitive else f.seen
     flags = metric_flags(m, rows, d, f.partial, seen, f.scale)
     ci = None if pooled or f.intervals == "none" else entry_ci(values, f.halves.get(m.spec), m.range, f.intervals)
-    if "constant_output" in flags and dead_within(f.live.get(m.spec), values, ci):
+    if "constant_output" in flags and dead_within(f.live.get(m.spec), values, ci, dead_resolution(m.range)):
         flags.remove("constant_output")
     return {"flags": flags, "ci95": ci}
 
 
-def dead_within(live: list[float] | None, values: list[float], ci: list[float] | None) -> bool:
-    """The dead output features move the score by no more than its interval, or than DEAD_RESOLUTION: the chunk
+def dead_within(live: list[float] | None, values: list[float], ci: list[float] | None,
+                resolution: float = DEAD_RESOLUTION) -> bool:
+    """The dead output features move the score by no more than its interval, or than `resolution`: the chunk
     scored without them (`live`: [chunk index, score]) is that close to that chunk's own score. Without that
     score or an interval nothing is weighed, and the flag stays."""
     if live is None or ci is None or not 0 <= int(live[0]) < len(values):
         return False
-    return abs(values[int(live[0])] - live[1]) <= max((ci[1] - ci[0]) / 2, DEAD_RESOLUTION)
+    return abs(values[int(live[0])] - live[1]) <= max((ci[1] - ci[0]) / 2, resolution)
 
 
 def _caveat(f: Finished, m: Metric) -> str | None:

@@ -250,20 +250,3 @@ def flag_warnings(sites: list[dict], metrics=()) -> list[str]:
                                if dead else "")
             lines.append(f"{'; '.join(parts)} sites {text}{extra}; {todo.format(dead_todo=_dead_todo(names, metrics))}")
     return lines
-
-
-def drop_flagged(sigs) -> tuple[int, int]:
-    """Leave out every flagged score of activation sites (in memory, for compare/correlate): (left out, total)."""
-    dropped = total = 0
-    for sig in sigs:
-        for s in sig.sites:
-            if s.get("status") != "ok" or s.get("group", "activation") != "activation":
-                continue
-            for e in s.get("metrics", {}).values():
-                if e.get("mean") is None:
-                    continue
-                total += 1
-                if e.get("flags"):
-                    e["mean"] = None
-                    dropped += 1
-    return dropped, total

@@ -18,6 +18,7 @@ import numpy as np
 
 from onnxaff.metrics import Chunk, Metric, Needs
 from onnxaff_plugins.linalg import (
+    AFFINITY_SECONDS_PER_ROW2_DIM,
     EPS,
     as_rows,
     ledoit_wolf_shrinkage,
@@ -369,12 +370,6 @@ def affinity_score(x: np.ndarray, y: np.ndarray, eps: float = EPS, shrinkage: st
     if tr_sigma_y == 0.0:  # an all-zero output with a relative ε: nothing to transport
         return 1.0 if w2 == 0.0 else 0.0
     return float(1.0 - np.sqrt(w2 / (2.0 * tr_sigma_y)))
-
-
-# One dense chunk's CPU seconds over n²·D (the distances dominate; the assignment of a transported cloud to its
-# image is far from scipy's random worst case): 1.2e-10 on ReLU6 rows, 3.0e-10 on independent clouds (n = 2,048 to
-# 5,120, D = 512 to 1,280, 2 cores, 2026-12): the middle, so a 4·D-row chunk at D = 1,280 reads about 7 s.
-AFFINITY_SECONDS_PER_ROW2_DIM = 2e-10
 
 
 class Affinity(Metric):

@@ -17,7 +17,7 @@ import numpy as np
 
 from onnxaff.metrics import Chunk, Metric, Needs
 from onnxaff_plugins.affinity import METHODS, affinity_score
-from onnxaff_plugins.linalg import ASSIGNMENT_SECONDS_PER_ROW3, EPS, as_rows
+from onnxaff_plugins.linalg import AFFINITY_SECONDS_PER_ROW2_DIM, EPS, as_rows
 
 ORDERS = (2, 3)
 SEED = 20261204  # the fixed partition of a chunk's rows: a chunk scores the same every time
@@ -101,8 +101,9 @@ class AffinityBC(Metric):
     def chunk_seconds(self, rows: int, dx: int, dy: int) -> tuple[float, str] | None:
         if max(dx, dy) <= 1:
             return None
-        share = sum(2**level * (0.5**level) ** 3 for level in range(self.order))  # 1 + 1/4 (+ 1/16)
-        return ASSIGNMENT_SECONDS_PER_ROW3 * share * rows**3, "the exact assignments (cubic in the rows)"
+        share = sum(2**level * (0.5**level) ** 2 for level in range(self.order))  # 1 + 1/2 (+ 1/4)
+        return (AFFINITY_SECONDS_PER_ROW2_DIM * share * rows**2 * max(dx, dy),
+                "the exact assignments (their n²·D distances)")
 
     def compute(self, chunk: Chunk) -> float:
         return affinity_bc_score(chunk.x, chunk.y, eps=self.eps, order=self.order, method=self.method)

@@ -13,7 +13,7 @@ import onnxaff
 from onnxaff import defaults
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.chunks import site_chunk_rows
-from onnxaff.entries import DEAD_RESOLUTION, dead_within
+from onnxaff.entries import DEAD_RESOLUTION, dead_resolution, dead_within
 from onnxaff.metrics import default_metrics, registry
 from onnxaff.protocol import NAMED, protocol_of
 from onnxaff.signature import read_signature
@@ -97,3 +97,25 @@ def test_the_demo_flags_no_site_few_rows(shipped_demo):
         assert sig.protocol()["name"] == "width", path.name
         flagged = [s["id"] for s in sig.sites for e in s["metrics"].values() if "few_rows" in e.get("flags", [])]
         assert not flagged, (path.name, flagged)
+
+
+def test_the_resolution_is_a_share_of_the_metrics_range():
+    assert dead_resolution((0.0, 1.0)) == DEAD_RESOLUTION
+    assert dead_resolution((-1.0, 1.0)) == pytest.approx(2 * DEAD_RESOLUTION)
+    assert dead_resolution((1.0, float("inf"))) == 0.0  # unbounded (lss, nlc): the interval alone
+    assert not dead_within([1, 0.72], [0.7, 0.71], [0.705, 0.705], resolution=0.0)
+
+
+@pytest.mark.parametrize("flag, value", [("--chunk-size", "4d"), ("--reduce", "sample:16")])
+def test_a_flag_given_against_the_protocol_is_refused_even_at_its_default(flag, value, rng, tmp_path, capfd):
+    """AnalysisConfig takes a default as not given; the command line knows it was typed."""
+    path = save(mlp(rng, 8, 16, 4), tmp_path / "mlp.onnx")
+    code, _, err = run_cli(capfd, "analyze", str(path), "--data", "synthetic:gaussian:n=64", "--protocol", "paper",
+                           flag, value, "--out", str(tmp_path / "x.json"))
+    assert code == 2 and f"{flag} {value} contradicts --protocol paper" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_sample_k_is_written_plainly():
+    assert AnalysisConfig(reduce="sample:016").reduce == "sample:16"
+    assert AnalysisConfig(protocol="width", reduce="sample:016").reduce == "sample:16"

@@ -12,7 +12,6 @@ import math
 import numpy as np
 
 from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows
-from onnxaff.data import examples_in
 from onnxaff.errors import option
 from onnxaff.graph.reduction import feature_dim, graph_mode, sampled
 from onnxaff.memory import check_fits, size
@@ -33,20 +32,6 @@ def example_shapes(source, inputs) -> dict[str, tuple]:
     """Each input's shape after the batch axis: the source's own (synthetic, arrays), else the declared one."""
     shapes = source.example_shapes()
     return {i.name: tuple(shapes.get(i.name, i.example_shape())) for i in inputs}
-
-
-def fed_shapes(source, inputs, batch_size: int) -> dict[str, list[int]] | None:
-    """One example's shape per input as the run feeds it, its batch axis 1 (what the MACs are counted on): the
-    source's own, else its first batch's (an image folder's come from decoding); None where no batch comes."""
-    shapes = example_shapes(source, inputs)
-    if all(isinstance(d, int) and d > 0 for shape in shapes.values() for d in shape):
-        return {s.name: list(shapes[s.name]) if s.batch_axis is None else
-                [*shapes[s.name][:s.batch_axis], 1, *shapes[s.name][s.batch_axis:]] for s in inputs}
-    first = next((b for b in source.batches(batch_size) if examples_in(b, inputs)), None)
-    if first is None:
-        return None
-    return {s.name: [1 if k == s.batch_axis else d for k, d in enumerate(first[s.name].shape)]
-            for s in inputs if s.name in first}
 
 
 def check_batches(source, inputs, batch_size: int) -> None:

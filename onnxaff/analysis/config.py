@@ -88,11 +88,13 @@ def _sized(name: str, value, least: int, what: str) -> int | str:
     return _whole(name, value, least, what)
 
 
-def _reduction(value) -> None:
-    """One of REDUCTIONS, or sample:K (K ≥ 1 positions per example, onnxaff.graph.reduction.sample_rows)."""
+def _reduction(value) -> str:
+    """One of REDUCTIONS, or sample:K (K ≥ 1 positions per example, onnxaff.graph.reduction.sample_rows), K written
+    plainly: sample:016 is sample:16, the protocol it names and the signature it is recorded in alike."""
     if value not in REDUCTIONS and not (sampled(value) or 0) >= 1:
         raise ConfigError("reduce", f"unknown reduction {value!r} for {{option}}; choose one of "
                           f"{', '.join(REDUCTIONS)} or {SAMPLE}K (K positions per example, K ≥ 1)")
+    return value if value in REDUCTIONS else f"{SAMPLE}{sampled(value)}"
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,7 @@ class AnalysisConfig:
         if self.chunk_workers is not None and self.chunk_workers > MAX_WORKERS:
             raise ConfigError("chunk_workers", f"{{option}} {self.chunk_workers} is more scoring threads than can "
                               f"help (each holds chunks in memory); at most {MAX_WORKERS}")
-        _reduction(self.reduce)
+        put("reduce", _reduction(self.reduce))
         _choice("reduce_in", self.reduce_in, ("graph", "numpy"), "reduce_in")
         _choice("graph_optimization", self.graph_optimization, tuple(GRAPH_OPTIMIZATIONS), "graph optimisation level")
         _choice("device", self.device, ("auto", "cpu", "cuda"), "device")

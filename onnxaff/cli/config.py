@@ -104,7 +104,24 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
         options["mask"] = mask
     if protocol is not None:  # as mask
         options["protocol"] = protocol
+        _given_against(protocol, options)
     return options
+
+
+def _given_against(protocol: str, options: dict) -> None:
+    """A flag given on the command line against the named protocol is refused, even where its value is the default
+    (`--protocol paper --chunk-size 4d`): AnalysisConfig cannot tell a default from a value given equal to it."""
+    from onnxaff.errors import ConfigError, option
+    from onnxaff.protocol import NAMED
+
+    try:
+        given = given_fields(click.get_current_context(), ("chunk_size", "reduce"))
+    except RuntimeError:  # no command running: the config's own rule holds
+        return
+    for name in given & set(NAMED.get(protocol, {})):
+        if str(options[name]) != str(NAMED[protocol][name]):
+            raise ConfigError(name, f"{option(name, str(options[name]))} contradicts {option('protocol', protocol)}, "
+                              f"which sets {option(name, str(NAMED[protocol][name]))}: give one or the other")
 
 
 def feed_kwargs(batch_axis=(), constant=(), input_range=(), pad=0.0) -> dict:

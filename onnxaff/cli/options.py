@@ -60,8 +60,9 @@ ANALYSIS_OPTIONS = [
                help="Comma-separated metrics, each NAME or NAME:KEY=VALUE:KEY=VALUE (see `onnxaff plugins`) "
                     "[default: the metrics that declare themselves default; `onnxaff plugins --format json`]."),
     configured("--protocol", metavar="NAME",
-               help="A named protocol setting --metrics, --chunk-size and --reduce at once: paper (affinity, 512 rows "
-                    "per chunk, one row per example: Bouniot et al.'s numbers); an option given against it: refused."),
+               help="A named protocol setting --metrics, --chunk-size and --reduce at once: width (the defaults: "
+                    "affinity, 4·D rows per chunk, 16 sampled positions per example) or paper (affinity, 512 rows per "
+                    "chunk, one row per example: Bouniot et al.'s numbers); an option given against it: refused."),
     configured("--chunk-size", help="Rows per scored chunk, or Kd: K·D rows at a site of D features (at least 64)."),
     configured("--batch-size", type=int),
     configured("--limit", type=int, help="Use at most N examples."),
