@@ -13,7 +13,7 @@ import numpy as np
 
 from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows
 from onnxaff.errors import option
-from onnxaff.graph.reduction import feature_dim, graph_mode, sampled
+from onnxaff.graph.reduction import feature_dim, graph_mode, positions, sampled
 from onnxaff.memory import check_fits, size
 from onnxaff.metrics.dispatch import serving
 from onnxaff.stats import HALVES
@@ -133,11 +133,9 @@ def rows_per_example(site, reduce: str, mask) -> int | None:
     which leaves rows out."""
     if mask is not None:
         return None
-    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
-    if graph_mode(reduce) != "positions" or rank is None or rank <= 2:
+    if graph_mode(reduce) != "positions" or site.rank is None or site.rank <= 2:
         return 1
-    dims = [shape[a] for a in range(1, rank) if a != axis] if shape is not None and axis is not None else [None]
-    every = math.prod(dims) if all(isinstance(d, int) for d in dims) else None
+    every = None if site.feature_axis is None else positions(site, "mean")  # what a mean would average
     return every if every is None or sampled(reduce) is None else min(every, sampled(reduce))
 
 
