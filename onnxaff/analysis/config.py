@@ -255,11 +255,17 @@ def _protocol(protocol: str | None, plugins: tuple[str, ...], fields: Mapping) -
     out = {}
     for name, value in {**sets, "metrics": metrics}.items():
         if fields[name] not in (default(name), value):
-            was, want = (",".join(v) if name == "metrics" else str(v) for v in (fields[name], value))
-            raise ConfigError(name, f"{option(name, was)} contradicts {option('protocol', protocol)}, "
-                              f"which sets {option(name, want)}: give one or the other")
+            raise contradiction(name, fields[name], protocol, value)
         out[name] = value
     return out
+
+
+def contradiction(name: str, given, protocol: str, sets) -> ConfigError:
+    """The one-line refusal of an option given against a named protocol (here, and on the command line, which
+    also knows a value typed equal to the default)."""
+    was, want = (",".join(v) if name == "metrics" else str(v) for v in (given, sets))
+    return ConfigError(name, f"{option(name, was)} contradicts {option('protocol', protocol)}, "
+                       f"which sets {option(name, want)}: give one or the other")
 
 
 def default(name: str):

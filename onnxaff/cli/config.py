@@ -111,7 +111,7 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
 def _given_against(protocol: str, options: dict) -> None:
     """A flag given on the command line against the named protocol is refused, even where its value is the default
     (`--protocol paper --chunk-size 4d`): AnalysisConfig cannot tell a default from a value given equal to it."""
-    from onnxaff.errors import ConfigError, option
+    from onnxaff.analysis.config import contradiction
     from onnxaff.protocol import NAMED
 
     try:
@@ -120,8 +120,7 @@ def _given_against(protocol: str, options: dict) -> None:
         return
     for name in given & set(NAMED.get(protocol, {})):
         if str(options[name]) != str(NAMED[protocol][name]):
-            raise ConfigError(name, f"{option(name, str(options[name]))} contradicts {option('protocol', protocol)}, "
-                              f"which sets {option(name, str(NAMED[protocol][name]))}: give one or the other")
+            raise contradiction(name, options[name], protocol, NAMED[protocol][name])
 
 
 def feed_kwargs(batch_axis=(), constant=(), input_range=(), pad=0.0) -> dict:
