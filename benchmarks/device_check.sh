@@ -25,7 +25,7 @@ providers = ort.get_available_providers()
 print("onnxruntime", ort.__version__, providers)
 if "CUDAExecutionProvider" not in providers:
     raise SystemExit("onnxruntime here has no CUDA provider: carry an onnxruntime-gpu wheel in .whl/")
-from onnxaff.runtime import cuda_usable
+from onnxaff.runtime.sessions import cuda_usable
 if not cuda_usable():
     raise SystemExit("the CUDA provider does not load here (CUDA/cuDNN libraries?)")
 PY

@@ -4,8 +4,8 @@ Why: docs/statistics.md states the shift per ratio ε / (mean variance) that `ep
 Sites: ReLU of rotated Gaussian pre-activations (as benchmarks/finite_sample_study.py: z_k ~ N(μ_k, s_k²), s_k²
 flat or 1/k over 64 levels, μ_k/s_k in [−1, 1], X = zQᵀ, Y = relu(z)Qᵀ), d = 16 and 128, n = 512 rows, SEEDS
 draws of each. Both X and
-Y are scaled by c so that ε / min(var_X, var_Y) (onnxaff.stats.chunk_scale, what the flag reads) takes each ratio;
-the shift is the score at that ratio minus the score of the same rows at ratio 1e-9 (where ε moves nothing).
+Y are scaled by c so that ε / min(var_X, var_Y) (onnxaff.collection.stats.chunk_scale, what the flag reads) takes each
+ratio; the shift is the score at that ratio minus the score of the same rows at ratio 1e-9 (where ε moves nothing).
 
 Usage: python benchmarks/eps_shift.py [--seeds 5]; prints one markdown row per ratio.
 """
@@ -23,7 +23,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from onnxaff.stats import chunk_scale  # noqa: E402
+from onnxaff.collection.stats import chunk_scale  # noqa: E402
 from plugins.affinity import affinity_score  # noqa: E402
 
 RATIOS = (3e-4, 3e-3, 3e-2, 0.3, 0.9, 1.1, 3.0, 30.0)

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from scipy.special import erf, ndtri  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from onnxaff.stats import entry_ci, half_sample_rows, mean_ci, t975  # noqa: E402
+from onnxaff.collection.stats import entry_ci, half_sample_rows, mean_ci, t975  # noqa: E402
 from plugins.affinity import affinity_score  # noqa: E402
 from plugins.affinity_bc import affinity_bc_score  # noqa: E402
 from plugins.cka import linear_cka  # noqa: E402
@@ -280,8 +280,8 @@ def coverage(result: dict) -> dict:
 def population_coverage(result: dict) -> dict:
     """Measured coverage of the *population* value by the same intervals (nominal 95 %), every cell, and the
     cells a metric does not flag `few_rows` (n ≥ rows_per_dim·d and n > d, its declaration in plugins/)."""
+    from onnxaff.collection.stats import rows_needed
     from onnxaff.metrics import registry
-    from onnxaff.stats import rows_needed
 
     per_dim = {m: registry()[m].cls().rows_per_dim for m in METRICS}
     hits, total = {}, {}
@@ -422,7 +422,7 @@ def _rounded(obj):
 # this measures the chunk-size part of the default protocol only (sample:16's rows are correlated within an
 # example on real feature maps: docs/statistics.md measures that part on a conv net, not here).
 GRID_DIMS = (32, 64, 128, 256, 512)
-GRID_PROTOCOLS = {"default": "4d", "paper": 512}  # chunk_size as onnxaff takes it (onnxaff.chunks)
+GRID_PROTOCOLS = {"default": "4d", "paper": 512}  # chunk_size as onnxaff takes it (onnxaff.collection.chunks)
 GRID_ROWS = 2**15  # rows per site and protocol (chunks = GRID_ROWS // n, at least 8): standard errors ≤ 0.001
 
 
@@ -430,7 +430,7 @@ def protocol_grid(seed: int = SEED, dims: tuple = GRID_DIMS, rows: int = GRID_RO
     """Per site and protocol: the bias of the mean over chunks against the site's population value, its standard
     error (sd/√chunks) and the chunks used. Each width draws its six sites, then their chunks, from its own stream
     (seed, d), so a run over fewer widths draws the same sites and chunks for those it has."""
-    from onnxaff.chunks import site_chunk_rows
+    from onnxaff.collection.chunks import site_chunk_rows
 
     cells = []
     for d in dims:

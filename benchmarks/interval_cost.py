@@ -1,7 +1,7 @@
 """What a one-chunk interval costs against the chunk's own scoring, on MobileNet-like site shapes.
 
 A site of MobileNetV2 on a few hundred images has one chunk of n = 512 rows and d = 32 … 1280; its ci95 comes
-from half-samples of that chunk (onnxaff.stats.half_sample_rows). This times, per d, the chunk's own scores
+from half-samples of that chunk (onnxaff.collection.stats.half_sample_rows). This times, per d, the chunk's own scores
 (the default metrics, affinity and affinity_lw) against its H half-sample rescorings, one BLAS thread.
 
 Usage: python benchmarks/interval_cost.py [--n 512] [--dims 32 96 160 320 576 960 1280] [--halves 8] [--repeats 3]
@@ -21,7 +21,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from onnxaff.stats import half_sample_rows  # noqa: E402
+from onnxaff.collection.stats import half_sample_rows  # noqa: E402
 from plugins.affinity import affinity_score  # noqa: E402
 
 METRICS = {"affinity": {}, "affinity_lw": {"shrinkage": "ledoit_wolf"}}

@@ -17,7 +17,7 @@ from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.plan import Plan
 from onnxaff.graph.reduction import numpy_features
 from onnxaff.metrics.rank import CUTOFF, FLOAT32_EPS, NOISE
-from onnxaff.runtime import Runner
+from onnxaff.runtime.sessions import Runner
 from onnxaff_models import shipped_models
 
 CHUNK = 512

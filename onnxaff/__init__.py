@@ -13,6 +13,7 @@ The Python API (``help(onnxaff.analyze)`` and the others have every parameter an
   ``report(result, path)``: DTW distances and clusters, correlation with accuracy, HTML pages.
 - ``study(models, data, out)`` (a ``Study``): all of it over many models, resumable.
 - ``read_signature(path)``, ``AnalysisConfig`` (every option), ``ImagePreprocess`` (how images are read).
+- ``from_torch``, ``from_keras``, ``from_sklearn``: a framework's model exported to ONNX, its activations checked.
 
 Importing onnxaff is cheap: each name is imported when first used.
 """
@@ -26,17 +27,19 @@ __version__ = "0.1.0"
 
 _HOME = {
     "analyze": "onnxaff.api", "sites": "onnxaff.api", "study": "onnxaff.api", "compare": "onnxaff.api",
-    "correlate": "onnxaff.api", "report": "onnxaff.api", "Correlation": "onnxaff.comparison", "Sites": "onnxaff.api",
+    "correlate": "onnxaff.api", "report": "onnxaff.api", "Sites": "onnxaff.api",
+    "Correlation": "onnxaff.results.comparison", "Comparison": "onnxaff.results.comparison",
     "AnalysisConfig": "onnxaff.analysis.config", "ImagePreprocess": "onnxaff.data.image_preprocess",
-    "Signature": "onnxaff.signature", "read_signature": "onnxaff.signature", "Comparison": "onnxaff.comparison",
+    "Signature": "onnxaff.format.signature", "read_signature": "onnxaff.format.signature",
     "Study": "onnxaff.studies.result", "OnnxaffError": "onnxaff.errors", "ConfigError": "onnxaff.errors",
+    "from_torch": "onnxaff.graph.export", "from_keras": "onnxaff.graph.export", "from_sklearn": "onnxaff.graph.export",
 }
 __all__ = sorted(_HOME, key=lambda n: (n[0].islower(), n))  # the classes, then the functions
 
 def __getattr__(name: str):
     if name not in _HOME:
-        # a submodule is an attribute too, imported on first use as the names are (`onnxaff.export.from_torch`
-        # as the README writes it): Python sets it only once something has imported it
+        # a submodule is an attribute too, imported on first use as the names are (`onnxaff.graph.discover_sites`):
+        # Python sets it only once something has imported it
         submodule = f"{__name__}.{name}"
         if name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(submodule) is not None:
             return importlib.import_module(submodule)

@@ -11,10 +11,10 @@ PROGRESS = True
 REDUCE = "sample:16"  # 16 seeded positions per example where a site has them, else its one row (graph.reduction;
 # the default protocol: docs/statistics.md)
 DEVICE = "auto"
-GRAPH_OPTIMIZATION = "all"  # onnxruntime's graph optimisation level (onnxaff.runtime)
-INTERVALS = "auto"  # how a site's ci95 is computed (onnxaff.stats)
+GRAPH_OPTIMIZATION = "all"  # onnxruntime's graph optimisation level (onnxaff.runtime.sessions)
+INTERVALS = "auto"  # how a site's ci95 is computed (onnxaff.collection.stats)
 CHUNK_SIZE = "4d"  # rows per scored chunk: 4·D at a site of D features (chunks.site_chunk_rows; the paper: 512)
-PROTOCOL = None  # a named protocol setting chunk size, reduction, metrics (onnxaff.protocol.NAMED); None: none
+PROTOCOL = None  # a named protocol setting chunk size, reduction, metrics (onnxaff.format.protocol.NAMED); None: none
 BATCH_SIZE = 64
 REDUCE_IN = "graph"
 MASK = "auto"

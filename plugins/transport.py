@@ -47,7 +47,8 @@ TOLERANCE = 1e-12  # per-row slack of the certificate, relative to the largest s
 
 
 def available_memory() -> int | None:
-    """What a run may still allocate (onnxaff.memory: MemAvailable within `ulimit -v`), None where unknown."""
+    """What a run may still allocate (onnxaff.foundations.memory: MemAvailable within `ulimit -v`), None where
+    unknown."""
     return available_bytes()
 
 

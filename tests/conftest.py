@@ -65,7 +65,7 @@ def _signal_handlers_put_back():
 def shipped_demo(tmp_path_factory) -> Path:
     """The folder of one `onnxaff demo` of every shipped network, shared by the tests that read its scores
     (tests/test_models.py, the golden numbers' demo runs) instead of an analysis of each per test file."""
-    from onnxaff.demo import run_demo
+    from onnxaff.studies.demo import run_demo
 
     return run_demo(tmp_path_factory.mktemp("demo") / "demo", progress=False).folder
 

@@ -10,7 +10,7 @@ import pytest
 
 import onnxaff
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.builders import chain, write_plugin
 from tests.conftest import FIXTURES, TORCH_FIXTURES, parse, run_cli
 
@@ -174,7 +174,7 @@ def test_atomic_write_keeps_a_good_file_when_writing_fails(tmp_path, activation_
     sig = onnxaff.analyze(model, str(data), limit=64, progress=False)
     target = sig.write(tmp_path / "keep.json")
     before = target.read_text()
-    import onnxaff.files as files_module
+    import onnxaff.foundations.files as files_module
 
     def fail(*a, **k):
         raise OSError(28, "No space left on device")
@@ -212,7 +212,7 @@ def test_model_with_external_data_runs_where_it_lies(tmp_path, rng):
 def test_written_files_get_the_usual_permissions(tmp_path):
     import stat
 
-    from onnxaff.files import write_text_atomic
+    from onnxaff.foundations.files import write_text_atomic
 
     old = os.umask(0o022)
     try:

@@ -42,13 +42,13 @@ def test_the_api_is_listed_and_importing_it_stays_cheap():
 def test_the_functions_keep_their_names_when_every_module_is_imported():
     """No module shares a function's name: importing them all leaves onnxaff.compare, .report and .study the
     API's functions (a submodule onnxaff/compare.py would have replaced the function on import)."""
-    import onnxaff.comparison
     import onnxaff.reports.html
+    import onnxaff.results.comparison
     import onnxaff.studies.run  # noqa: F401
 
     assert inspect.signature(onnxaff.compare).parameters["metric"].kind.name == "KEYWORD_ONLY"
     assert [inspect.isfunction(getattr(onnxaff, n)) for n in ("compare", "report", "study")] == [True] * 3
-    assert inspect.ismodule(onnxaff.comparison) and inspect.ismodule(onnxaff.studies.run)
+    assert inspect.ismodule(onnxaff.results.comparison) and inspect.ismodule(onnxaff.studies.run)
 
 
 @pytest.mark.parametrize("name", API)

@@ -10,7 +10,7 @@ import pytest
 import onnxaff
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.signature import Signature
+from onnxaff.format.signature import Signature
 from tests.builders import HEADER, save
 from tests.conftest import need, parse, run_cli
 from tests.test_compare import fake_signature
@@ -86,7 +86,7 @@ def test_a_torch_module_comes_back_in_the_training_mode_it_was_given_in(tmp_path
     modes = [m.training for m in net.modules()]
     onnxaff.analyze(net, tiny[2], example_input=torch.zeros(2, 8), **QUICK)
     assert [m.training for m in net.modules()] == modes  # was every module in eval mode
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
 
     with pytest.raises(ConfigError):
         from_torch(net, torch.zeros(2, 3), tmp_path / "bad.onnx")

@@ -11,11 +11,11 @@ import pytest
 
 from onnxaff.analysis.assemble import assemble, check_some_number, site_entries, stage_results
 from onnxaff.analysis.records import SiteRecord, StageRecord
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
 from onnxaff.errors import OnnxaffError
 from onnxaff.graph.site import Site
 from onnxaff.metrics import Metric, resolve
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
 
 CHUNK = 32
 

@@ -240,9 +240,9 @@ def test_sample_rate_is_checked_and_recorded_for_audio_data_only():
 
 
 def test_conv1d_tiny_fixture_sites_take_the_channels_and_run_on_audio(capfd, tmp_path, audio_dir):
+    from onnxaff.analysis.sitelist import list_sites
     from onnxaff.graph import load_model
     from onnxaff.graph.reduction import feature_dim
-    from onnxaff.sitelist import list_sites
     from tests.conftest import FIXTURES
 
     model = FIXTURES / "audio" / "conv1d_tiny.onnx"
@@ -281,8 +281,8 @@ def test_vad_tiny_waveform_is_its_first_float_input_of_one_axis(audio_dir):
 def test_two_shards_of_an_audio_folder_merged_equal_one_run(tmp_path, audio_dir):
     """Windows are numbered the same in every process: shards cut the same examples as one run."""
     from onnxaff.analysis import analyze
-    from onnxaff.executors import shard_state
-    from onnxaff.shards import merge_states
+    from onnxaff.results.executors import shard_state
+    from onnxaff.results.shards import merge_states
 
     root, _ = audio_dir
     model = save(conv1d_audio_model(), tmp_path / "conv1d.onnx")

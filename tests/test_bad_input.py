@@ -387,7 +387,7 @@ def test_output_folder_refusing_files(capfd, tmp_path, relu_model, no_analysis, 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("onnxaff.files.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("onnxaff.foundations.files.tempfile.mkstemp", refuse)
     one_line_error(analyze(capfd, relu_model, SYNTH, tmp_path / "s.json"),
                    f"cannot write to {tmp_path}: Permission denied")
     assert sorted(os.listdir(tmp_path)) == ["relu.onnx"]
@@ -404,7 +404,7 @@ def test_disk_full_keeps_the_previous_file(capfd, tmp_path, relu_model):
         raise OSError(28, "No space left on device")
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr("onnxaff.files.os.fsync", full)
+        m.setattr("onnxaff.foundations.files.os.fsync", full)
         one_line_error(analyze(capfd, relu_model, SYNTH, out, "--seed", "1"),
                        f"cannot write {out}: No space left on device")
     assert out.read_bytes() == before

@@ -348,7 +348,7 @@ def test_nlc_of_a_seq_first_site_is_the_twins():
 def test_pairs_are_read_with_the_examples_on_axis_0_or_skipped():
     """--pairs inside the [S, N, E] part would take the sequence as the batch: skipped with the reason; a pair
     of batch-first tensors around it is kept, and a pair after a mixing op is skipped as its activations are."""
-    from onnxaff.sitelist import sites_of
+    from onnxaff.analysis.sitelist import sites_of
 
     listed = sites_of(seq_first(), pairs=[("t", "a"), ("x", "y")])
     inside, around = [s for s in listed.sites if s.group == "pair"]

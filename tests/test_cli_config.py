@@ -115,7 +115,7 @@ def test_a_warning_says_the_field_in_the_file_and_the_flag_on_the_terminal(tmp_p
 
     from onnxaff.cli.echo import echo_err
     from onnxaff.errors import option
-    from onnxaff.signature import Signature
+    from onnxaff.format.signature import Signature
 
     sig = Signature(model={}, data={}, options={}, runtime={}, metrics={}, sites=[],
                     warnings=[f"lower {option('chunk_size')} or {option('reduce', 'mean')}"])

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from onnxaff.collect import BlockMoments, ChunkBuffer, Moments
+from onnxaff.collection.collect import BlockMoments, ChunkBuffer, Moments
 
 
 def stream(x, y, sizes):
@@ -56,7 +56,7 @@ def test_chunks_are_consecutive_rows(batch, rng):
 def test_a_batch_of_many_chunks_is_concatenated_once(monkeypatch):
     """Each chunk a batch completes is a slice of one concatenation: concatenating per chunk copied the rest of
     the batch for every chunk (quadratic in the chunks per batch: 12 s of a decoder run's 50)."""
-    import onnxaff.collect as collect
+    import onnxaff.collection.collect as collect
 
     calls = []
     real = np.concatenate

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from onnxaff.analysis.checkpoint import load_state, save_state
-from onnxaff.chunks import ChunkSchedule
-from onnxaff.collect import ChunkBuffer
-from onnxaff.entries import metric_entry
+from onnxaff.collection.chunks import ChunkSchedule
+from onnxaff.collection.collect import ChunkBuffer
+from onnxaff.collection.entries import metric_entry
+from onnxaff.collection.observations import Observations
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
 from onnxaff.errors import OnnxaffError
+from onnxaff.foundations.statefields import from_state, part, saved, to_state, transient
 from onnxaff.metrics import resolve
-from onnxaff.observations import Observations
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
-from onnxaff.statefields import from_state, part, saved, to_state, transient
 
 # --- statefields ---
 

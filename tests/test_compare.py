@@ -13,9 +13,9 @@ from dtaidistance import dtw
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
-from onnxaff.comparison import compare, correlate, dtw_distance
+from onnxaff.format.signature import Signature
 from onnxaff.reports.html import comparison_page, correlation_page, single_page
-from onnxaff.signature import Signature
+from onnxaff.results.comparison import compare, correlate, dtw_distance
 from tests.conftest import one_line_error, run_cli
 
 
@@ -171,9 +171,9 @@ def test_correlate_shows_flagged_scores_and_can_leave_them_out(capfd, tmp_path):
     import csv
     import io
 
+    from onnxaff.format.signature import read_signature
     from onnxaff.reports.csv import correlation_csv
     from onnxaff.reports.markdown import correlation_markdown
-    from onnxaff.signature import read_signature
 
     accuracy = {"a": 0.70, "b": 0.74, "c": 0.79, "d": 0.81, "e": 0.76}
     paths = []

@@ -10,13 +10,13 @@ import pytest
 import scipy.stats
 
 import onnxaff
-from onnxaff.comparison import compare, correlate
-from onnxaff.differences import differences, differences_line
 from onnxaff.errors import OnnxaffError
 from onnxaff.reports.console import models_table
 from onnxaff.reports.html import comparison_page, correlation_page
 from onnxaff.reports.markdown import comparison_markdown, correlation_markdown
-from onnxaff.significance import DRAWS, bootstrap_ci, permutation_p
+from onnxaff.results.comparison import compare, correlate
+from onnxaff.results.differences import differences, differences_line
+from onnxaff.results.significance import DRAWS, bootstrap_ci, permutation_p
 from tests.conftest import parse, run_cli
 from tests.test_compare import fake_signature, mlp
 from tests.test_study import FAST, write_models
@@ -124,7 +124,7 @@ def test_compare_says_when_chunk_sizes_differ_and_strict_refuses(capfd, tmp_path
     code, stdout, err = run_cli(capfd, "compare", *labelled, "--strict", "--out", tmp_path / "strict.html")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "--chunk-size differs: a=64, b=32" in err, err
     assert not (tmp_path / "strict.html").exists()
-    from onnxaff.signature import read_signature
+    from onnxaff.format.signature import read_signature
 
     sigs = [read_signature(p) for p in paths]
     with pytest.raises(OnnxaffError, match="chunk_size differs"):  # the library names the field, not the flag
@@ -223,7 +223,7 @@ def test_a_study_of_models_on_other_data_says_so_and_strict_refuses(tmp_path):
 def test_groups_name_their_own_p_method_and_small_groups_warn():
     """Groups of 4 and 7 models inside 11: their p-values are exact, the whole table's drawn; the report said
     'Monte Carlo' for every table and warned for none of the groups (a hostile review)."""
-    from onnxaff.comparison import correlate
+    from onnxaff.results.comparison import correlate
     from tests.test_compare import fake_signature
 
     names = [f"m{k:02d}" for k in range(11)]

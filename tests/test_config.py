@@ -168,9 +168,9 @@ def test_a_plugin_edited_between_the_shards_and_the_merge_is_refused(tmp_path, c
 
 def test_parts_from_two_versions_of_a_metric_are_not_merged(tmp_path, monkeypatch):
     """A metric upgraded between two shards' runs: the parts' keys differ on that metric alone."""
-    from onnxaff.executors import shard_state
     from onnxaff.metrics import Registered
-    from onnxaff.shards import merge_states
+    from onnxaff.results.executors import shard_state
+    from onnxaff.results.shards import merge_states
 
     config = AnalysisConfig(metrics=("affinity",), chunk_size=32, batch_size=16, progress=False)
     first = shard_state(TANH, DATA, (0, 2), config)
@@ -185,8 +185,8 @@ def test_parts_from_two_versions_of_a_metric_are_not_merged(tmp_path, monkeypatc
 
 def test_run_state_merge_of_shards_is_one_run():
     """Parts merged by RunState.merge, finished once: the uninterrupted run's numbers, chunk for chunk."""
-    from onnxaff.executors import shard_state
-    from onnxaff.scoring import MetricScorer
+    from onnxaff.collection.scoring import MetricScorer
+    from onnxaff.results.executors import shard_state
 
     config = AnalysisConfig(metrics=("affinity", "cka", "nlc"), chunk_size=32, batch_size=16, progress=False)
     parts = [RunState.from_state(shard_state(TANH, DATA, (i, 3), config)) for i in range(3)]

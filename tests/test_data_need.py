@@ -9,8 +9,8 @@ import pytest
 
 import onnxaff
 from onnxaff.analysis.cost import estimate
-from onnxaff.entries import metric_entry
-from onnxaff.stats import rows_needed
+from onnxaff.collection.entries import metric_entry
+from onnxaff.collection.stats import rows_needed
 from tests.builders import mlp, save
 from tests.conftest import run_cli
 
@@ -138,8 +138,8 @@ def test_without_an_interval_the_flag_stays(tmp_path):
 
 def test_flag_texts_are_the_metrics_own(tmp_path):
     """A descriptive metric is not told it counts dead features as linear; a linearity score is told why."""
+    from onnxaff.collection.stats import flag_warnings
     from onnxaff.metrics import resolve
-    from onnxaff.stats import flag_warnings
 
     model, data, _ = dead_relu(tmp_path, 32)
     sig = onnxaff.analyze(model, data, metrics=["cka", "sparsity_change"], **OPTIONS)
@@ -160,9 +160,9 @@ def test_flag_texts_are_the_metrics_own(tmp_path):
 def test_shards_weigh_the_dead_features_as_one_run():
     """Two chunk-aligned parts merged: the same `dead`, flags and scores as one run over all of it (the chunk the
     dead features were dropped from is counted from the start of the whole)."""
+    from onnxaff.collection.scoring import MetricScorer
+    from onnxaff.collection.site_state import SiteState
     from onnxaff.metrics import resolve
-    from onnxaff.scoring import MetricScorer
-    from onnxaff.site_state import SiteState
 
     x = np.random.default_rng(2).standard_normal((512, 16))
     x[256:, :8] = -np.abs(x[256:, :8]) - 1  # dead only in the second part's chunks

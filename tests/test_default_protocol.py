@@ -12,11 +12,11 @@ import pytest
 import onnxaff
 from onnxaff import defaults
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.chunks import site_chunk_rows
-from onnxaff.entries import DEAD_RESOLUTION, dead_resolution, dead_within
+from onnxaff.collection.chunks import site_chunk_rows
+from onnxaff.collection.entries import DEAD_RESOLUTION, dead_resolution, dead_within
+from onnxaff.format.protocol import NAMED, protocol_of
+from onnxaff.format.signature import read_signature
 from onnxaff.metrics import default_metrics, registry
-from onnxaff.protocol import NAMED, protocol_of
-from onnxaff.signature import read_signature
 from tests.builders import mlp, save
 from tests.conftest import run_cli
 from tests.test_rows_protocol import CIN, SEED, N, S, conv_model, site

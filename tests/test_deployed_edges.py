@@ -9,8 +9,8 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph.load import from_proto, load_model
-from onnxaff.sitelist import list_sites
 
 RNG = np.random.default_rng(0)
 

@@ -46,14 +46,14 @@ def test_the_reproducibility_table_is_the_studys():
 
 def test_signature_page_names_every_entry_field():
     """The records the core builds a signature from (onnxaff.analysis.records: a site's Site, neighbourhood and
-    SiteResult; a stage's StageRecord and StageResult; onnxaff.entries.MetricEntry) are the fields
+    SiteResult; a stage's StageRecord and StageResult; onnxaff.collection.entries.MetricEntry) are the fields
     docs/signature.md describes: a field added to one is documented, or this fails."""
     import dataclasses
     import re
     import typing
 
     from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult
-    from onnxaff.entries import MetricEntry
+    from onnxaff.collection.entries import MetricEntry
     from onnxaff.graph.site import Site
 
     page = (ROOT / "docs" / "signature.md").read_text(encoding="utf-8")

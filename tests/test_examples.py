@@ -116,7 +116,7 @@ def test_notebook_workflow_from_torch_modules_and_photos_to_a_report(tmp_path):
     assert [s.kind for s in result["sites"]] == ["gelu", "gelu"]
     assert len(list((tmp_path / "photos").iterdir())) == 32
     for label, sig in result["signatures"].items():
-        assert sig.model["name"] == f"cnn_{label}" and sig.model["export"]["exporter"] == "onnxaff.export.from_torch"
+        assert sig.model["name"] == f"cnn_{label}" and sig.model["export"]["exporter"] == "onnxaff.from_torch"
         assert sig.data["samples"] == 32 and sig.data["preprocessing"]["center_crop"] == [64, 64]
         assert [s["kind"] for s in sig.sites] == [label, label] and all(0 < v <= 1 for v in sig.scores("affinity"))
     page = result["report"].read_text(encoding="utf-8")

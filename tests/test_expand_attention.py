@@ -10,10 +10,10 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph import load
 from onnxaff.graph.expand import attention
 from onnxaff.graph.load import from_proto
-from onnxaff.sitelist import list_sites
 
 B, S, L, D, N = 3, 5, 4, 8, 2
 RNG = np.random.default_rng(26)

@@ -1,4 +1,4 @@
-"""onnxaff.export: each framework's model round-trips to the same predictions, and no activation goes missing.
+"""onnxaff.graph.export: each framework's model round-trips to the same predictions, and no activation goes missing.
 
 The framework tests run where the `models` extra is installed (torch, scikit-learn + skl2onnx,
 tensorflow-cpu + tf2onnx) and are skipped elsewhere; the checks that need no framework always run.
@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 from onnxaff.errors import OnnxaffError
-from onnxaff.export import check_sites
+from onnxaff.graph.export import check_sites
 from tests.builders import chain
 from tests.conftest import need, run
 
@@ -45,7 +45,7 @@ def test_an_export_reads_as_counts(tmp_path):
 @pytest.mark.parametrize(("helper", "module"), [("from_torch", "torch"), ("from_sklearn", "skl2onnx"),
                                                 ("from_keras", "tensorflow")])
 def test_a_missing_framework_is_one_line(monkeypatch, tmp_path, helper, module):
-    import onnxaff.export as export
+    import onnxaff.graph.export as export
 
     monkeypatch.setitem(sys.modules, module, None)  # import fails as if not installed
     args = {"from_torch": (object(), None, tmp_path / "m.onnx"), "from_sklearn": (object(), 4, tmp_path / "m.onnx"),
@@ -81,7 +81,7 @@ def _torch_net():
 
 def test_from_torch_round_trips_with_a_dynamic_batch_in_eval_mode(tmp_path):
     torch, net = _torch_net()
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
 
     result = from_torch(net, torch.randn(1, 3, 12, 12), tmp_path / "net.onnx")
     assert result.ok and result.declared == ["relu", "gelu", "silu", "softmax"]
@@ -98,7 +98,7 @@ def test_from_torch_functional_activations_are_extra_not_missing(tmp_path):
     torch = need("torch")
     from torch import nn
 
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
 
     class Functional(nn.Module):
         def __init__(self):
@@ -116,7 +116,7 @@ def test_from_torch_exporter_failure_is_one_line(tmp_path):
     torch = need("torch")
     from torch import nn
 
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
 
     class Unexportable(nn.Module):
         def forward(self, x):
@@ -139,7 +139,7 @@ def test_from_sklearn_mlp_round_trips(tmp_path, activation, classes, kinds):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
 
-    from onnxaff.export import from_sklearn
+    from onnxaff.graph.export import from_sklearn
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((200, 10)).astype(np.float32)
@@ -157,7 +157,7 @@ def test_from_sklearn_mlp_round_trips(tmp_path, activation, classes, kinds):
 
 def test_from_sklearn_conversion_failure_is_one_line(tmp_path):
     pytest.importorskip("skl2onnx")
-    from onnxaff.export import from_sklearn
+    from onnxaff.graph.export import from_sklearn
 
     class NotAnEstimator:
         pass
@@ -172,7 +172,7 @@ def test_from_sklearn_conversion_failure_is_one_line(tmp_path):
 def test_from_keras_round_trips(tmp_path):
     tf = pytest.importorskip("tensorflow")
     pytest.importorskip("tf2onnx")
-    from onnxaff.export import from_keras
+    from onnxaff.graph.export import from_keras
 
     tf.keras.utils.set_random_seed(0)
     layers = tf.keras.layers
@@ -195,7 +195,7 @@ def test_from_keras_round_trips(tmp_path):
     (7, "n_features is 7 but the estimator was fitted on 10 features (n_features_in_)")])
 def test_from_sklearn_checks_n_features(tmp_path, n_features, fragment):
     """Negative, zero and huge feature counts, and one the fitted estimator contradicts, went to skl2onnx."""
-    from onnxaff.export import from_sklearn
+    from onnxaff.graph.export import from_sklearn
 
     class Fitted:
         n_features_in_ = 10

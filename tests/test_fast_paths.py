@@ -14,12 +14,12 @@ import pytest
 from onnx import helper
 
 import onnxaff
+from onnxaff.collection.scoring import MetricScorer
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.load import from_proto
 from onnxaff.graph.rewrite import SINK
 from onnxaff.metrics import Chunk, Metric
-from onnxaff.runtime import Runner
-from onnxaff.scoring import MetricScorer
+from onnxaff.runtime.sessions import Runner
 from onnxaff_models import shipped_models
 from tests.conftest import FIXTURES, parse
 

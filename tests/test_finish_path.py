@@ -1,6 +1,6 @@
 """A finished site becomes its metric entries in one call (issue 48): assembly hands each SiteState to
-onnxaff.entries.site_metrics once, which reads the state's finished parts once (entries.Finished) and builds every
-metric's entry from them; no entry reads the state again, and no metric asks it anything."""
+onnxaff.collection.entries.site_metrics once, which reads the state's finished parts once (entries.Finished) and builds
+every metric's entry from them; no entry reads the state again, and no metric asks it anything."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import onnx
 import pytest
 
 import onnxaff
-from onnxaff import entries
+from onnxaff.collection import entries
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
 from onnxaff.metrics import resolve
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
 from onnxaff_plugins.r2 import R2Pooled
 from tests.builders import mlp
 
@@ -96,6 +96,6 @@ def test_only_the_one_call_takes_a_site_state():
                    if fn.__module__ == entries.__name__ and SiteState in typing.get_type_hints(fn).values()}
     assert takes_state == {"site_metrics", "metric_entry"}
     tree = ast.parse((ROOT / "onnxaff/analysis/assemble.py").read_text(encoding="utf-8"))
-    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "onnxaff.entries"
-                for a in n.names}
+    imported = {a.name for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module == "onnxaff.collection.entries" for a in n.names}
     assert imported == {"site_metrics"}

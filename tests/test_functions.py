@@ -9,10 +9,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph import discover_sites
 from onnxaff.graph.expand import functions
 from onnxaff.graph.load import from_proto, load_model
-from onnxaff.sitelist import list_sites
 from tests.conftest import parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "functions"

@@ -17,10 +17,10 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites, sites_of
 from onnxaff.graph.expand import attention
 from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import from_proto, load_model
-from onnxaff.sitelist import list_sites, sites_of
 from tests.conftest import run_cli
 from tests.test_affinity import brute_force_affinity
 

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.golden.compare import differences, load, tolerances
 from tests.golden.environment import describe, environment
 from tests.golden.freeze import RUNS, numbers, run_all

@@ -14,10 +14,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph import discover_sites
 from onnxaff.graph.fold import exact_half
 from onnxaff.graph.load import from_proto, load_model
-from onnxaff.sitelist import list_sites
 from tests.fixtures.build_fp16 import KINDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "half"
@@ -194,7 +194,7 @@ def test_bfloat16_input_data_are_loaded(tmp_path, data):
 
 @pytest.mark.parametrize("io_binding", [False, True])
 def test_runner_feeds_bfloat16_arrays(io_binding):
-    from onnxaff.runtime import Runner
+    from onnxaff.runtime.sessions import Runner
 
     loaded = from_proto(bf16_input_model())
     x = np.linspace(-2, 2, 12).reshape(2, 6).astype(ml_dtypes.bfloat16)

@@ -21,7 +21,7 @@ from PIL import Image
 import onnxaff
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.builders import chain
 from tests.conftest import parse, run_cli, start_cli, stderr_once_ended
 from tests.test_scale import assert_same, decoding_run

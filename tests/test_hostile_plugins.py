@@ -15,10 +15,10 @@ import pytest
 
 import onnxaff
 from onnxaff.analysis.checkpoint import load_state
+from onnxaff.collection.scoring import check_value
 from onnxaff.errors import OnnxaffError
+from onnxaff.format.signature import read_signature
 from onnxaff.metrics import Metric, registry, resolve
-from onnxaff.scoring import check_value
-from onnxaff.signature import read_signature
 from tests.builders import chain, write_plugin
 from tests.conftest import cli_process, run_cli, start_cli, stderr_once_ended, wait_for_file
 

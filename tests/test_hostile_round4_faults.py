@@ -14,7 +14,7 @@ import onnx.parser
 import pytest
 
 from onnxaff.data import registry
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.builders import HEADER, chain, save
 from tests.conftest import run_cli
 
@@ -367,7 +367,7 @@ def test_a_site_whose_metrics_cannot_fit_is_refused_before_allocating(tmp_path):
 def test_a_shards_nlc_overflow_survives_the_merge(first_overflowed):
     """A shard whose NLC sums overflowed keeps the merged NLC from a value, in either merge order (the count was
     the one field `merge` did not add: the merged NLC read `ok` from the other shards' batches)."""
-    from onnxaff.collect import JvpAccumulator
+    from onnxaff.collection.collect import JvpAccumulator
 
     parts = [JvpAccumulator("elementwise", nonfinite_batches=3), JvpAccumulator("elementwise")]
     first, second = parts if first_overflowed else parts[::-1]

@@ -1,5 +1,5 @@
 """Issue 50, "unclear or wrong words": what onnxaff says must be what it did. A model reached through a link, the
-README's `onnxaff.export.from_torch`, the report's tooltip and site panel, a file that is no ONNX, a misspelt metric,
+README's `onnxaff.from_torch`, the report's tooltip and site panel, a file that is no ONNX, a misspelt metric,
 images far smaller than the model's input, a data source giving other rows than it declares, the shared models'
 folder, and the README's test command."""
 
@@ -18,7 +18,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import onnxaff
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.builders import chain, save
 from tests.conftest import need, run_cli
 from tests.test_hostile_round4_faults import one_line
@@ -65,7 +65,7 @@ def test_a_linked_model_records_the_link_whose_weights_it_used(tmp_path):
 
 def test_a_worker_is_given_the_link_not_its_target(tmp_path):
     """A Ray worker gets the model's absolute path: resolved, it named the target and so read its weights."""
-    from onnxaff.executors import _absolute
+    from onnxaff.results.executors import _absolute
 
     target = _external_model(tmp_path / "a", 1.0)
     link = tmp_path / "b" / "link.onnx"
@@ -79,13 +79,13 @@ def test_a_worker_is_given_the_link_not_its_target(tmp_path):
         os.chdir(here)
 
 
-# --- the README's onnxaff.export.from_torch ---
+# --- the README's onnxaff.from_torch ---
 
 def test_the_export_helpers_are_an_attribute_of_the_package():
-    code = ("import sys, onnxaff; f = onnxaff.export.from_torch; print(f.__module__, callable(f), "
+    code = ("import sys, onnxaff; f = onnxaff.from_torch; print(f.__module__, callable(f), "
             "'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
-    assert out.split() == ["onnxaff.export", "True", "False"]  # still cheap: torch is imported by the call only
+    assert out.split() == ["onnxaff.graph.export", "True", "False"]  # still cheap: torch is imported by the call only
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         onnxaff.nope  # noqa: B018
     with pytest.raises(AttributeError):
@@ -95,7 +95,7 @@ def test_the_export_helpers_are_an_attribute_of_the_package():
 def test_the_readme_export_line_runs(tmp_path):
     torch = need("torch")
     net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    exported = onnxaff.export.from_torch(net, torch.randn(1, 4), tmp_path / "net.onnx")
+    exported = onnxaff.from_torch(net, torch.randn(1, 4), tmp_path / "net.onnx")
     assert Path(exported.path).is_file() and not exported.missing
 
 
@@ -135,7 +135,7 @@ def test_a_pytorch_checkpoint_is_named_not_a_bare_decode_error(tmp_path, capfd):
         for command in (["sites"], ["analyze", "--data", "synthetic:gaussian:64"]):
             line = one_line(*run_cli(capfd, command[0], tmp_path / name, *command[1:]))
             assert f"not an ONNX model: {tmp_path / name} {what}" in line, line
-            assert "onnxaff.export.from_torch" in line and "DecodeError" not in line, line
+            assert "onnxaff.from_torch" in line and "DecodeError" not in line, line
 
 
 @pytest.mark.parametrize("name, head, what", [

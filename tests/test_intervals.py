@@ -12,8 +12,8 @@ import pytest
 from onnx.parser import parse_model as parse
 
 from onnxaff.analysis import analyze
+from onnxaff.collection.stats import HALVES
 from onnxaff.errors import ConfigError
-from onnxaff.stats import HALVES
 from tests.conftest import run_cli
 
 TANH = parse('<ir_version: 8, opset_import: ["" : 17]> g (float[N, 3] x) => (float[N, 3] y) { y = Tanh(x) }')
@@ -42,7 +42,7 @@ def test_scores_are_the_same_whatever_the_interval_method(n):
 
 def test_no_half_samples_are_scored_unless_asked(monkeypatch):
     """intervals="none" or "chunks" spares a one-chunk run its HALVES rescorings of the chunk."""
-    from onnxaff.scoring import MetricScorer
+    from onnxaff.collection.scoring import MetricScorer
 
     calls = []
     submit = MetricScorer.submit
@@ -88,8 +88,8 @@ def _mlp():
 def _watch(monkeypatch):
     """Every submitted job list as (after the end of the data?, is a half-sample of a 64-row chunk?)."""
     from onnxaff.analysis.runstate import RunState
+    from onnxaff.collection.scoring import MetricScorer
     from onnxaff.metrics import Chunk
-    from onnxaff.scoring import MetricScorer
 
     seen, ended = [], []
     submit, finish = MetricScorer.submit, RunState.finish
@@ -135,7 +135,7 @@ def test_early_half_samples_equal_the_end_of_data_path_exactly(monkeypatch, work
 def test_a_prediction_that_was_wrong_falls_back_to_the_end_of_data_path(monkeypatch):
     """One chunk predicted, but the data give three (the halves are dropped: intervals over chunks), or only a
     partial chunk (skipped files: halves of the partial chunk at the end, as today): equal to the end path."""
-    from onnxaff.site_state import SiteState
+    from onnxaff.collection.site_state import SiteState
 
     opened = SiteState.open
     for n, told in ((200, 100), (40, 100)):
@@ -169,7 +169,7 @@ def test_half_uses_the_first_chunks_halves_for_every_site():
     import numpy as np
 
     from onnxaff.analysis import AnalysisConfig, open_run
-    from onnxaff.stats import t975
+    from onnxaff.collection.stats import t975
 
     one = [analyze(_mlp(), "synthetic:gaussian:n=100", intervals=i, **MLP_OPTIONS) for i in ("auto", "half")]
     assert _ci(one[0]) == _ci(one[1])
@@ -198,7 +198,7 @@ def test_auto_scores_no_half_sample_for_a_site_with_several_chunks(monkeypatch):
 
 def test_scored_chunks_let_go_of_their_rows(monkeypatch):
     """A site holds the chunks still being scored, not every chunk of the run until the end."""
-    from onnxaff.site_state import SiteState
+    from onnxaff.collection.site_state import SiteState
 
     most = []
     add = SiteState.add
@@ -213,7 +213,7 @@ def test_scored_chunks_let_go_of_their_rows(monkeypatch):
 
 
 def test_the_end_phase_counts_every_site(capsys):
-    """The second progress line (onnxaff.progress) still reaches every site, after the data line."""
+    """The second progress line (onnxaff.foundations.progress) still reaches every site, after the data line."""
     analyze(_mlp(), "synthetic:gaussian:n=100", **{**MLP_OPTIONS, "progress": True})
     err = capsys.readouterr().err.splitlines()
     data = max(k for k, line in enumerate(err) if line.startswith("analyze ["))

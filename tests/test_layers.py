@@ -72,6 +72,21 @@ def test_the_layer_table_names_real_modules():
     assert not missing, missing
 
 
+def test_each_layer_is_one_package_and_the_root_holds_only_the_api_errors_and_defaults():
+    """The tree shows the layers: every layer's modules are one folder of onnxaff/, and the package root holds
+    the public API (`__init__.py`) with the two foundations every layer reads first, nothing more."""
+    root = sorted(p.name for p in (ROOT / "onnxaff").glob("*.py"))
+    assert root == ["__init__.py", "defaults.py", "errors.py"], root
+    for name, paths in LAYERS:
+        folders = [p for p in paths if p.endswith("/")]
+        loose = [p for p in paths if not p.endswith("/")]
+        assert len(folders) == 1, (name, paths)
+        assert not loose or name == "foundations" and loose == ["onnxaff/errors.py", "onnxaff/defaults.py"], paths
+    packages = {p.relative_to(ROOT).as_posix() + "/" for p in (ROOT / "onnxaff").iterdir()
+                if (p / "__init__.py").exists()}
+    assert packages == {p for _, paths in LAYERS for p in paths if p.endswith("/")}, packages
+
+
 def _imports(tree: ast.AST):
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -120,10 +135,11 @@ def class_sizes(text: str) -> dict[str, int]:
 LARGER = {
     ("onnxaff/graph/view.py", "GraphView"): (160, "the one index of a graph: each derived index (forward order, "
                                              "constants, data flow, Q → DQ pairs) is computed once and kept on it"),
-    ("onnxaff/site_state.py", "SiteState"): (190, "one site's collection from its first row to merged shards: its "
-                                             "parts hold the state (the first chunk's half-samples included), this "
-                                             "class the order in which they are fed, scored, finished and merged, "
-                                             "and which metrics apply"),
+    ("onnxaff/collection/site_state.py", "SiteState"): (190, "one site's collection from its first row to merged "
+                                                         "shards: its parts hold the state (the first chunk's "
+                                                         "half-samples included), this class the order in which "
+                                                         "they are fed, scored, finished and merged, and which "
+                                                         "metrics apply"),
 }
 
 

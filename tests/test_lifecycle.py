@@ -108,7 +108,7 @@ def test_a_resumed_finished_pass_scores_nothing_again(tmp_path, monkeypatch):
         first = run.signature()
         run.save()
     monkeypatch.setattr("onnxaff.analysis.feeder.Feeder.feed", lambda *a: pytest.fail("a batch ran again"))
-    monkeypatch.setattr("onnxaff.scoring.MetricScorer.submit", lambda *a: pytest.fail("a metric ran again"))
+    monkeypatch.setattr("onnxaff.collection.scoring.MetricScorer.submit", lambda *a: pytest.fail("a metric ran again"))
     with open_run(TANH, DATA, checkpoint=ckpt, resume="always", **OPTIONS) as run:
         run.execute()
         assert run.signature().scores("affinity") == first.scores("affinity")

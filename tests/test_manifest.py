@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from onnxaff.studies import StudyModel, resolve_models
 from onnxaff.studies.manifest import read_manifest
 from onnxaff.studies.models import Manifest

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import onnxaff
+from onnxaff.collection.stats import metric_flags
 from onnxaff.errors import OnnxaffError
 from onnxaff.metrics import (
     Chunk,
@@ -24,7 +25,6 @@ from onnxaff.metrics import (
     stage_metrics,
 )
 from onnxaff.metrics.dispatch import SERVING, serving, stage_entry
-from onnxaff.stats import metric_flags
 from onnxaff_plugins.affinity import affinity_score
 from tests.conftest import FIXTURES
 

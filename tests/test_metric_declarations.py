@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnxaff.entries import metric_entry
+from onnxaff.collection.entries import metric_entry
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
+from onnxaff.collection.stats import flag_warnings, metric_flags
 from onnxaff.metrics import Metric, Needs, resolve
 from onnxaff.metrics.loader import registry
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
-from onnxaff.stats import flag_warnings, metric_flags
 from onnxaff_plugins.linalg import EPS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from onnxaff_models import shipped_models
 from tests.conftest import one_line_error, ort_session, run_cli
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
 
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.builders import HEADER, mlp, with_weights
 from tests.conftest import run_cli
 
@@ -378,7 +378,7 @@ def test_npz_header_declaring_a_huge_array(capfd, tmp_path):
 # a byte order mark, bytes that are not UTF-8: a correlation with finite accuracies, or one line.
 
 def _correlate_signatures(folder: Path) -> list[str]:
-    from onnxaff.signature import Signature
+    from onnxaff.format.signature import Signature
 
     paths = []
     for k in range(4):

@@ -103,7 +103,7 @@ def test_the_eps_rule_jumps_as_the_docs_say_and_is_flagged_eps_dominated(n):
     (2n(r + 1))), r = v/ε, ≈ 0.5 just below ε, where the map scored 0.6166 just above it (n = 256, d = 8): the jump
     docs/metrics.md states. Such a chunk carries `eps_dominated` on both sides, never `constant_output` (which means
     an output feature constant to the bit)."""
-    from onnxaff.stats import chunk_diagnostics, chunk_scale, metric_flags
+    from onnxaff.collection.stats import chunk_diagnostics, chunk_scale, metric_flags
     from onnxaff_plugins.affinity import Affinity
 
     rng = np.random.default_rng(0)

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from onnxaff.text import csv_cell, csv_text, json_safe, md_cell, printable
+from onnxaff.foundations.text import csv_cell, csv_text, json_safe, md_cell, printable
 from tests.builders import chain
 from tests.conftest import run_cli
 from tests.test_compare import fake_signature
@@ -252,7 +252,7 @@ def test_long_site_ids_stay_distinct_in_the_summary(capfd, tmp_path):
     each id's end, and where ends coincide, the text from where the ids differ."""
     import onnx
 
-    from onnxaff.text import short_names
+    from onnxaff.foundations.text import short_names
 
     model = chain("Relu", "Tanh", "Sigmoid")
     for node, k in zip(model.graph.node, ("10", "11", "12"), strict=True):

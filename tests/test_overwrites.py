@@ -18,8 +18,8 @@ from onnx import numpy_helper
 
 from onnxaff.analysis.checkpoint import save_state, state_kind
 from onnxaff.errors import OnnxaffError
-from onnxaff.files import _temporary_beside, refuse_overwrite, same_file
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
+from onnxaff.foundations.files import _temporary_beside, refuse_overwrite, same_file
 from tests.builders import HEADER, chain
 from tests.conftest import one_line_error, refuse_calls, run_cli
 
@@ -54,7 +54,7 @@ def refused(capfd, fragment: str, *args) -> str:
 def no_run(monkeypatch):
     """A refusal must come before the data pass."""
     refuse_calls(monkeypatch, "the data pass started before the paths were checked",
-                 "onnxaff.analysis.lifecycle.Run.execute", "onnxaff.executors.run_ray")
+                 "onnxaff.analysis.lifecycle.Run.execute", "onnxaff.results.executors.run_ray")
 
 
 # --- one file under several names ---
@@ -233,7 +233,7 @@ def test_temporaries_of_killed_checkpoint_saves_are_removed(capfd, files):
 
 def fail_writing(monkeypatch, suffix: str) -> list:
     """ENOSPC for every atomic write whose target ends with `suffix` (the others go through)."""
-    import onnxaff.files as files_module
+    import onnxaff.foundations.files as files_module
 
     real, failed = files_module.os.replace, []
 

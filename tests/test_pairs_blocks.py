@@ -8,9 +8,9 @@ import pytest
 
 from onnxaff.analysis import analyze
 from onnxaff.errors import OnnxaffError
-from onnxaff.executors import shard_state
 from onnxaff.graph.pairs import parse_block_kinds, parse_pairs
-from onnxaff.shards import merge_states
+from onnxaff.results.executors import shard_state
+from onnxaff.results.shards import merge_states
 from tests.builders import chain, save
 from tests.conftest import FIXTURES, TORCH_FIXTURES, one_line_error, parse, run_cli
 

@@ -11,12 +11,12 @@ import pytest
 
 import onnxaff
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.comparison import compare
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.protocol import protocol_of, rows_per_example
+from onnxaff.format.protocol import protocol_of, rows_per_example
+from onnxaff.format.signature import read_signature
 from onnxaff.reports.console import run_lines
 from onnxaff.reports.html import comparison_page, single_page
-from onnxaff.signature import read_signature
+from onnxaff.results.comparison import compare
 from tests.conftest import run_cli
 from tests.test_compare import mlp
 

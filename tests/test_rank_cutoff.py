@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from onnxaff.analysis import open_run
-from onnxaff.entries import metric_entry
+from onnxaff.collection.entries import metric_entry
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
+from onnxaff.collection.stats import chunk_diagnostics, moments_rank
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.reduction import feature_rounding, positions
 from onnxaff.metrics import FLOAT32_EPS, Chunk, Moments, rank_cutoff, rank_verdict, resolve
 from onnxaff.metrics.rank import CUTOFF, NOISE
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
-from onnxaff.stats import chunk_diagnostics, moments_rank
 from onnxaff_plugins.r2 import r2_held_out, r2_in_sample, r2_pooled
 from tests.builders import chain
 

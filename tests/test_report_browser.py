@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import onnxaff
-from onnxaff.comparison import compare, correlate
 from onnxaff.reports import svg
 from onnxaff.reports.html import comparison_page, correlation_page, demo_page, fmt_preprocessing, fmt_shape, single_page
+from onnxaff.results.comparison import compare, correlate
 from onnxaff_models import shipped_models
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
@@ -163,7 +163,7 @@ def test_eleven_models_get_distinct_colour_and_marker():
 
 
 def test_statistics_tables_show_near_linear_only_where_the_metric_defines_it():
-    from onnxaff.signature import Signature
+    from onnxaff.format.signature import Signature
 
     def sig(name, metric, info, values):
         sites = [{"index": i, "id": f"s{i}", "kind": "relu", "status": "ok", "metrics": {metric: {"mean": v}}}

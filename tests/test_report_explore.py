@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.errors import OnnxaffError
+from onnxaff.format.schema import validate
 from onnxaff.graph.load import from_proto
 from onnxaff.graph.neighbourhood import site_neighbourhood
 from onnxaff.reports import explore
 from onnxaff.reports.html import single_page
 from onnxaff.reports.scatter import RADIUS, Box, place_labels, scatter_svg
-from onnxaff.schema import validate
-from onnxaff.sitelist import list_sites
 from tests.builders import HEADER, mlp
 from tests.conftest import parse
 

@@ -126,7 +126,7 @@ def test_a_memory_mapped_array_leaves_the_resident_set_batch_by_batch(kind, tmp_
     of the resident set has not grown by more than two batches, and the batches hold the file's values."""
     from onnxaff.data import model_inputs
     from onnxaff.data.arrays import ArraySource
-    from onnxaff.memory import status_bytes
+    from onnxaff.foundations.memory import status_bytes
 
     if not status_bytes("RssFile"):
         pytest.skip("no /proc/self/status RssFile on this platform")

@@ -16,7 +16,7 @@ import pytest
 
 import onnxaff
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows
+from onnxaff.collection.chunks import ROWS_FLOOR, site_chunk_rows
 from onnxaff.errors import ConfigError
 from onnxaff.graph.reduction import graph_mode, sample_positions, sample_rows, sampled
 from tests.builders import HEADER, mlp, save, with_weights
@@ -249,8 +249,8 @@ def test_shards_of_a_width_chunked_sampled_run_merge_into_the_one_run(rng, tmp_p
     """Shard boundaries fall on every site's own K·D chunk (the unit is the lcm of the sizes and the batch) and a
     sampled example keeps its positions in its shard: the merged parts give the one run's chunk scores exactly."""
     from onnxaff.analysis.runstate import RunState
-    from onnxaff.executors import shard_state
-    from onnxaff.scoring import MetricScorer
+    from onnxaff.collection.scoring import MetricScorer
+    from onnxaff.results.executors import shard_state
 
     path = save(conv_model(rng), tmp_path / "m.onnx")
     data = tmp_path / "d.npz"

@@ -13,9 +13,9 @@ import pytest
 from onnxaff.analysis import Run, analyze, open_run, shard_window
 from onnxaff.analysis.checkpoint import load_state, save_state
 from onnxaff.errors import Interrupted, OnnxaffError
-from onnxaff.executors import shard_state
-from onnxaff.shards import merge_parts, merge_states
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
+from onnxaff.results.executors import shard_state
+from onnxaff.results.shards import merge_parts, merge_states
 from onnxaff_models import shipped_models
 from tests.builders import chain, save
 from tests.conftest import cli_process, one_line_error, run_cli, start_cli, stderr_once_ended, wait_for_file

@@ -220,8 +220,8 @@ def test_macs_without_a_fed_shape_are_unknown_never_counted_at_1(tmp_path):
 
 
 def test_correlate_leaves_out_gflops_of_a_partial_count():
-    from onnxaff.comparison import correlate
-    from onnxaff.signature import Signature
+    from onnxaff.format.signature import Signature
+    from onnxaff.results.comparison import correlate
 
     def sig(name, score, gflops, unknown):
         sites = [{"index": 0, "id": "s0", "kind": "relu", "status": "ok", "metrics": {"affinity": {"mean": score}}}]

@@ -1,5 +1,5 @@
-"""A signature's sites, stages and scores are typed entries (onnxaff.siteentry) from assembly to every reader; the
-JSON stays the file's, byte for byte, and the schema checks read the same declarations (issue 48)."""
+"""A signature's sites, stages and scores are typed entries (onnxaff.format.siteentry) from assembly to every reader;
+the JSON stays the file's, byte for byte, and the schema checks read the same declarations (issue 48)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import Signature, drop_flagged, read_signature
-from onnxaff.siteentry import ScoreEntry, SiteEntry, StageEntry
+from onnxaff.format.signature import Signature, drop_flagged, read_signature
+from onnxaff.format.siteentry import ScoreEntry, SiteEntry, StageEntry
 
 ROOT = Path(__file__).resolve().parents[1]
 STORED = sorted((ROOT / "examples" / "output" / "04_pretrained" / "signatures").glob("*.json"))
@@ -116,10 +116,10 @@ def test_a_field_without_a_default_is_required(tmp_path):
 
 def test_the_entries_declare_what_assembly_writes():
     """The typed entries and the records assembly joins (onnxaff.analysis.records) name the same fields in the
-    same order, and a score the same fields as onnxaff.entries.MetricEntry: a field added to one is added to the
-    other, or this fails."""
+    same order, and a score the same fields as onnxaff.collection.entries.MetricEntry: a field added to one is added to
+    the other, or this fails."""
     from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult
-    from onnxaff.entries import MetricEntry
+    from onnxaff.collection.entries import MetricEntry
     from onnxaff.graph.site import Site
 
     def names(*records) -> list[str]:

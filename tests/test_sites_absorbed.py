@@ -8,11 +8,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph import load_model
 from onnxaff.graph.absorbed import bounds
 from onnxaff.graph.sites import find_sites
 from onnxaff.graph.view import GraphView
-from onnxaff.sitelist import list_sites
 from tests.conftest import parse
 
 C = 8

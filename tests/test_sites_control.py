@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph.expand import branches
 from onnxaff.graph.load import from_proto
-from onnxaff.sitelist import list_sites
 
 RNG = np.random.default_rng(5)
 D = 6
@@ -273,7 +273,7 @@ def test_a_branch_no_batch_took_is_skipped_with_the_reason(tmp_path):
     assert then["status"] == "ok" and then["rows"] == 256
     assert other["status"] == "skipped" and other["rows"] == 0 and "no batch took its If branch" in other["reason"]
     assert any("no batch took its If branch" in w for w in sig.warnings)
-    from onnxaff.schema import validate
+    from onnxaff.format.schema import validate
 
     validate(sig.to_dict(), "the signature")
 
@@ -285,8 +285,8 @@ def test_a_branch_no_batch_took_yet_resumes_and_merges(tmp_path):
     from onnxaff.analysis.checkpoint import load_state
     from onnxaff.analysis.statecheck import check_state
     from onnxaff.errors import Interrupted
-    from onnxaff.executors import shard_state
-    from onnxaff.shards import merge_states
+    from onnxaff.results.executors import shard_state
+    from onnxaff.results.shards import merge_states
     from tests.test_scale import interrupt_after
 
     path, data = tmp_path / "m.onnx", tmp_path / "pos.npy"

@@ -90,8 +90,8 @@ def test_no_fixture_has_an_elementwise_site_on_integer_or_boolean_tensors():
 
     from onnx import TensorProto
 
+    from onnxaff.analysis.sitelist import list_sites
     from onnxaff.graph.load import load_model
-    from onnxaff.sitelist import list_sites
 
     root = Path(__file__).resolve().parents[1]
     floats = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16,

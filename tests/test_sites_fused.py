@@ -14,9 +14,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites
 from onnxaff.graph.expand import fused
 from onnxaff.graph.load import from_proto
-from onnxaff.sitelist import list_sites
 
 RNG = np.random.default_rng(3)
 W = RNG.standard_normal((6, 6)).astype(np.float32)

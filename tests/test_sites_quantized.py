@@ -11,10 +11,10 @@ import onnx
 import pytest
 
 import onnxaff
+from onnxaff.analysis.sitelist import list_sites, probe_feed, resolve_unknown_ranks
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.load import from_proto, load_model
-from onnxaff.runtime import Runner
-from onnxaff.sitelist import list_sites, probe_feed, resolve_unknown_ranks
+from onnxaff.runtime.sessions import Runner
 from tests.conftest import FIXTURES, parse, run
 
 QUANTIZED = FIXTURES / "quantized"

@@ -20,7 +20,7 @@ from PIL import Image
 import onnxaff
 from onnxaff.analysis import open_run
 from onnxaff.errors import OnnxaffError
-from onnxaff.progress import Progress
+from onnxaff.foundations.progress import Progress
 from tests.builders import chain, save
 from tests.conftest import run_cli
 from tests.test_scale import interrupt_after
@@ -160,7 +160,7 @@ def test_a_study_redoing_a_model_for_its_options_names_each_option_and_both_valu
 
 def test_a_resumed_runs_rate_counts_only_this_processes_examples_and_its_eta_what_remains(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("onnxaff.progress.time.perf_counter", lambda: clock[0])
+    monkeypatch.setattr("onnxaff.foundations.progress.time.perf_counter", lambda: clock[0])
     stream = io.StringIO()
     bar = Progress(1000, stream=stream, resumed=900)
     assert bar.done == 900 and "ETA --:--" in bar.line()  # nothing fed here yet: no rate, no estimate

@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from onnx.parser import parse_model
 
-from onnxaff import entries, site_state
-from onnxaff.chunks import ChunkSchedule
+from onnxaff.collection import entries, site_state
+from onnxaff.collection.chunks import ChunkSchedule
+from onnxaff.collection.half_samples import HalfSamples
+from onnxaff.collection.observations import Observations
+from onnxaff.collection.pooled import Pooled
+from onnxaff.collection.scores import Scores
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
 from onnxaff.graph import qdq
 from onnxaff.graph.view import GraphView
-from onnxaff.half_samples import HalfSamples
 from onnxaff.metrics import resolve
-from onnxaff.observations import Observations
-from onnxaff.pooled import Pooled
-from onnxaff.scores import Scores
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 16

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.conftest import FIXTURES, run_cli
 from tests.test_audio import pcm, write_wav
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxaff.entries import metric_entry
+from onnxaff.collection.entries import metric_entry
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
+from onnxaff.collection.stats import entry_ci, half_sample_ci, mean_ci, rows_needed
 from onnxaff.metrics import resolve
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
-from onnxaff.stats import entry_ci, half_sample_ci, mean_ci, rows_needed
 from onnxaff_plugins.affinity import Affinity
 from onnxaff_plugins.cka import CKA
 
@@ -168,7 +168,7 @@ def test_a_small_run_prints_one_warning_line_per_flag_kind(capfd, tmp_path):
     sites fill their chunks)."""
     import json
 
-    from onnxaff.stats import _FLAG_TEXT
+    from onnxaff.collection.stats import _FLAG_TEXT
     from onnxaff_models import shipped_models
     from tests.conftest import run_cli
 
@@ -273,7 +273,7 @@ def test_a_26_photo_folder_prints_one_warning_line_per_flag_kind(capfd, tmp_path
 
     from PIL import Image
 
-    from onnxaff.stats import _FLAG_TEXT
+    from onnxaff.collection.stats import _FLAG_TEXT
     from tests.conftest import run_cli
     from tests.test_images import sample_photos
 
@@ -412,7 +412,7 @@ def test_site_nlc_of_a_smooth_activation_with_an_offset_at_small_scale(op, tmp_p
 
 def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
     """The warning said "the paper's 1e-6" for `affinity:eps=0.01` too."""
-    from onnxaff.stats import flag_warnings
+    from onnxaff.collection.stats import flag_warnings
 
     x = gaussian(rng, 512, 6)
     names = ["affinity", "affinity:eps=0.01"]

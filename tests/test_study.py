@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from onnxaff.studies import StudyModel, resolve_models, run_study
 from tests.builders import chain
 from tests.conftest import parse, run_cli, start_cli, stderr_once_ended, wait_for_file

@@ -5,8 +5,8 @@ import pytest
 
 import onnxaff
 from onnxaff.cli import print_summary
-from onnxaff.signature import near_linear_rule, signature_stats
-from onnxaff.terminal import wrapped
+from onnxaff.format.signature import near_linear_rule, signature_stats
+from onnxaff.foundations.terminal import wrapped
 from onnxaff_models import shipped_models
 
 NINE = ["affinity", "affinity_lw", "cka", "cka_pooled", "r2", "r2_pooled", "nlc", "sparsity_change", "entropy_change"]

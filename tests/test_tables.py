@@ -6,7 +6,7 @@ import pytest
 
 import onnxaff
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import Signature
+from onnxaff.format.signature import Signature
 from onnxaff_models import shipped_models
 
 
@@ -61,7 +61,7 @@ def test_repr_html_is_an_escaped_table(sig):
 
 def test_intervals_and_flags_per_metric_in_pandas_and_the_notebook_view(sig):
     """Issue 29: `0.6747±0.0000` with no flag and no interval hid an ε-dominated score."""
-    from onnxaff.tables import site_rows
+    from onnxaff.format.tables import site_rows
 
     rows = site_rows(sig)
     for s, row in zip(sig.sites, rows, strict=True):

@@ -15,7 +15,7 @@ import pytest
 import onnxaff
 from onnxaff.data import model_inputs, open_source
 from onnxaff.errors import ConfigError, OnnxaffError
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 from tests.builders import HEADER, chain, save, with_weights
 from tests.conftest import FIXTURES, one_line_error, run_cli
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import onnxaff
-from onnxaff.comparison import compare, correlate
+from onnxaff.results.comparison import compare, correlate
 from onnxaff.reports.html import comparison_page, correlation_page, demo_page, single_page
 from onnxaff_models import shipped_models
 

@@ -19,7 +19,7 @@ from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.lifecycle import Run, open_run
 from onnxaff.analysis.plan import Plan, shard_window
 from onnxaff.analysis.runstate import RunState
-from onnxaff.signature import Signature
+from onnxaff.format.signature import Signature
 
 __all__ = ["DEFAULT_METRICS", "STATE_KIND_CHECKPOINT", "STATE_KIND_PART", "AnalysisConfig", "Feeder", "Plan", "Run",
            "RunState", "analyze", "assemble", "open_run", "parse_shard", "shard_window", "stage_results"]

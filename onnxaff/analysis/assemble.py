@@ -7,12 +7,12 @@ from dataclasses import replace
 
 from onnxaff import __version__
 from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult, entry
-from onnxaff.entries import site_metrics
+from onnxaff.collection.entries import site_metrics
+from onnxaff.collection.site_state import SiteState
+from onnxaff.collection.stats import flag_warnings
 from onnxaff.errors import Message, OnnxaffError, option
+from onnxaff.format.signature import Signature
 from onnxaff.metrics import Metric
-from onnxaff.signature import Signature
-from onnxaff.site_state import SiteState
-from onnxaff.stats import flag_warnings
 
 
 def stage_results(records: list[StageRecord], states: list[SiteState], metrics: list[Metric]) -> list[dict]:

@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 
-from onnxaff.chunks import ROWS_FLOOR, site_chunk_rows
+from onnxaff.collection.chunks import ROWS_FLOOR, site_chunk_rows
+from onnxaff.collection.stats import HALVES
 from onnxaff.errors import option
+from onnxaff.foundations.memory import check_fits, size
 from onnxaff.graph.reduction import feature_dim, graph_mode, positions, sampled
-from onnxaff.memory import check_fits, size
 from onnxaff.metrics.dispatch import serving
-from onnxaff.stats import HALVES
 
 FLOAT64 = 8
 # Chunk copies (X and Y, float64) the metrics hold while scoring, beyond the buffers and half-samples: measured at
@@ -63,7 +63,7 @@ def check_sites(sites, stage_probes, metrics, config, examples: int) -> None:
 def metric_work(sites, config, examples: int) -> list[tuple[int, str, str]]:
     """What the scoring threads' metrics hold while they score the widest site's chunks (centred copies, QR and
     Gram factors): METRIC_WORK chunk copies for the first thread, THREAD_WORK for each further one."""
-    from onnxaff.scoring import default_workers
+    from onnxaff.collection.scoring import default_workers
 
     mode = graph_mode(config.reduce)
     widths = [(chunk_rows(config, examples, dims, _site_rows(s, config)) * sum(dims) * FLOAT64, s.id) for s in sites

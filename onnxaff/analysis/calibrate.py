@@ -12,12 +12,12 @@ import time
 import numpy as np
 
 from onnxaff.analysis.config import AnalysisConfig
-from onnxaff.chunks import readonly, width_multiple
+from onnxaff.collection.chunks import readonly, width_multiple
+from onnxaff.collection.observations import Observations
+from onnxaff.collection.scoring import MetricScorer, default_workers
+from onnxaff.collection.stats import HALVES
 from onnxaff.metrics import Chunk
 from onnxaff.metrics.dispatch import serving
-from onnxaff.observations import Observations
-from onnxaff.scoring import MetricScorer, default_workers
-from onnxaff.stats import HALVES
 
 JITTER = 0.1  # of each feature's spread, added to rows drawn again so no two rows of a timed chunk are equal
 DECLARED_ABOVE = 5.0  # a job whose metric declares more seconds than this (chunk_seconds) is not run: declared

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from onnxaff.errors import ConfigError, OnnxaffError, WriteError, first_line, option
-from onnxaff.files import temporaries_of, write_bytes_atomic
+from onnxaff.foundations.files import temporaries_of, write_bytes_atomic
 from onnxaff.graph.load import sha256_of
 
 STATE_FORMAT = "onnxaff.state"

@@ -14,20 +14,20 @@ from pathlib import Path
 
 from onnxaff import defaults
 from onnxaff.analysis.textual import TEXTUAL
-from onnxaff.chunks import width_multiple
+from onnxaff.collection.chunks import width_multiple
+from onnxaff.collection.scoring import MAX_WORKERS
 from onnxaff.data.feeding import check_feeding
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError, option
 from onnxaff.graph.reduction import REDUCTIONS, SAMPLE, sampled
-from onnxaff.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
-from onnxaff.network import parse_directions
-from onnxaff.runtime import GRAPH_OPTIMIZATIONS
-from onnxaff.scoring import MAX_WORKERS
+from onnxaff.runtime.network import DIRECTIONS as NLC_DIRECTIONS  # the default, recorded in options only when changed
+from onnxaff.runtime.network import parse_directions
+from onnxaff.runtime.sessions import GRAPH_OPTIMIZATIONS
 
 DEFAULT_METRICS = None  # the metrics declaring `default` (onnxaff.metrics.default_metrics)
 PARTIAL_CHUNK_RULE = "full chunks only; a site with no full chunk scores its one partial chunk (partial: true)"
 STD_RULE = "population std (ddof=0) over chunk scores"
-# ci95 of a chunk metric: "auto" over chunks, from half-samples of a site's only chunk (onnxaff.stats.HALVES
+# ci95 of a chunk metric: "auto" over chunks, from half-samples of a site's only chunk (onnxaff.collection.stats.HALVES
 # rescorings of it, overlapped with inference where the site's row count is known); "chunks" over chunks only (no
 # interval for one chunk); "half" from the half-samples of the first chunk for every site (mean ± t·sd_halves/√k);
 # "none" no interval. docs/statistics.md, "Confidence intervals".
@@ -77,7 +77,7 @@ def _choice(name: str, value, choices, what: str) -> str:
 
 
 def _sized(name: str, value, least: int, what: str) -> int | str:
-    """A whole number, or for chunk_size "Kd" (K ≥ 1: K·D rows per chunk, onnxaff.chunks.site_chunk_rows)."""
+    """A whole number, or for chunk_size "Kd" (K ≥ 1: K·D rows per chunk, onnxaff.collection.chunks.site_chunk_rows)."""
     if name == "chunk_size" and isinstance(value, str):
         if (width_multiple(value.strip()) or 0) >= 1:
             return value.strip()
@@ -137,7 +137,7 @@ class AnalysisConfig:
     max_length: int | None = None  # text data: tokens per example (default: the model's, else 128)
     pack: bool = defaults.PACK  # text data: windows over all texts' tokens, no padding (onnxaff.data.text)
     mask: str = defaults.MASK  # the padding input [B, T]: "auto" one named attention_mask, "none" (onnxaff.graph.masks)
-    protocol: str | None = defaults.PROTOCOL  # a named protocol (onnxaff.protocol.NAMED): sets the options it names
+    protocol: str | None = defaults.PROTOCOL  # a named protocol (format.protocol.NAMED): sets the options it names
 
     def __post_init__(self):
         def put(name, value):
@@ -245,8 +245,8 @@ def _protocol(protocol: str | None, plugins: tuple[str, ...], fields: Mapping) -
     (Metric.protocols)."""
     if protocol is None:
         return {}
+    from onnxaff.format.protocol import NAMED
     from onnxaff.metrics import registry
-    from onnxaff.protocol import NAMED
 
     sets = NAMED.get(protocol) if isinstance(protocol, str) else None
     if sets is None:

@@ -6,8 +6,8 @@ the run builds them (their time is the run's too); two batches go through the au
 collectors (the first, of a few examples, warms the session); of each metric's job shapes at a row count a few
 are timed on rows of the site's own features (drawn again with a little jitter up to the chunk's size where the
 calibration gave fewer) and the others read off them (onnxaff.analysis.calibrate); the rest is extrapolated to
-the data's length. The flags come from the rule a run applies (onnxaff.stats.metric_flags). Nothing is written:
-no checkpoint, no signature.
+the data's length. The flags come from the rule a run applies (onnxaff.collection.stats.metric_flags). Nothing is
+written: no checkpoint, no signature.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from onnxaff.analysis.calibrate import Jobs
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
-from onnxaff.chunks import site_chunk_rows
+from onnxaff.collection.chunks import site_chunk_rows
+from onnxaff.collection.stats import metric_flags, rows_needed
 from onnxaff.data import no_usable
+from onnxaff.foundations.memory import status_bytes
 from onnxaff.graph.reduction import feature_dim, graph_mode
-from onnxaff.memory import status_bytes
 from onnxaff.metrics.dispatch import serving
-from onnxaff.runtime import CUDA, Runner
-from onnxaff.stats import metric_flags, rows_needed
+from onnxaff.runtime.sessions import CUDA, Runner
 
 WARM_EXAMPLES = 8  # the first calibration batch, which warms the session (counted once); then one full batch
 
@@ -277,8 +277,8 @@ def _stage_cost(plan: Plan, k: int, st, fed: _Fed, timer: Jobs, examples: int) -
 
 
 def _chunking(st, fed: _Fed, examples: int, chunk_size: int) -> tuple[int, int, int, bool]:
-    """(rows in all, rows per chunk, chunks, partial) by the chunk rule (onnxaff.chunks): full chunks only, one
-    partial chunk (≥ 2 rows) when there is none."""
+    """(rows in all, rows per chunk, chunks, partial) by the chunk rule (onnxaff.collection.chunks): full chunks only,
+    one partial chunk (≥ 2 rows) when there is none."""
     total = round(st.observed.rows / fed.examples * examples)
     if total >= chunk_size:
         return total, chunk_size, total // chunk_size, False

@@ -1,5 +1,5 @@
 """The batch loop's one job: a Plan's batches through the runtime, each site's rows handed to its collector
-(how rows become chunks and scores: onnxaff.chunks). Signals, checkpoints and progress are the run's
+(how rows become chunks and scores: onnxaff.collection.chunks). Signals, checkpoints and progress are the run's
 (onnxaff.analysis.lifecycle), not the feeder's.
 """
 
@@ -12,16 +12,16 @@ from onnxaff.analysis.checkpoint import run_key
 from onnxaff.analysis.plan import Plan, chunk_sizes
 from onnxaff.analysis.runstate import RunState
 from onnxaff.analysis.statecheck import check_ranges
-from onnxaff.chunks import site_chunk_rows
+from onnxaff.collection.chunks import site_chunk_rows
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
 from onnxaff.data import examples_in
 from onnxaff.graph.masks import numpy_masked
 from onnxaff.graph.reduction import feature_rounding, graph_mode, host_batch_first, numpy_features, sample_rows, sampled
 from onnxaff.metrics import metric_info
-from onnxaff.network import EXAMPLES as NLC_EXAMPLES
-from onnxaff.network import NetworkNLC
-from onnxaff.runtime import Runner, ort
-from onnxaff.scoring import MetricScorer
-from onnxaff.site_state import SiteState
+from onnxaff.runtime.network import EXAMPLES as NLC_EXAMPLES
+from onnxaff.runtime.network import NetworkNLC
+from onnxaff.runtime.sessions import Runner, ort
 
 
 class Feeder:

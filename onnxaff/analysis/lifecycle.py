@@ -29,13 +29,13 @@ from onnxaff.analysis.config import AnalysisConfig, check_checkpoint_every
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
 from onnxaff.analysis.resume import Resume
+from onnxaff.collection.scoring import MetricScorer
 from onnxaff.data import no_usable
 from onnxaff.errors import ConfigError, DataFailed, Interrupted, Message, StopWhileWaiting, option
-from onnxaff.files import exclusive, lock_beside
-from onnxaff.progress import Progress
-from onnxaff.scoring import MetricScorer
-from onnxaff.signature import Signature
-from onnxaff.stopping import StopFlag
+from onnxaff.format.signature import Signature
+from onnxaff.foundations.files import exclusive, lock_beside
+from onnxaff.foundations.progress import Progress
+from onnxaff.foundations.stopping import StopFlag
 
 RESUME = ("never", "always", "auto")  # a checkpoint there is replaced / must be continued / is continued if there
 ON_MISMATCH = ("refuse", "restart")  # a checkpoint of another run: an error / a note and a fresh start

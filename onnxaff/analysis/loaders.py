@@ -17,10 +17,11 @@ import onnx
 from onnxaff.analysis.budget import check_batches, check_sites, example_shapes, slow_chunk_warnings
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.records import Stage
-from onnxaff.chunks import ROWS_FLOOR, width_multiple
+from onnxaff.analysis.sitelist import SiteList, list_sites, resolve_unknown_ranks
+from onnxaff.collection.chunks import ROWS_FLOOR, width_multiple
 from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, open_source
 from onnxaff.errors import ConfigError, OnnxaffError, option
-from onnxaff.files import absolute
+from onnxaff.foundations.files import absolute
 from onnxaff.graph import augment_model, load_model
 from onnxaff.graph.batch import batch_symbols
 from onnxaff.graph.blocks import stage_tracks
@@ -34,7 +35,6 @@ from onnxaff.graph.sites import Site
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
-from onnxaff.sitelist import SiteList, list_sites, resolve_unknown_ranks
 
 
 class Loader:

@@ -30,7 +30,7 @@ from onnxaff.analysis.loaders import (
     stage_probes,
 )
 from onnxaff.analysis.records import SiteRecord, StageRecord
-from onnxaff.chunks import site_chunk_rows
+from onnxaff.collection.chunks import site_chunk_rows
 from onnxaff.data import fixed_batch_of
 from onnxaff.graph.masks import mask_input
 from onnxaff.graph.neighbourhood import site_neighbourhood
@@ -182,7 +182,7 @@ class Loaders:
 
 
 def chunk_sizes(sites, stage_probes, config: AnalysisConfig) -> list[int]:
-    """Each site's rows per chunk, then each stage's (onnxaff.chunks.site_chunk_rows; 1 where D is symbolic)."""
+    """Each site's rows per chunk, then each stage's (collection.chunks.site_chunk_rows; 1 where D is symbolic)."""
     mode = graph_mode(config.reduce)
     dims = [(feature_dim(s, mode), feature_dim(s.side("y"), mode)) for s in sites]
     for probes in stage_probes:

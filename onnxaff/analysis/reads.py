@@ -1,6 +1,7 @@
 """The files a run reads, which none of its outputs may replace: `onnxaff analyze` refuses an --out, --checkpoint or
-shard state naming one of them before the run (onnxaff.files.refuse_overwrite), and a study keeps its outputs off its
-models' data (`data_path`). Each data kind's files are the data layer's to say; this names them for a whole run."""
+shard state naming one of them before the run (onnxaff.foundations.files.refuse_overwrite), and a study keeps its
+outputs off its models' data (`data_path`). Each data kind's files are the data layer's to say; this names them for a
+whole run."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from onnxaff.entries import MetricEntry
+from onnxaff.collection.entries import MetricEntry
 from onnxaff.graph.site import Site
 
 

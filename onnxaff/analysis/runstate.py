@@ -15,15 +15,15 @@ from onnxaff.analysis.assemble import assemble, stage_results
 from onnxaff.analysis.checkpoint import STATE_KIND_CHECKPOINT, code_mismatch, key_mismatch
 from onnxaff.analysis.records import SiteRecord, StageRecord
 from onnxaff.analysis.statecheck import check_same_run, check_state
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.site_state import SiteState
 from onnxaff.errors import OnnxaffError, option
+from onnxaff.format.signature import Signature
+from onnxaff.foundations.statefields import from_state, saved, to_state, transient
 from onnxaff.metrics import Metric, registry, resolve
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
-from onnxaff.network import merge_nlc_states, network_results
-from onnxaff.scoring import MetricScorer
-from onnxaff.signature import Signature
-from onnxaff.site_state import SiteState
-from onnxaff.statefields import from_state, saved, to_state, transient
+from onnxaff.runtime.network import merge_nlc_states, network_results
 
 
 def _skipped_state(items) -> list:
@@ -50,7 +50,7 @@ def _records_from(kind: type[SiteRecord] | type[StageRecord]) -> Callable[[list[
 class RunState:
     """A run's position in its data window, its collectors and the signature header of its prepared plan.
 
-    Saved as one flat dict derived from the fields (onnxaff.statefields): the checkpoint and part format.
+    Saved as one flat dict derived from the fields (onnxaff.foundations.statefields): the checkpoint and part format.
     `sites`/`stages` are the collectors; `header` is the signature minus what the collectors give; `kind` says
     what a saved state is for (a checkpoint to continue, a shard part to merge). `windows`, `ragged` and
     `tail_ragged` exist only while parts are merged.
@@ -151,7 +151,7 @@ class RunState:
     def merge(self, other: RunState, metrics: list[Metric], track_metrics: list[Metric],
               scorer: MetricScorer) -> None:
         """Append `other`, the state of the data slice right after this one (a part of the same run; the parts'
-        shard counts and order are checked once, by onnxaff.shards.merge_states)."""
+        shard counts and order are checked once, by onnxaff.results.shards.merge_states)."""
         if (what := key_mismatch(self.key, other.key)) is not None:
             raise OnnxaffError(f"parts cannot be merged: one is from {what}")
         if self.tail_ragged:

@@ -66,14 +66,14 @@ def is_torch_module(model) -> bool:
 @contextlib.contextmanager
 def model_file(model, example_input=None, onnx_path=None):
     """What the analysis reads: (a path or a ModelProto, the export's record or None). A torch.nn.Module is exported
-    first (onnxaff.export.from_torch, with its check of the activations) to `onnx_path`, kept, or else to a
+    first (onnxaff.from_torch, with its check of the activations) to `onnx_path`, kept, or else to a
     temporary file removed on the way out."""
     if not is_torch_module(model):
         import onnx
 
         if not isinstance(model, str | os.PathLike | onnx.ModelProto):
             raise OnnxaffError(f"the model must be an ONNX file, an onnx.ModelProto or a torch.nn.Module, not a "
-                               f"{type(model).__name__} (onnxaff.export converts Keras and scikit-learn models)")
+                               f"{type(model).__name__} (onnxaff.from_keras and onnxaff.from_sklearn convert them)")
         if example_input is not None or onnx_path is not None:
             raise ConfigError("example_input", f"{{option}} and onnx_path are for a torch.nn.Module, which is exported "
                               f"to ONNX first; the model given is a {type(model).__name__}")
@@ -83,11 +83,11 @@ def model_file(model, example_input=None, onnx_path=None):
         raise ConfigError("example_input", "a torch.nn.Module is exported to ONNX first, which runs it once: give "
                           "{option}, one batch of input (e.g. torch.randn(1, 3, 224, 224); a tuple for several "
                           "inputs)")
-    from onnxaff.export import OPSET, from_torch
+    from onnxaff.graph.export import OPSET, from_torch
 
     kind = type(model)
     record = {"framework": "PyTorch", "module": f"{kind.__module__}.{kind.__qualname__}",
-              "exporter": "onnxaff.export.from_torch", "opset": OPSET}
+              "exporter": "onnxaff.from_torch", "opset": OPSET}
     if onnx_path is not None:
         export = from_torch(model, example_input, onnx_path)
         yield (os.fspath(onnx_path), record | {"extra": export.extra})

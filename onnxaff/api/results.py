@@ -9,9 +9,9 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from onnxaff.comparison import Comparison, Correlation
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import Signature
+from onnxaff.format.signature import Signature
+from onnxaff.results.comparison import Comparison, Correlation
 from onnxaff.studies.result import Study
 
 
@@ -19,8 +19,8 @@ def signatures_of(signatures, exclude_flagged: bool = False) -> tuple[list[Signa
     """(the signatures, the files they were read from): `signatures` a list of Signatures or paths, a dict label ->
     Signature or path (the label names it in tables and plots), or a Study. A Signature given is copied, never
     changed (labels, `exclude_flagged`)."""
-    from onnxaff.comparison import label_signature
-    from onnxaff.signature import drop_flagged, read_signature
+    from onnxaff.format.signature import drop_flagged, read_signature
+    from onnxaff.results.comparison import label_signature
 
     if isinstance(signatures, Study):
         signatures = signatures.signatures
@@ -83,9 +83,9 @@ def compare(signatures, *, metric: str | None = None, normalized: bool = False, 
     >>> comparison.neighbours(1)["torch_cnn_relu"][0][0]  # the same weights, written with onnx.helper
     'helper_cnn_relu'
     """
-    from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import default_metric, metrics_to_compare
-    from onnxaff.differences import differences_line
+    from onnxaff.results.comparison import compare as run_compare
+    from onnxaff.results.comparison import default_metric, metrics_to_compare
+    from onnxaff.results.differences import differences_line
 
     sigs, _ = signatures_of(signatures, exclude_flagged)
     if len(sigs) >= 2:
@@ -124,8 +124,8 @@ def correlate(signatures, accuracy, *, metric: str | None = None, groups=None, s
         (permutation test), ``slope``, ``intercept``; ``rows`` the models' values, ``warnings`` what to know
         (fewer than ten models). ``to_pandas()`` gives the table.
     """
-    from onnxaff.comparison import correlate as run_correlate
-    from onnxaff.differences import line_of
+    from onnxaff.results.comparison import correlate as run_correlate
+    from onnxaff.results.differences import line_of
 
     sigs, _ = signatures_of(signatures, exclude_flagged)
     result = run_correlate(sigs, _table(accuracy, "accuracy"), metric=metric,
@@ -143,7 +143,7 @@ def _table(value, what: str) -> dict[str, str]:
     if not isinstance(value, str | os.PathLike):
         raise OnnxaffError(f"{what} must be a dict of model -> {what}, a pandas Series or a two-column CSV file's "
                            f"path, not a {type(value).__name__}")
-    from onnxaff.comparison import read_table
+    from onnxaff.results.comparison import read_table
 
     return read_table(value, what)
 
@@ -191,14 +191,14 @@ def report(result, path: str | os.PathLike, *, metric: str | None = None, cluste
     >>> onnxaff.report(sig, "sk_mlp_tanh.html").read_text().startswith("<!DOCTYPE html>")
     True
     """
-    from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import default_metric, metrics_to_compare
-    from onnxaff.differences import differences
-    from onnxaff.files import refuse_overwrite, write_text_atomic
+    from onnxaff.foundations.files import refuse_overwrite, write_text_atomic
     from onnxaff.reports.write import write_comparison, write_correlation, write_single
+    from onnxaff.results.comparison import compare as run_compare
+    from onnxaff.results.comparison import default_metric, metrics_to_compare
+    from onnxaff.results.differences import differences
 
     if isinstance(result, str | os.PathLike):  # one signature's file
-        from onnxaff.signature import read_signature
+        from onnxaff.format.signature import read_signature
 
         refuse_overwrite([("the report", path)], [("the signature", result)])
         result = read_signature(result)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from onnxaff.analysis.sitelist import PROBE_DATA
 from onnxaff.api.options import DEFAULT, data_arg, given, model_file
-from onnxaff.signature import Signature
-from onnxaff.sitelist import PROBE_DATA
+from onnxaff.format.signature import Signature
 
 FEEDING = ("batch_axes", "constants", "input_ranges", "pad", "sample_rate", "tokenizer", "max_length", "pack")
 
@@ -24,7 +24,7 @@ def analyze(model, data, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_si
     ----------
     model : str, os.PathLike, onnx.ModelProto or torch.nn.Module
         An ONNX file (its external weights beside it), a loaded proto, or a PyTorch module, which is exported
-        first with ``onnxaff.export.from_torch`` (eval mode, opset 17, dynamic batch; every activation module it
+        first with ``onnxaff.from_torch`` (eval mode, opset 17, dynamic batch; every activation module it
         declares must survive the export) on `example_input`.
     data : str, os.PathLike, array, dict of arrays, iterable of batches, or list of str
         An image folder (flat, or one subfolder per class), a ``.npy``/``.npz`` file (arrays keyed by input name),
@@ -171,14 +171,14 @@ class Sites(list):
 
     def to_pandas(self):
         """`records()` as a DataFrame indexed by site index (needs pandas)."""
-        from onnxaff.tables import frame
+        from onnxaff.format.tables import frame
 
         return frame(self.records(), "index", "Sites")
 
     def _repr_html_(self) -> str:
+        from onnxaff.format.tables import html_table
         from onnxaff.graph.sites import format_params
         from onnxaff.reports.console import fmt_shape
-        from onnxaff.tables import html_table
 
         rows = [[s.index, s.id, s.kind, s.status, fmt_shape(s.input_shape), r["dim"], "+".join(s.op_types),
                  format_params(s.params), s.reason] for s, r in zip(self, self.records(), strict=True)]
@@ -235,7 +235,7 @@ def sites(model, data=PROBE_DATA, *, layout=DEFAULT.layout, input_shapes=DEFAULT
     [('softmax', 'ok'), ('gelu', 'ok'), ('softmax', 'ok'), ('gelu', 'ok')]
     """
     from onnxaff.analysis.config import AnalysisConfig
-    from onnxaff.sitelist import sites_of
+    from onnxaff.analysis.sitelist import sites_of
 
     unknown = sorted(set(feeding) - set(FEEDING))
     if unknown:

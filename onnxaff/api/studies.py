@@ -14,7 +14,7 @@ from onnxaff.studies.result import Study
 
 
 def _echo(line) -> None:
-    from onnxaff.text import printable
+    from onnxaff.foundations.text import printable
 
     print(printable(line), file=sys.stderr)
 
@@ -153,7 +153,7 @@ def _model_specs(models, out: Path, example_input) -> list[str]:
 def _export(label: str, module, folder: Path, example_input) -> Path:
     """`module` written to FOLDER/<label>.onnx: the study identifies a model by its file (a rerun's export of the
     same module is the same file, so its signature stays up to date)."""
-    from onnxaff.export import from_torch
+    from onnxaff.graph.export import from_torch
     from onnxaff.studies.models import LABEL
 
     if example_input is None:

@@ -11,7 +11,7 @@ from onnxaff.cli.config import RunOptions, flag_of, run_options
 from onnxaff.cli.echo import echo_err
 from onnxaff.cli.options import analysis_options, configured, scale_options
 from onnxaff.errors import OnnxaffError, render_options
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 
 def print_summary(sig) -> None:
@@ -78,8 +78,8 @@ def analyze(model, data, out, dry_run, **flags) -> None:
 def run_analysis(model: str, data: str, out: str, opts: RunOptions):
     """Check every output before the run (a long analysis must not end on a file it may not write), run, report."""
     from onnxaff.analysis.reads import run_inputs
-    from onnxaff.files import check_writable, refuse_overwrite
-    from onnxaff.shards import state_path_for
+    from onnxaff.foundations.files import check_writable, refuse_overwrite
+    from onnxaff.results.shards import state_path_for
 
     outputs = [("--out", out)]
     checkpoint = None
@@ -101,8 +101,8 @@ def run_analysis(model: str, data: str, out: str, opts: RunOptions):
 
 def _run_ray(model, data, out, outputs, opts: RunOptions):
     from onnxaff.analysis.reads import model_weight_files
-    from onnxaff.executors import run_ray
-    from onnxaff.files import refuse_overwrite
+    from onnxaff.foundations.files import refuse_overwrite
+    from onnxaff.results.executors import run_ray
 
     if opts.analysis.shard is not None or opts.resume or opts.checkpoint is not None or opts.checkpoint_every:
         raise OnnxaffError("--executor ray runs every shard itself and keeps no checkpoint: drop "
@@ -118,8 +118,8 @@ def _run_local(model, data, out, outputs, checkpoint: str, opts: RunOptions):
     from onnxaff.analysis import open_run
     from onnxaff.analysis.checkpoint import write_result
     from onnxaff.analysis.reads import weight_files
-    from onnxaff.files import check_writable, refuse_overwrite
-    from onnxaff.shards import write_part
+    from onnxaff.foundations.files import check_writable, refuse_overwrite
+    from onnxaff.results.shards import write_part
 
     check_writable(checkpoint)  # its first save may come only with Ctrl-C, hours in
 

@@ -112,7 +112,7 @@ def _given_against(protocol: str, options: dict) -> None:
     """A flag given on the command line against the named protocol is refused, even where its value is the default
     (`--protocol paper --chunk-size 4d`): AnalysisConfig cannot tell a default from a value given equal to it."""
     from onnxaff.analysis.config import contradiction
-    from onnxaff.protocol import NAMED
+    from onnxaff.format.protocol import NAMED
 
     try:
         given = given_fields(click.get_current_context(), ("chunk_size", "reduce"))

@@ -6,7 +6,7 @@ import click
 
 from onnxaff.cli.config import flag_of
 from onnxaff.errors import render_options
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 
 def echo_err(line: str) -> None:

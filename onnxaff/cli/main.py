@@ -13,12 +13,12 @@ import click
 from onnxaff.cli.app import cli
 from onnxaff.cli.config import flag_of
 from onnxaff.errors import Interrupted, OnnxaffError
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 
 def _exit_interrupted() -> None:
     """Exit 130; hard (after flushing) when a metric is stuck in a thread, which Python cannot kill or join."""
-    from onnxaff.scoring import busy_threads
+    from onnxaff.collection.scoring import busy_threads
 
     if busy_threads():
         sys.stdout.flush()
@@ -35,7 +35,7 @@ def error_line(exc: OnnxaffError) -> str:
 def _late_copy_or_default(signum, frame) -> None:
     """SIGTERM outside a run's own handlers: a copy of the one that just stopped a run (sent twice at once) is
     ignored, so the saved run still exits 130 with its message; any other is the default (terminate)."""
-    from onnxaff.stopping import signalled_within
+    from onnxaff.foundations.stopping import signalled_within
 
     if signalled_within():
         return

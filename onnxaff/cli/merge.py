@@ -6,7 +6,7 @@ import click
 
 from onnxaff.cli.analyze import print_summary
 from onnxaff.cli.app import cli
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 
 @cli.command()
@@ -15,8 +15,8 @@ from onnxaff.text import printable
 @click.option("--quiet", is_flag=True, help="No summary.")
 def merge(parts, out, quiet) -> None:
     """Merge the parts of `analyze --shard i/n` (all n of them) into one run's signature."""
-    from onnxaff.files import refuse_overwrite
-    from onnxaff.shards import merge_parts, part_files
+    from onnxaff.foundations.files import refuse_overwrite
+    from onnxaff.results.shards import merge_parts, part_files
 
     refuse_overwrite([("--out", out)], [("a part", p) for part in parts for p in part_files(part)])
     sig = merge_parts(list(parts))

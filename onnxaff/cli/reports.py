@@ -9,8 +9,8 @@ import click
 from onnxaff.cli.app import cli
 from onnxaff.cli.echo import echo_err
 from onnxaff.cli.options import exclude_flagged
-from onnxaff.terminal import table
-from onnxaff.text import printable
+from onnxaff.foundations.terminal import table
+from onnxaff.foundations.text import printable
 
 
 def split_labels(args) -> tuple[list[str | None], list[str]]:
@@ -28,8 +28,8 @@ def split_labels(args) -> tuple[list[str | None], list[str]]:
 
 
 def read_all(paths, labels=None, exclude_flagged: bool = False):
-    from onnxaff.comparison import label_signature
-    from onnxaff.signature import drop_flagged, read_signature
+    from onnxaff.format.signature import drop_flagged, read_signature
+    from onnxaff.results.comparison import label_signature
 
     sigs = [label_signature(read_signature(p), label)
             for p, label in zip(paths, labels or [None] * len(paths), strict=True)]
@@ -54,14 +54,14 @@ def compare(signatures, out, fmt, metric, normalized, clusters, exclude_flagged,
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that run in every table, plot and file
     (without labels, runs of one model are told apart by their data source)."""
-    from onnxaff.comparison import compare as run_compare
-    from onnxaff.comparison import metrics_to_compare, run_labels
-    from onnxaff.files import refuse_overwrite
+    from onnxaff.foundations.files import refuse_overwrite
+    from onnxaff.results.comparison import compare as run_compare
+    from onnxaff.results.comparison import metrics_to_compare, run_labels
 
     labels, signatures = split_labels(signatures)
     refuse_overwrite([("--out", out)], [("the signature", p) for p in signatures])
     sigs = read_all(signatures, labels, exclude_flagged)
-    from onnxaff.differences import differences, differences_line, refuse
+    from onnxaff.results.differences import differences, differences_line, refuse
 
     names = metrics_to_compare(sigs, metric)
     diffs = differences(sigs, names)
@@ -95,9 +95,9 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
 
     Each SIGNATURE may be given as LABEL=PATH: the label names that model in the tables, plots and the
     accuracy and group CSVs (which may also key it by model name or sha256)."""
-    from onnxaff.comparison import correlate as run_correlate
-    from onnxaff.comparison import read_table
-    from onnxaff.files import refuse_overwrite
+    from onnxaff.foundations.files import refuse_overwrite
+    from onnxaff.results.comparison import correlate as run_correlate
+    from onnxaff.results.comparison import read_table
 
     labels, signatures = split_labels(signatures)
     refuse_overwrite([("--out", out)], [*(("the signature", p) for p in signatures), ("--accuracy", accuracy),
@@ -112,7 +112,7 @@ def correlate(signatures, accuracy, group_file, metric, out, exclude_flagged, st
                        f"{v['p_value']:.4f}" if v["p_value"] == v["p_value"] else "-"] for f, v in result.ranked()],
                      ["statistic", "R²", "r", "r 95 % interval", "p"]))
     click.echo(f"p: {result['p_method']}; {result['interval_method']}")
-    from onnxaff.differences import line_of
+    from onnxaff.results.differences import line_of
 
     for line in [*result["warnings"], *filter(None, [line_of(result["differences"])])]:
         echo_err(f"warning: {getattr(line, 'template', line)}")
@@ -132,10 +132,10 @@ def _interval(ci) -> str:
               "first]")
 def report(signature, out, metric) -> None:
     """One model's report: signature, histogram, per-site table, model and data."""
-    from onnxaff.comparison import default_metric
-    from onnxaff.files import refuse_overwrite
+    from onnxaff.format.signature import read_signature
+    from onnxaff.foundations.files import refuse_overwrite
     from onnxaff.reports.write import write_single
-    from onnxaff.signature import read_signature
+    from onnxaff.results.comparison import default_metric
 
     out = out or os.path.splitext(signature)[0] + ".html"
     refuse_overwrite([("--out", out)], [("the signature", signature)])

@@ -11,8 +11,8 @@ from onnxaff.cli.app import cli
 from onnxaff.cli.config import flag_of
 from onnxaff.cli.options import configured, feed_options
 from onnxaff.errors import render_options
-from onnxaff.terminal import table
-from onnxaff.text import printable
+from onnxaff.foundations.terminal import table
+from onnxaff.foundations.text import printable
 
 FEEDING = ("batch_axes", "constants", "input_ranges", "pad")  # the probe run's per-input feeding (config fields)
 SOURCE = ("sample_rate", "tokenizer", "max_length", "pack")  # how audio and text become its example
@@ -37,9 +37,9 @@ SOURCE = ("sample_rate", "tokenizer", "max_length", "pack")  # how audio and tex
 def sites(model: str, fmt: str, layout: str, input_shape, data: str, pairs, blocks, explain: bool, **feed) -> None:
     """List the non-linearities (sites) of MODEL in forward order, with the status analyze gives them."""
     from onnxaff.analysis.config import AnalysisConfig
+    from onnxaff.analysis.sitelist import PROBE_DATA, sites_of
     from onnxaff.cli.config import feed_kwargs
     from onnxaff.graph.reduction import feature_dim
-    from onnxaff.sitelist import PROBE_DATA, sites_of
 
     source = {k: feed.pop(k) for k in SOURCE}
     # As typed: checked (and parsed) by the analysis' config before the model is read, as analyze's are.

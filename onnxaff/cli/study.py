@@ -11,7 +11,7 @@ from onnxaff.cli.config import analysis_kwargs, flag_of, given_fields
 from onnxaff.cli.echo import echo_err
 from onnxaff.cli.options import analysis_options, configured
 from onnxaff.errors import ConfigError, render_options
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 # Exit status when the study finished but some models failed (2 is a user error before anything ran).
 SOME_FAILED = 3
@@ -47,8 +47,8 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
     A flag given here overrides a manifest's [options]; a model's own table overrides both.
     """
     from onnxaff.analysis.textual import parse_texts
-    from onnxaff.comparison import read_table
     from onnxaff.reports.console import models_table
+    from onnxaff.results.comparison import read_table
     from onnxaff.studies import preview_study, resolve_models, run_study
 
     quiet = flags["quiet"]
@@ -92,9 +92,9 @@ def study(models, data, out, accuracy, group_file, force, clusters, executor, sh
 @click.option("--force", is_flag=True, help="Reanalyse every network, even those already in OUT.")
 def demo(out, metrics, chunk_size, device, only, quiet, force) -> None:
     """Analyse every shipped reference network on its shipped data and write a comparison report."""
-    from onnxaff.demo import run_demo
     from onnxaff.metrics import default_metrics, registry
     from onnxaff.reports.console import models_table
+    from onnxaff.studies import run_demo
 
     names = default_metrics(registry()) if metrics is None else [m.strip() for m in metrics.split(",") if m.strip()]
     if not names:

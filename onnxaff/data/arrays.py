@@ -19,7 +19,7 @@ import numpy as np
 
 from onnxaff.data.source import DataSource, InputSpec, cast_for, check_example_shape
 from onnxaff.errors import OnnxaffError, first_line
-from onnxaff.memory import check_fits
+from onnxaff.foundations.memory import check_fits
 
 # A file without its format's magic is not an array file: numpy would call it pickled data and refuse that.
 _MAGIC = {".npy": (b"\x93NUMPY", "NumPy"), ".npz": (b"PK", "zip")}

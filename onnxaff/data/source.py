@@ -11,9 +11,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxaff.dtypes import BFLOAT16
 from onnxaff.errors import ConfigError, OnnxaffError, option
-from onnxaff.files import sha256_of
+from onnxaff.foundations.dtypes import BFLOAT16
+from onnxaff.foundations.files import sha256_of
 
 
 @dataclass(frozen=True)

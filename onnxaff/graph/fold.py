@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxaff.dtypes import BFLOAT16
+from onnxaff.foundations.dtypes import BFLOAT16
 from onnxaff.graph import elementwise
 
 # Constants exporters write into activations (√2, 1/√2, √(2/π), GELU-tanh's 0.044715 and its product with

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from onnxaff.errors import OnnxaffError
 
-_TORCH = "export the model to ONNX first (onnxaff.export.from_torch, or torch.onnx.export)"
-_KERAS = "export the model to ONNX first (onnxaff.export.from_keras, or tf2onnx)"
+_TORCH = "export the model to ONNX first (onnxaff.from_torch, or torch.onnx.export)"
+_KERAS = "export the model to ONNX first (onnxaff.from_keras, or tf2onnx)"
 _TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pkl", ".pickle", ".tar")
 
 

@@ -20,14 +20,14 @@ import onnx
 from onnx import TensorProto, external_data_helper, helper
 
 from onnxaff.errors import OnnxaffError, first_line
-from onnxaff.files import sha256_of
+from onnxaff.foundations.files import sha256_of
+from onnxaff.foundations.text import printable
 from onnxaff.graph import runtime_ops
 from onnxaff.graph.expand import EXPANSIONS, expand
 from onnxaff.graph.foreign import not_onnx
 from onnxaff.graph.infer import INFER_BY_PATH_BYTES, infer
 from onnxaff.graph.toposort import sort_graph
 from onnxaff.graph.view import GraphView, iter_tensors
-from onnxaff.text import printable
 
 
 @dataclass

@@ -7,7 +7,7 @@ Parameters are constructor keywords (`--metrics affinity:eps=1e-5`); `Needs` say
 `check_metric(cls)` runs a metric through what the core relies on, for a plugin's own tests.
 """
 
-from onnxaff.memory import available_bytes
+from onnxaff.foundations.memory import available_bytes
 from onnxaff.metrics.base import Metric
 from onnxaff.metrics.check import CheckReport, MetricCheckError, check_metric
 from onnxaff.metrics.loader import (

@@ -61,7 +61,7 @@ class Metric:
     eps: ClassVar[float | None] = None
     rank_sensitive: ClassVar[bool] = False  # fits X's directions: flagged `rank_deficient` on a rank-deficient X
     # The estimator in words (a signature's protocol names it; a parameter may change it: set it on `self`), and the
-    # named protocols whose metric this is with its default parameters (onnxaff.protocol.NAMED: `--protocol paper`).
+    # named protocols whose metric this is with its default parameters (format.protocol.NAMED: `--protocol paper`).
     estimator: ClassVar[str] = ""
     protocols: ClassVar[tuple[str, ...]] = ()
 

@@ -1,7 +1,7 @@
 """What the core does around a metric's compute(): read-only private inputs, and the returned value checked.
 
 check_metric (onnxaff.metrics.check) holds a metric to the same rules the run applies, so it uses these; the
-scoring threads (onnxaff/scoring.py) keep their own copy of the same two rules for now.
+scoring threads (onnxaff/collection/scoring.py) keep their own copy of the same two rules for now.
 """
 
 from __future__ import annotations

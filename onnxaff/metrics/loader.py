@@ -230,7 +230,7 @@ def primary_metric(available: dict[str, Registered] | None = None) -> str:
 def metric_info(metric: Metric, origin: str) -> dict:
     """A signature's `metrics.<name>` entry: the declarations, where the metric came from, its parameters."""
     info = {**type(metric).info(), "origin": origin}
-    if metric.estimator:  # the protocol's estimator of this metric (onnxaff.protocol)
+    if metric.estimator:  # the protocol's estimator of this metric (onnxaff.format.protocol)
         info["estimator"] = metric.estimator
     params = metric.params()
     if params:

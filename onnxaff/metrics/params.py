@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.foundations.text import did_you_mean
 from onnxaff.metrics.output import plugin_output
-from onnxaff.text import did_you_mean
 
 SYNTAX = "name:key=value:key=value"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from onnxaff.errors import option
-from onnxaff.protocol import short
-from onnxaff.signature import DAGGER, DAGGER_NOTE
-from onnxaff.siteentry import ScoreEntry, SiteEntry
-from onnxaff.terminal import table, wrapped
-from onnxaff.text import printable, short_names
+from onnxaff.format.protocol import short
+from onnxaff.format.signature import DAGGER, DAGGER_NOTE
+from onnxaff.format.siteentry import ScoreEntry, SiteEntry
+from onnxaff.foundations.terminal import table, wrapped
+from onnxaff.foundations.text import printable, short_names
 
 # One letter per flag in the terminal table (a legend line follows it); the signature keeps the names.
 FLAG_CODES = {"few_rows": "F", "partial": "P", "eps_dominated": "E", "rank_deficient": "R", "rank_ambiguous": "A",
@@ -27,7 +27,7 @@ def fmt_value(v, spec: str = ".4f") -> str:
 
 def fmt_score(entry: Mapping | None, chunks: bool = True, ci: bool = False) -> str:
     """mean±std (chunks); with `ci`, ± is the ci95's half-width instead; without `chunks`, no chunk count. `entry`:
-    a signature's ScoreEntry, or the dict onnxaff.entries builds."""
+    a signature's ScoreEntry, or the dict onnxaff.collection.entries builds."""
     if not entry:
         return "-"
     e = ScoreEntry.from_json(entry)
@@ -165,7 +165,7 @@ def fmt_seconds(s: float) -> str:
 
 def estimate_lines(est: dict) -> list[str]:
     """A run's cost preview (onnxaff.analysis.cost.Estimate.to_dict()): a row per site, then the totals."""
-    from onnxaff.memory import size
+    from onnxaff.foundations.memory import size
 
     metrics = est["metrics"]
     items = est["sites"] + est["stages"]
@@ -212,7 +212,7 @@ def data_need_line(est: dict) -> str:
 def estimates_table(estimates: dict[str, dict]) -> str:
     """A study's cost preview: a row per model (label -> Estimate.to_dict()), then the study's totals (time adds
     up; memory is the largest model's, as the models run one after another)."""
-    from onnxaff.memory import size
+    from onnxaff.foundations.memory import size
 
     rows = [[label, len(e["sites"]), f"{e['examples']:,}", fmt_seconds(e["seconds"]["inference"]),
              fmt_seconds(sum(e["seconds"]["scoring"].values())), fmt_seconds(e["seconds"]["wall"]),

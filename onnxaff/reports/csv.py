@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxaff.text import csv_text
+from onnxaff.foundations.text import csv_text
 
 CORRELATION_COLUMNS = ["r2", "pearson_r", "r_ci95_low", "r_ci95_high", "p_value", "p_method", "slope", "intercept",
                        "models", "flagged_models"]

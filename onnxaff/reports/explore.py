@@ -15,9 +15,9 @@ import math
 from functools import lru_cache
 from importlib import resources
 
-from onnxaff.chunks import site_chunk_rows
-from onnxaff.siteentry import ScoreEntry, SiteEntry
-from onnxaff.text import printable
+from onnxaff.collection.chunks import site_chunk_rows
+from onnxaff.format.siteentry import ScoreEntry, SiteEntry
+from onnxaff.foundations.text import printable
 
 DATA_ID = "onnxaff-data"
 # Characters that must not appear raw inside a <script> element (and two that end a JavaScript line).
@@ -51,7 +51,8 @@ def _clean(v):
 def scored_rows(s: SiteEntry, chunk_size) -> int | None:
     """The rows the chunk scores saw: whole chunks (the rows short of one are dropped), or the one partial chunk's;
     a site's `rows` counts every row collected (600 collected, 512 scored at chunk size 512). Under chunk_size
-    "Kd" a chunk holds the site's own rows (onnxaff.chunks.site_chunk_rows of its dims, as the run sized it)."""
+    "Kd" a chunk holds the site's own rows (onnxaff.collection.chunks.site_chunk_rows of its dims, as the run sized
+    it)."""
     if s.partial_chunk:
         return s.rows
     rows = site_chunk_rows(chunk_size, (s.dim, s.dim_y or s.dim))

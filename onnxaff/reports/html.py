@@ -5,16 +5,16 @@ from __future__ import annotations
 import html
 import math
 
-from onnxaff.comparison import DTW_DESCRIPTION, Comparison
-from onnxaff.differences import differences, differences_line, line_of
+from onnxaff.format.protocol import text as protocol_text
+from onnxaff.format.signature import DAGGER, DAGGER_NOTE, Signature, signature_stats
+from onnxaff.format.siteentry import ScoreEntry
+from onnxaff.format.tables import flagged_share
+from onnxaff.foundations.text import printable
 from onnxaff.metrics.dispatch import stage_entry
-from onnxaff.protocol import text as protocol_text
 from onnxaff.reports import explore, plots, svg
 from onnxaff.reports.scatter import scatter_svg
-from onnxaff.signature import DAGGER, DAGGER_NOTE, Signature, signature_stats
-from onnxaff.siteentry import ScoreEntry
-from onnxaff.tables import flagged_share
-from onnxaff.text import printable
+from onnxaff.results.comparison import DTW_DESCRIPTION, Comparison
+from onnxaff.results.differences import differences, differences_line, line_of
 
 STYLE = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1em 1.5em;color:#222}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
@@ -145,7 +145,7 @@ def _comparison_body(sigs: list[Signature], comps: list[Comparison], k_clusters:
 
 
 def _protocols(names: list[str], sigs: list[Signature], metrics: list[str]) -> str:
-    """How each model's numbers were made (onnxaff.protocol): one line when they share it, else one row each."""
+    """How each model's numbers were made (onnxaff.format.protocol): one line when they share it, else one row each."""
     texts = [protocol_text(s.protocol(), metrics) for s in sigs]
     if len(set(texts)) == 1:
         return f"<p class='note'>Protocol: {_esc(texts[0])}.</p>"
@@ -271,7 +271,7 @@ def _correlation_body(result: dict, level: int = 2) -> str:
     parts.append(f"<h{level}>Models</h{level}><p class='note'>Flagged sites: scores behind the signature "
                  "statistics that carry flags (few rows, partial chunk, ...; docs/statistics.md); their models are "
                  "drawn hollow above. Comparisons can leave such scores out: the exclude-flagged option of compare and "
-                 "correlate, onnxaff.signature.drop_flagged in Python.</p>"
+                 "correlate, onnxaff.format.signature.drop_flagged in Python.</p>"
                  + _table(["model", "accuracy", "group", "flagged sites"],
                           [[r["model"], r["accuracy"], r["group"], flagged_sites(r)] for r in result["rows"]]))
     return "".join(parts)

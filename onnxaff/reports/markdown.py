@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from onnxaff.differences import differences, differences_line, line_of
+from onnxaff.format.signature import DAGGER, DAGGER_NOTE, signature_stats
+from onnxaff.format.tables import flagged_share
+from onnxaff.foundations.text import md_cell, md_table
 from onnxaff.reports.csv import correlation_rows
-from onnxaff.signature import DAGGER, DAGGER_NOTE, signature_stats
-from onnxaff.tables import flagged_share
-from onnxaff.text import md_cell, md_table
+from onnxaff.results.differences import differences, differences_line, line_of
 
 STAT_COLUMNS = [("sites", "sites"), ("mean", "mean"), ("median", "median"), ("min", "min"), ("max", "max"),
                 ("std", "std"), ("max_over_mean", "max/mean")]

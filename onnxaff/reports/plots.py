@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy.cluster import hierarchy  # noqa: E402
 
-from onnxaff.text import label  # noqa: E402
+from onnxaff.foundations.text import label  # noqa: E402
 
 # Names are text: `$x\y$` must not go through mathtext (it raised) nor LaTeX, whatever the user's matplotlibrc says.
 _PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}

@@ -13,8 +13,8 @@ import html
 import math
 from dataclasses import dataclass
 
+from onnxaff.foundations.text import printable
 from onnxaff.reports.svg import nice_ticks
-from onnxaff.text import printable
 
 FONT = 10  # px, the labels'
 # Advance widths (em) of DejaVu Sans for the printable ASCII characters, space to tilde.

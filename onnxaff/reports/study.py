@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from onnxaff.comparison import Comparison
+from onnxaff.format.signature import Signature
 from onnxaff.reports.console import ROW_KEYS
 from onnxaff.reports.html import _comparison_body, _correlation_body, _page, _table, networks_table
-from onnxaff.signature import Signature
+from onnxaff.results.comparison import Comparison
 
 
 def study_page(sigs: list[Signature], comps: list[Comparison], corr: dict | None, rows: list[dict], metric: str,

@@ -14,7 +14,7 @@ import html
 import math
 from dataclasses import dataclass
 
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from onnxaff.files import write_text_atomic
-from onnxaff.signature import Signature, write_json_atomic
-from onnxaff.text import did_you_mean
+from onnxaff.format.signature import Signature, write_json_atomic
+from onnxaff.foundations.files import write_text_atomic
+from onnxaff.foundations.text import did_you_mean
 
 COMPARISON_FORMATS = {".md": "md", ".csv": "csv", ".json": "json"}  # any other suffix: html
 
@@ -42,7 +42,7 @@ def write_comparison(out: str | os.PathLike, sigs: list[Signature], comps: list,
 
 
 def write_correlation(out: str | os.PathLike, result: dict) -> Path:
-    """A correlation with accuracy (onnxaff.comparison.correlate) as .json, .csv, .md or else HTML."""
+    """A correlation with accuracy (onnxaff.results.comparison.correlate) as .json, .csv, .md or else HTML."""
     suffix = os.path.splitext(str(out))[1]
     if suffix == ".json":
         return write_json_atomic(out, dict(result))

@@ -9,6 +9,7 @@ with its own preprocessing, data, options, accuracy and group. `onnxaff demo` is
 """
 
 
+from onnxaff.studies.demo import run_demo
 from onnxaff.studies.identity import data_identity, options_identity
 from onnxaff.studies.manifest import read_manifest
 from onnxaff.studies.models import Manifest, StudyModel
@@ -18,4 +19,4 @@ from onnxaff.studies.run import CLUSTERS, run_study
 from onnxaff.studies.specs import resolve_models
 
 __all__ = ["CLUSTERS", "Manifest", "Study", "StudyModel", "StudyResult", "data_identity", "options_identity",
-           "preview_study", "read_manifest", "resolve_models", "run_study"]
+           "preview_study", "read_manifest", "resolve_models", "run_demo", "run_study"]

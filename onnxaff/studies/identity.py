@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from onnxaff.errors import OnnxaffError, option
-from onnxaff.signature import read_signature
+from onnxaff.format.signature import read_signature
 
 # Options that change how fast a run goes, never its numbers: a signature made with others is still current.
 # (`shard` too: a study analyses whole models.)

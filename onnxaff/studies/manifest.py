@@ -14,8 +14,8 @@ from pathlib import Path
 
 from onnxaff.data.image_preprocess import CHANNEL_ORDERS, DECODING_FIELDS, KEY_OF_FIELD, PIXEL_FIELDS
 from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.foundations.text import printable
 from onnxaff.studies.models import LABEL, Manifest, StudyModel
-from onnxaff.text import printable
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -6,8 +6,8 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from onnxaff.signature import Signature
-from onnxaff.text import printable
+from onnxaff.format.signature import Signature
+from onnxaff.foundations.text import printable
 
 
 @dataclass
@@ -35,12 +35,12 @@ class Study:
 
     def to_pandas(self):
         """`table()` as a DataFrame indexed by model (needs pandas)."""
-        from onnxaff.tables import frame
+        from onnxaff.format.tables import frame
 
         return frame(self.table(), "model", "Study")
 
     def _repr_html_(self) -> str:  # a notebook shows the models' table and where the report is
-        from onnxaff.tables import html_table
+        from onnxaff.format.tables import html_table
 
         rows = self.table()
         keys = [k for k in dict.fromkeys(k for r in rows for k in r) if k != "mostly_flagged"]

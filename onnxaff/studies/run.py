@@ -13,10 +13,10 @@ from onnxaff.analysis.checkpoint import is_checkpoint
 from onnxaff.analysis.checkpoint import remove as remove_checkpoint
 from onnxaff.analysis.reads import data_path
 from onnxaff.errors import ConfigError, Interrupted, Message, OnnxaffError, first_line, option
-from onnxaff.files import check_writable, exclusive, refuse_overwrite, write_text_atomic
+from onnxaff.format.signature import Signature, read_signature, write_json_atomic
+from onnxaff.foundations.files import check_writable, exclusive, refuse_overwrite, write_text_atomic
 from onnxaff.metrics import registry, resolve
 from onnxaff.metrics.loader import code_fingerprints, stage_metrics
-from onnxaff.signature import Signature, read_signature, write_json_atomic
 from onnxaff.studies.identity import (
     code_identity,
     data_identity,
@@ -238,7 +238,7 @@ def _ray_tasks(run: _Run, executor: str, shards: int, ray_address: str | None):
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from onnxaff.executors import run_ray
+    from onnxaff.results.executors import run_ray
 
     ray_started, pool = _start_ray(ray_address), None
     try:
@@ -317,14 +317,14 @@ def _signature_of(run: _Run, model: StudyModel, checkpoint: Path) -> Signature:
 def _start_ray(address: str | None) -> bool:
     """One Ray instance for the whole study (each model's shards are its tasks), not one per model; started as
     `analyze --executor ray` starts it (the installed package on the workers, a bad address in one line)."""
-    from onnxaff.executors import start_ray
+    from onnxaff.results.executors import start_ray
 
     return start_ray(address)
 
 
 def _accuracies(models: list[StudyModel], digests: dict, table: dict[str, str] | None) -> dict[str, float]:
     """Each model's accuracy (the table's by label or file sha256, else its own), checked before any analysis."""
-    from onnxaff.comparison import accuracy_value  # scipy only when a table is read
+    from onnxaff.results.comparison import accuracy_value  # scipy only when a table is read
 
     out = {m.label: m.accuracy for m in models if m.accuracy is not None}
     if table is None:
@@ -356,9 +356,9 @@ def _row(model: StudyModel, sig: Signature, accuracy: float | None, metric: str,
 
 def _write_outputs(result: Study, models: list[StudyModel], accuracies: dict, groups, metric: str,
                    clusters: int, render, strict: bool, echo) -> Path:
-    from onnxaff.comparison import compare, correlate, run_labels, shared_metrics
-    from onnxaff.differences import differences, differences_line, refuse
     from onnxaff.reports.jsondata import comparison_metrics
+    from onnxaff.results.comparison import compare, correlate, run_labels, shared_metrics
+    from onnxaff.results.differences import differences, differences_line, refuse
 
     ordered = [result.signatures[m.label] for m in models if m.label in result.signatures]
     comps, corr = [], None

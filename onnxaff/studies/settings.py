@@ -10,9 +10,9 @@ from collections.abc import Collection
 
 from onnxaff.data.image_preprocess import KEY_OF_FIELD, PIXEL_FIELDS
 from onnxaff.errors import ConfigError, OnnxaffError, option, render_options
+from onnxaff.foundations.text import printable
 from onnxaff.metrics import default_metrics, registry
 from onnxaff.studies.models import StudyModel
-from onnxaff.text import printable
 
 STUDY_WIDE = ("metrics", "plugins")  # one list for the whole study (its tables, its code identity)
 PREPROCESSING = tuple(KEY_OF_FIELD.get(f, f) for f in PIXEL_FIELDS)  # the image options a model's own preprocess sets

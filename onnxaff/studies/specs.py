@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 from onnxaff.errors import OnnxaffError
+from onnxaff.foundations.text import printable
 from onnxaff.studies.manifest import read_manifest
 from onnxaff.studies.models import LABEL, StudyModel
-from onnxaff.text import printable
 
 
 def _check_label(label: str, where: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ALL_METRICS = ["affinity", "affinity_lw", "affinity_rel", "affinity_bc", "cka", "cka_pooled", "r2", "r2_heldout",
                "r2_pooled", "nlc", "sparsity_change", "entropy_change", "lss", "ots"]
-PAPER_ROWS = {"chunk_size": 512, "reduce": "mean"}  # onnxaff.protocol.NAMED["paper"]: kept literal, frozen here
+PAPER_ROWS = {"chunk_size": 512, "reduce": "mean"}  # onnxaff.format.protocol.NAMED["paper"]: kept literal, frozen here
 RUNS = {"demo": {}, "paper": {"metrics": ["affinity", "affinity_lw"], **PAPER_ROWS},
         "all": {"metrics": ALL_METRICS, "blocks": ["residual", "attention", "mlp"], **PAPER_ROWS}}
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from onnxaff.errors import Message, OnnxaffError, option
-from onnxaff.protocol import key as protocol_key
-from onnxaff.protocol import short
-from onnxaff.text import printable
+from onnxaff.format.protocol import key as protocol_key
+from onnxaff.format.protocol import short
+from onnxaff.foundations.text import printable
 
 # Options of AnalysisConfig.signature_options that change the numbers, with what an absent one means (a signature
 # records some only where they are not the default). limit, seed, batch_size: more or other rows of the same
@@ -130,7 +130,7 @@ def differences(sigs, metrics: list[str] | None = None) -> list[Difference]:
 
 def _protocols(sigs) -> list[Difference]:
     """`protocol differs: a=paper (512 rows per chunk, reduce=mean), b=custom (...)`, first, where the protocols
-    (onnxaff.protocol: rows per chunk and per example, intervals) differ."""
+    (onnxaff.format.protocol: rows per chunk and per example, intervals) differ."""
     records = [s.protocol() for s in sigs]
     if len({protocol_key(r) for r in records}) < 2:
         return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onnxaff.text import printable
+from onnxaff.foundations.text import printable
 
 WIDTH = 120
 GAP = 2

@@ -15,7 +15,7 @@ from pathlib import Path
 from onnxaff import defaults
 from onnxaff.analysis.config import DEFAULT_METRICS, default
 from onnxaff.errors import OnnxaffError
-from onnxaff.signature import Signature
+from onnxaff.format.signature import Signature
 
 
 @dataclass
@@ -45,7 +45,8 @@ def run_demo(out: str | os.PathLike, *, metrics=DEFAULT_METRICS, chunk_size: int
     """Analyse the shipped networks and write signatures and reports into the folder `out`: a study of them
     (so a rerun skips the networks already analysed), rendered as the demo's page."""
     from onnxaff.reports.html import demo_page
-    from onnxaff.studies import StudyModel, run_study
+    from onnxaff.studies.models import StudyModel
+    from onnxaff.studies.run import run_study
 
     models = [StudyModel(m.name, m.path, data=str(m.data), accuracy=m.accuracy,
                          columns={"framework": m.framework, "architecture": m.entry["architecture"]},

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxaff.chunks import readonly
-from onnxaff.collect import BlockMoments, JvpAccumulator
+from onnxaff.collection.chunks import readonly
+from onnxaff.collection.collect import BlockMoments, JvpAccumulator
+from onnxaff.foundations.statefields import saved
 from onnxaff.metrics import JvpStats, Moments
-from onnxaff.statefields import saved
 
 
 def readonly_moments(m: Moments, rounding: float | None = None) -> Moments:

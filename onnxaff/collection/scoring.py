@@ -27,9 +27,9 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from onnxaff.errors import OnnxaffError, option
+from onnxaff.foundations.stopping import StopFlag
 from onnxaff.metrics import Metric, plugin_output
 from onnxaff.metrics.guards import check_value, private
-from onnxaff.stopping import StopFlag
 
 MAX_WORKERS = 256  # scoring threads; more only multiply the chunks held in memory
 POLL_SECONDS = 0.05  # how often a wait for a metric looks at the stop flag

@@ -1,7 +1,7 @@
 """What a site's features showed, behind its flags: rows, non-finite and masked rows, dimensions, chunk diagnostics.
 
-The flags themselves (few rows, ε-dominated, rank-deficient, dead outputs) are onnxaff.stats'; this is the part
-kept while the run goes and merged across shards.
+The flags themselves (few rows, ε-dominated, rank-deficient, dead outputs) are onnxaff.collection.stats'; this is the
+part kept while the run goes and merged across shards.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from onnxaff.collection.stats import chunk_diagnostics, chunk_scale
+from onnxaff.foundations.statefields import saved
 from onnxaff.metrics import Chunk
 from onnxaff.metrics.rank import FLOAT32_EPS
-from onnxaff.statefields import saved
-from onnxaff.stats import chunk_diagnostics, chunk_scale
 
 
 def _least(a: float | None, b: float | None) -> float | None:

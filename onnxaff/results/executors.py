@@ -20,8 +20,8 @@ from onnxaff import defaults
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.lifecycle import open_run
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
-from onnxaff.files import absolute
-from onnxaff.signature import Signature
+from onnxaff.format.signature import Signature
+from onnxaff.foundations.files import absolute
 
 
 def _absolute(path: str) -> str:
@@ -134,8 +134,8 @@ def run_ray(model: str, data: str, shards: int, options: AnalysisConfig | dict, 
         import ray
     except ImportError:
         raise ConfigError("executor", "{option} ray needs Ray: pip install 'onnxaff[ray]'") from None
-    from onnxaff.progress import Progress
-    from onnxaff.shards import merge_states
+    from onnxaff.foundations.progress import Progress
+    from onnxaff.results.shards import merge_states
 
     if shards < 1:
         raise ConfigError("shards", f"{{option}} must be positive, got {shards}")

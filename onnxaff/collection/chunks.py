@@ -6,7 +6,7 @@ is dropped, so every score comes from equally sized samples, except when a site 
 at all: then the partial chunk (≥ 2 rows) is scored and the metric entry says `partial: true`.
 
 A chunk's rows are let go as soon as its scores are in (`collect_done`, after every submit), not at the end of the
-run; the first chunk alone may stay for its half-samples (onnxaff.half_samples keeps it: docs/statistics.md).
+run; the first chunk alone may stay for its half-samples (onnxaff.collection.half_samples keeps it: docs/statistics.md).
 
 Chunks whose scores were not done when a run stopped (Ctrl-C while a metric is slow or stuck) are kept as
 `unscored` and scored again first when the run continues; a later chunk done early is scored again too, so the
@@ -21,11 +21,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from onnxaff.collect import ChunkBuffer
+from onnxaff.collection.collect import ChunkBuffer
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.foundations.statefields import saved, transient
 from onnxaff.metrics import Chunk, ChunkPair
 from onnxaff.metrics.rank import FLOAT32_EPS
-from onnxaff.scoring import MetricScorer
-from onnxaff.statefields import saved, transient
 
 ROWS_FLOOR = 64  # chunk_size="Kd": the fewest rows a chunk gets, whatever the site's width
 

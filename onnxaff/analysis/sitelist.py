@@ -20,7 +20,7 @@ from onnxaff.graph.blocks import find_blocks, residual_stages
 from onnxaff.graph.load import LoadedModel, from_proto
 from onnxaff.graph.pairs import block_sites, pair_sites
 from onnxaff.graph.sites import Site, find_sites, place_batch, settle_shape
-from onnxaff.runtime import Runner
+from onnxaff.runtime.sessions import Runner
 
 PROBE_DATA = "synthetic:gaussian"  # what a probe run feeds where no data is given
 

@@ -3,7 +3,7 @@
 A hand-edited or truncated file fails here with the field's path, e.g. `sig.json: sites[3].metrics.affinity.mean:
 expected a number`, instead of a KeyError or TypeError deep inside a report. The top level's fields
 readers use are checked here; a site's, a stage's and a score's are those their records declare, of the kinds
-declared there (onnxaff.siteentry); anything else in the file is carried along untouched.
+declared there (onnxaff.format.siteentry); anything else in the file is carried along untouched.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numbers
 from pathlib import Path
 
 from onnxaff.errors import OnnxaffError
-from onnxaff.siteentry import JsonRecord, ScoreEntry, SiteEntry, StageEntry
-from onnxaff.text import printable
+from onnxaff.format.siteentry import JsonRecord, ScoreEntry, SiteEntry, StageEntry
+from onnxaff.foundations.text import printable
 
 SCHEMA = "onnxaff.signature"
 SCHEMA_VERSION = 1
@@ -91,7 +91,7 @@ def _within(value, bounds, where: str) -> None:
 
 
 def _check_fields(obj: dict, record: type[JsonRecord], where: str) -> None:
-    """The fields `record` declares (onnxaff.siteentry): each of its kind, its items of theirs, those without a
+    """The fields `record` declares (onnxaff.format.siteentry): each of its kind, its items of theirs, those without a
     default there."""
     for f in record.json_fields():
         value = _field(obj, f.name, f.metadata["kind"], where, required=record.required(f))

@@ -14,12 +14,12 @@ from dtaidistance import dtw
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
-from onnxaff.differences import Difference, differences, differences_line, refuse
 from onnxaff.errors import ConfigError, OnnxaffError
+from onnxaff.format.signature import Signature, signature_stats
+from onnxaff.foundations.text import did_you_mean, printable
 from onnxaff.metrics import primary_metric
 from onnxaff.metrics.loader import default_order
-from onnxaff.signature import Signature, signature_stats
-from onnxaff.text import did_you_mean, printable
+from onnxaff.results.differences import Difference, differences, differences_line, refuse
 
 DTW_DESCRIPTION = ("DTW (dtaidistance, C implementation, float64): sqrt of the summed squared differences "
                    "along the optimal warping path, no window, no z-normalisation")
@@ -67,13 +67,13 @@ class Comparison:
 
     def to_pandas(self):
         """The DTW distance matrix as a DataFrame, one row and one column per signature (needs pandas)."""
-        from onnxaff.tables import frame
+        from onnxaff.format.tables import frame
 
         return frame([{"model": n, **dict(zip(self.names, row, strict=True))}
                       for n, row in zip(self.names, self.distances.tolist(), strict=True)], "model", "Comparison")
 
     def _repr_html_(self) -> str:  # a notebook shows the matrix, each signature's nearest neighbour, the differences
-        from onnxaff.tables import html_table
+        from onnxaff.format.tables import html_table
 
         kind = "length-normalised DTW" if self.normalized else "DTW"
         nearest = "; ".join(f"{n} → {nb[0][0]} ({nb[0][1]:.4f})" for n, nb in self.neighbours(1).items())
@@ -148,7 +148,7 @@ def label_signature(sig: Signature, label: str | None) -> Signature:
 def compare(sigs: list[Signature], metric: str | None = None, normalized: bool = False,
             method: str = "average", strict: bool = False) -> Comparison:
     """DTW distances and clustering of `metric`'s signatures; `differences` lists the options that change the
-    numbers and differ between them (onnxaff.differences), and `strict` refuses to compare such signatures."""
+    numbers and differ between them (onnxaff.results.differences), and `strict` refuses to compare such signatures."""
     if len(sigs) < 2:
         raise OnnxaffError("compare needs at least two signatures")
     metric = metric or default_metric(sigs)
@@ -288,7 +288,7 @@ class Correlation(dict):
 
     def to_pandas(self):
         """One row per group and statistic: R², Pearson r with its 95 % interval, p-value, fit (needs pandas)."""
-        from onnxaff.tables import frame
+        from onnxaff.format.tables import frame
 
         rows = []
         for group, table in self["table"].items():
@@ -301,7 +301,7 @@ class Correlation(dict):
         return frame(rows, "statistic", "Correlation")
 
     def _repr_html_(self) -> str:
-        from onnxaff.tables import html_table
+        from onnxaff.format.tables import html_table
 
         rows = [[f, v["r2"], v["pearson_r"], *(v.get("r_ci95") or (None, None)), v["p_value"]]
                 for f, v in self.ranked()]
@@ -312,10 +312,10 @@ class Correlation(dict):
 
 def correlate(sigs: list[Signature], accuracy: dict[str, str], metric: str | None = None,
               groups: dict[str, str] | None = None, strict: bool = False) -> Correlation:
-    """R², Pearson r, its permutation p-value and bootstrap interval (onnxaff.significance) of the accuracy
+    """R², Pearson r, its permutation p-value and bootstrap interval (onnxaff.results.significance) of the accuracy
     against each signature statistic and model baseline, per group; `differences` and `warnings` say what the
     reader must know (options that change the numbers and differ; few models); `strict` refuses the former."""
-    from onnxaff.significance import BOOTSTRAP_TEXT, few_models_warning, method_text, significance
+    from onnxaff.results.significance import BOOTSTRAP_TEXT, few_models_warning, method_text, significance
 
     metric = metric or default_metric(sigs)
     if not all(any(v is not None for v in s.scores(metric)) for s in sigs):

@@ -21,13 +21,13 @@ import math
 import numpy as np
 
 from onnxaff import defaults
+from onnxaff.collection.scoring import evaluate
 from onnxaff.errors import ConfigError
 from onnxaff.graph.jvp import STEP
 from onnxaff.graph.load import LoadedModel
 from onnxaff.metrics import JvpStats
 from onnxaff.metrics.dispatch import serving
-from onnxaff.runtime import Runner
-from onnxaff.scoring import evaluate
+from onnxaff.runtime.sessions import Runner
 
 EXAMPLES = 1024
 DIRECTIONS = 1  # rolls per example when the input is too wide for the eigen-directions (see the module doc)

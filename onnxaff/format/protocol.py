@@ -78,7 +78,7 @@ def text(record: dict, metrics: list[str] | None = None) -> str:
 
 def key(record: dict) -> str:
     """What two protocols must share for their scores to be compared (as text: a rule is JSON). Not the estimator:
-    one metric's scores are compared, and its parameters are a difference of their own (onnxaff.differences); a
+    one metric's scores are compared, and its parameters are a difference of their own (onnxaff.results.differences); a
     file written before `estimator` was recorded has the same protocol as a new one."""
     return json.dumps([record["chunk_size"], record["reduce"], record["intervals"]], sort_keys=True, default=str)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from onnxaff.errors import Message
-from onnxaff.files import write_text_atomic
-from onnxaff.schema import SCHEMA, SCHEMA_VERSION, load_json, validate
-from onnxaff.siteentry import SiteEntry, StageEntry
-from onnxaff.text import json_safe
+from onnxaff.format.schema import SCHEMA, SCHEMA_VERSION, load_json, validate
+from onnxaff.format.siteentry import SiteEntry, StageEntry
+from onnxaff.foundations.files import write_text_atomic
+from onnxaff.foundations.text import json_safe
 
 NEAR_LINEAR = 0.95
 MOSTLY_FLAGGED = 0.5  # a statistic more than this share of whose scores carry flags is marked (DAGGER)
@@ -71,7 +71,7 @@ class Signature:
     `scores(metric)` is the signature (one value per ok activation site), `summary()` its statistics,
     `to_pandas()` the per-site table (a notebook shows it without pandas), `write(path)` the JSON file
     (docs/signature.md; `read_signature` reads it back). `sites` and `stages` are typed entries
-    (onnxaff.siteentry), built here once from the dicts assembly joins or a file holds.
+    (onnxaff.format.siteentry), built here once from the dicts assembly joins or a file holds.
     """
 
     model: dict
@@ -126,9 +126,9 @@ class Signature:
         return f["scored"] > 0 and f["flagged"] > MOSTLY_FLAGGED * f["scored"]
 
     def protocol(self) -> dict:
-        """How the rows were made and scored (onnxaff.protocol), read off the recorded options and metrics: a file
-        written before the `protocol` field gets the same record, and a stored one is never a second source."""
-        from onnxaff.protocol import protocol_of
+        """How the rows were made and scored (onnxaff.format.protocol), read off the recorded options and metrics: a
+        file written before the `protocol` field gets the same record, and a stored one is never a second source."""
+        from onnxaff.format.protocol import protocol_of
 
         return protocol_of(self.options, self.metrics)
 
@@ -148,7 +148,8 @@ class Signature:
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "signature") -> Signature:
-        """Checked against what every reader uses (onnxaff.schema): a damaged file fails here, naming the field."""
+        """Checked against what every reader uses (onnxaff.format.schema): a damaged file fails here, naming the
+        field."""
         validate(d, where)
         return cls(model=d["model"], data=d["data"], options=d["options"], runtime=d["runtime"],
                    metrics=d["metrics"], sites=d["sites"], network=d.get("network", {}),
@@ -160,12 +161,12 @@ class Signature:
 
     def to_pandas(self):
         """One row per site (indexed by site index), one column per metric statistic (`affinity.mean`, ...)."""
-        from onnxaff.tables import to_pandas
+        from onnxaff.format.tables import to_pandas
 
         return to_pandas(self)
 
     def _repr_html_(self) -> str:  # a notebook shows a signature as its per-site table
-        from onnxaff.tables import to_html
+        from onnxaff.format.tables import to_html
 
         return to_html(self)
 

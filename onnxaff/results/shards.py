@@ -11,11 +11,11 @@ from pathlib import Path
 from onnxaff.analysis.checkpoint import STATE_KIND_PART, load_state, save_state
 from onnxaff.analysis.lifecycle import Run
 from onnxaff.analysis.runstate import RunState
+from onnxaff.collection.scoring import MetricScorer
 from onnxaff.errors import OnnxaffError, option
+from onnxaff.format.schema import load_json, validate
+from onnxaff.format.signature import Signature
 from onnxaff.graph.load import sha256_of
-from onnxaff.schema import load_json, validate
-from onnxaff.scoring import MetricScorer
-from onnxaff.signature import Signature
 
 
 def state_path_for(out: str | Path) -> Path:

@@ -1,10 +1,11 @@
 """What one run has collected for one site (or residual stage), and how it is saved and merged.
 
-Its parts each do one job and save their own fields (onnxaff.statefields, one flat dict): the chunk schedule
-(onnxaff.chunks), the pooled sums (onnxaff.pooled), what the features showed (onnxaff.observations), the
-scores (onnxaff.scores) and the first chunk's half-samples (onnxaff.half_samples); this class feeds them in order,
-says when the half-samples are scored, and merges each part with the next slice's own. Once finished, its signature
-entries are read off it in one call (onnxaff.entries.site_metrics), which asks it nothing afterwards.
+Its parts each do one job and save their own fields (onnxaff.foundations.statefields, one flat dict): the chunk schedule
+(onnxaff.collection.chunks), the pooled sums (onnxaff.collection.pooled), what the features showed
+(onnxaff.collection.observations), the scores (onnxaff.collection.scores) and the first chunk's half-samples
+(onnxaff.collection.half_samples); this class feeds them in order, says when the half-samples are scored, and merges
+each part with the next slice's own. Once finished, its signature entries are read off it in one call
+(onnxaff.collection.entries.site_metrics), which asks it nothing afterwards.
 
 A checkpoint and a shard part are both this state for every site. Merging the parts of consecutive,
 chunk-aligned slices of the data gives the state of one run over all of it: chunk scores are concatenated
@@ -22,17 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxaff import defaults
-from onnxaff.chunks import ChunkSchedule
-from onnxaff.collect import ChunkBuffer, JvpAccumulator
+from onnxaff.collection.chunks import ChunkSchedule
+from onnxaff.collection.collect import ChunkBuffer, JvpAccumulator
+from onnxaff.collection.half_samples import HalfSamples, now, wanted
+from onnxaff.collection.observations import Observations
+from onnxaff.collection.pooled import Pooled
+from onnxaff.collection.scores import Scores
+from onnxaff.collection.scoring import MetricScorer
 from onnxaff.errors import OnnxaffError
-from onnxaff.half_samples import HalfSamples, now, wanted
+from onnxaff.foundations.statefields import from_state, part, to_state, transient
 from onnxaff.metrics import Chunk, Metric
 from onnxaff.metrics.dispatch import any_serving, serving
-from onnxaff.observations import Observations
-from onnxaff.pooled import Pooled
-from onnxaff.scores import Scores
-from onnxaff.scoring import MetricScorer
-from onnxaff.statefields import from_state, part, to_state, transient
 
 
 @dataclass

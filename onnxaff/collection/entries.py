@@ -12,10 +12,10 @@ from typing import TypedDict
 
 import numpy as np
 
+from onnxaff.collection.site_state import SiteState
+from onnxaff.collection.stats import RANK_FLAGS, RANK_TEST_MAX_D, entry_ci, metric_flags, moments_rank
 from onnxaff.metrics import Metric, plugin_output
 from onnxaff.metrics.dispatch import serving
-from onnxaff.site_state import SiteState
-from onnxaff.stats import RANK_FLAGS, RANK_TEST_MAX_D, entry_ci, metric_flags, moments_rank
 
 
 class MetricEntry(TypedDict, total=False):
@@ -153,8 +153,9 @@ def dead_resolution(bounds: tuple[float, float]) -> float:
 
 
 def flags_and_ci(f: Finished, m: Metric, values: list[float]) -> dict:
-    """`flags` (onnxaff.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range; a pooled
-    rank-sensitive metric's rank flags come from the pooled X (the spectrum it inverts), not from single chunks."""
+    """`flags` (onnxaff.collection.stats.metric_flags) and `ci95` of an ok entry, the ci95 within the metric's range; a
+    pooled rank-sensitive metric's rank flags come from the pooled X (the spectrum it inverts), not from single
+    chunks."""
     pooled = serving(m).pooled
     rows = f.rows if pooled else (f.chunk_rows or f.rows)
     d = max(f.dims) if f.dims else 0

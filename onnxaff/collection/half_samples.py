@@ -1,6 +1,6 @@
 """The first chunk's half-samples: what the interval reads when the site has one chunk (or always, under
 intervals="half"), scored beside inference where the chunk count is known early, dropped once a second chunk makes
-the interval one over chunks (onnxaff.stats.entry_ci).
+the interval one over chunks (onnxaff.collection.stats.entry_ci).
 
 `HalfSamples` owns them (the chunk kept for them, their futures, their scores), saved under the names a checkpoint
 has always had (`solo`, `halves`); the rules (`wanted`, `now`, `kept`) read plain values. SiteState says when.
@@ -11,11 +11,11 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from onnxaff.chunks import CHUNK, readonly
+from onnxaff.collection.chunks import CHUNK, readonly
+from onnxaff.collection.scoring import MetricScorer
+from onnxaff.collection.stats import half_sample_rows
+from onnxaff.foundations.statefields import saved, transient
 from onnxaff.metrics import Chunk
-from onnxaff.scoring import MetricScorer
-from onnxaff.statefields import saved, transient
-from onnxaff.stats import half_sample_rows
 
 
 def wanted(intervals: str, chunks: int) -> bool:
@@ -58,8 +58,8 @@ class HalfSamples:
             self.halving, self.solo, self.halves = [], None, {}
 
     def submit(self, jobs_of, scorer: MetricScorer) -> None:
-        """Submit the half-samples of `solo` (seeded: onnxaff.stats.half_sample_rows), one future per half so that
-        idle scoring threads take them in parallel; `jobs_of(half)` gives a half's jobs."""
+        """Submit the half-samples of `solo` (seeded: onnxaff.collection.stats.half_sample_rows), one future per half so
+        that idle scoring threads take them in parallel; `jobs_of(half)` gives a half's jobs."""
         solo = self.solo
         if solo is None or solo.n < 8 or self.halving:
             return

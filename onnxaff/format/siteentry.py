@@ -3,7 +3,7 @@
 A `Signature` holds them from the moment it is assembled (from the dicts onnxaff.analysis.records joins) or read
 (from the file's dicts); readers use their attributes. `to_json()` gives back the dict exactly: the keys the entry
 came with, in their order (a file written before a field was added stays as it was), fields this version does not
-know carried along untouched. onnxaff.schema checks a file against the same declarations: a field's JSON kind is
+know carried along untouched. onnxaff.format.schema checks a file against the same declarations: a field's JSON kind is
 its metadata, and a field without a default must be there. A record is also a read-only mapping of that dict, for
 code written against it (``sig.sites[0]["kind"]``, the form the Python API showed first).
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 
 def declared(kind: str, *, items: str | None = None, default=MISSING, factory=MISSING) -> Any:
-    """A JSON field: its kind (onnxaff.schema's names: "text", "whole?", ...), its items' kind for a list; without a
-    default or factory a file must have it."""
+    """A JSON field: its kind (onnxaff.format.schema's names: "text", "whole?", ...), its items' kind for a list;
+    without a default or factory a file must have it."""
     return field(default=default, default_factory=factory, metadata={"kind": kind, "items": items})
 
 
@@ -94,7 +94,7 @@ _ENTRY = {"frozen": True, "kw_only": True, "eq": False}  # eq: the mapping's, so
 
 @dataclass(**_ENTRY)
 class ScoreEntry(JsonRecord):
-    """One metric at one site or stage (docs/signature.md, `metrics.<name>`; built by onnxaff.entries)."""
+    """One metric at one site or stage (docs/signature.md, `metrics.<name>`; built by onnxaff.collection.entries)."""
 
     mean: float | None = declared("number?", default=None)
     std: float | None = declared("spread?", default=None)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import math
 
-from onnxaff.siteentry import ScoreEntry
-from onnxaff.text import printable
+from onnxaff.format.siteentry import ScoreEntry
+from onnxaff.foundations.text import printable
 
 STATISTICS = ("mean", "std", "chunks", "partial", "status")
 NO_ENTRY = ScoreEntry(present=())  # a metric a site has no entry for: no field at all

@@ -1,6 +1,6 @@
 """A site's metric scores: each chunk metric's values in chunk order, the first error of each metric, and one chunk
-scored with its dead output features dropped (what the constant_output flag weighs: onnxaff.entries). The first
-chunk's half-sample scores are onnxaff.half_samples'."""
+scored with its dead output features dropped (what the constant_output flag weighs: onnxaff.collection.entries). The
+first chunk's half-sample scores are onnxaff.collection.half_samples'."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from onnxaff.chunks import readonly
+from onnxaff.collection.chunks import readonly
+from onnxaff.foundations.statefields import transient
 from onnxaff.metrics import Chunk
-from onnxaff.statefields import transient
 
 
 @dataclass

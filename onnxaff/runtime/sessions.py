@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 
 from onnxaff import defaults
-from onnxaff.dtypes import BFLOAT16
 from onnxaff.errors import ConfigError, OnnxaffError, first_line
+from onnxaff.foundations.dtypes import BFLOAT16
 from onnxaff.graph.load import LoadedModel
 
 DEVICES = ("auto", "cpu", "cuda")

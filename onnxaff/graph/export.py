@@ -6,7 +6,7 @@ declares (forward hooks on activation modules, the estimator's activation, the K
 activations): an exporter that fuses or drops an activation would otherwise go unnoticed and the
 signature would silently miss a site. The frameworks are optional: a missing one is a one-line error.
 
-    from onnxaff.export import from_torch, from_sklearn, from_keras
+    from onnxaff.graph.export import from_torch, from_sklearn, from_keras
     from_torch(module, torch.randn(1, 3, 224, 224), "net.onnx")
     from_sklearn(mlp_classifier, 784, "mlp.onnx")
     from_keras(keras_model, "cnn.onnx")
@@ -225,7 +225,7 @@ def from_sklearn(model, n_features: int, path: str | os.PathLike, *, opset: int 
                                          options=options, target_opset=opset)
     except Exception as exc:
         raise OnnxaffError(f"skl2onnx could not convert {type(model).__name__}: {first_line(exc)}") from None
-    from onnxaff.files import write_bytes_atomic
+    from onnxaff.foundations.files import write_bytes_atomic
 
     write_bytes_atomic(path, proto.SerializeToString())
     return check_sites(path, declared, strict)
@@ -269,7 +269,7 @@ def from_keras(model, path: str | os.PathLike, *, opset: int = OPSET, input_name
                                                  input_signature=spec, opset=opset)
     except Exception as exc:
         raise OnnxaffError(f"tf2onnx could not convert the model: {type(exc).__name__}: {first_line(exc)}") from None
-    from onnxaff.files import write_bytes_atomic
+    from onnxaff.foundations.files import write_bytes_atomic
 
     write_bytes_atomic(path, proto.SerializeToString())
     return check_sites(path, keras_site_kinds(model), strict)

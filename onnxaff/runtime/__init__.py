@@ -1,0 +1,1 @@
+"""Runtime: onnxruntime sessions and providers (`sessions`), network-level Jacobian sums (`network`)."""
