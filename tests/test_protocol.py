@@ -104,6 +104,26 @@ def test_an_option_against_the_protocol_is_refused(options, said):
     assert str(err.value).startswith(said)
 
 
+@pytest.mark.parametrize("call", ["analyze", "study"])
+@pytest.mark.parametrize("named_by", ["keyword", "config"])
+def test_the_python_api_refuses_a_default_value_said_against_the_protocol(call, named_by, tmp_path):
+    """`analyze(protocol="paper", chunk_size="4d")`: 4d is the default, so the config alone would read it as left
+    alone and run 512 rows; the keyword was said, so it is refused, as the command line refuses the typed flag."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes(mlp(2, False, 0).SerializeToString())
+    named = {"protocol": "paper"} if named_by == "keyword" else {"config": AnalysisConfig(protocol="paper")}
+    with pytest.raises(ConfigError) as err:
+        if call == "analyze":
+            onnxaff.analyze(model, "synthetic:gaussian", limit=64, progress=False, chunk_size="4d", **named)
+        else:
+            onnxaff.study([model], "synthetic:gaussian", tmp_path / "study", limit=64, progress=False,
+                          chunk_size="4d", **named)
+    assert str(err.value).startswith("chunk_size=4d contradicts protocol=paper, which sets chunk_size=512")
+    assert not (tmp_path / "study").exists()
+    same = onnxaff.analyze(model, "synthetic:gaussian", limit=64, progress=False, chunk_size=512, **named)
+    assert same.options["chunk_size"] == 512 and same.options["reduce"] == "mean"
+
+
 def test_the_command_line_refuses_a_contradiction_in_one_line(capfd, tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(mlp(2, False, 0).SerializeToString())

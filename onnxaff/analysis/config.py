@@ -260,6 +260,18 @@ def _protocol(protocol: str | None, plugins: tuple[str, ...], fields: Mapping) -
     return out
 
 
+def refuse_given_against(protocol: str | None, given: Mapping) -> None:
+    """Options said in so many words (`given`: keywords passed, flags typed) against the named `protocol` are
+    refused even where their value is the default (`protocol="paper", chunk_size="4d"`), which the config's own
+    rule cannot tell from an option left alone."""
+    from onnxaff.format.protocol import NAMED
+
+    sets = NAMED.get(protocol, {}) if isinstance(protocol, str) else {}
+    for name in sorted(set(given) & set(sets)):
+        if str(given[name]) != str(sets[name]):
+            raise contradiction(name, given[name], protocol, sets[name])
+
+
 def contradiction(name: str, given, protocol: str, sets) -> ConfigError:
     """The one-line refusal of an option given against a named protocol (here, and on the command line, which
     also knows a value typed equal to the default)."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
-from onnxaff.analysis.config import AnalysisConfig, default
+from onnxaff.analysis.config import AnalysisConfig, default, refuse_given_against
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError, OnnxaffError
 
@@ -40,6 +40,13 @@ def given(preprocess=None, **values) -> dict:
             raise ConfigError("images", "{option} and preprocess say the same thing: give one of them")
         out["images"] = image_options(preprocess)
     return out
+
+
+def refuse_against_protocol(chosen: dict, config: AnalysisConfig | None) -> None:
+    """A keyword given against the protocol named (by a keyword or by `config`) is refused, even at its default
+    value: `analyze(protocol="paper", chunk_size="4d")` would otherwise run the paper's 512 rows unsaid."""
+    protocol = chosen.get("protocol", config.protocol if config is not None else default("protocol"))
+    refuse_given_against(protocol, chosen)
 
 
 def image_options(preprocess) -> ImagePreprocess | dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from onnxaff.analysis.sitelist import PROBE_DATA
-from onnxaff.api.options import DEFAULT, data_arg, given, model_file
+from onnxaff.api.options import DEFAULT, data_arg, given, model_file, refuse_against_protocol
 from onnxaff.format.signature import Signature
 
 FEEDING = ("batch_axes", "constants", "input_ranges", "pad", "sample_rate", "tokenizer", "max_length", "pack")
@@ -138,6 +138,7 @@ def analyze(model, data, *, metrics=DEFAULT.metrics, chunk_size=DEFAULT.chunk_si
                    reduce=reduce, device=device, input_shapes=input_shapes, seed=seed, progress=progress,
                    intervals=intervals, pairs=pairs, blocks=blocks, plugins=plugins, tokenizer=tokenizer,
                    max_length=max_length, **options)
+    refuse_against_protocol(chosen, config)
     if "images" in chosen:  # said in so many words: refused for data no image option applies to, even a default
         from onnxaff.data import ImagePreprocess, refuse_image_options
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from onnxaff.api.options import DEFAULT, data_arg, given, is_torch_module
+from onnxaff.api.options import DEFAULT, data_arg, given, is_torch_module, refuse_against_protocol
 from onnxaff.data.image_preprocess import ImagePreprocess
 from onnxaff.errors import ConfigError, OnnxaffError
 from onnxaff.studies.result import Study
@@ -106,6 +106,7 @@ def study(models, data=None, out=None, *, metrics=DEFAULT.metrics, chunk_size=DE
     chosen = given(preprocess, metrics=metrics, chunk_size=chunk_size, batch_size=batch_size, limit=limit,
                    reduce=reduce, device=device, input_shapes=input_shapes, seed=seed, progress=progress,
                    intervals=intervals, **options)
+    refuse_against_protocol(chosen, config)
     if isinstance(chosen.get("images"), ImagePreprocess):  # the study digests its options as a dict
         chosen["images"] = chosen["images"].options()
     explicit = _explicit(chosen, config)  # what a manifest's [options] do not override

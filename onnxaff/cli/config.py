@@ -111,16 +111,13 @@ def analysis_kwargs(metrics, chunk_size, batch_size, limit, reduce, device, redu
 def _given_against(protocol: str, options: dict) -> None:
     """A flag given on the command line against the named protocol is refused, even where its value is the default
     (`--protocol paper --chunk-size 4d`): AnalysisConfig cannot tell a default from a value given equal to it."""
-    from onnxaff.analysis.config import contradiction
-    from onnxaff.format.protocol import NAMED
+    from onnxaff.analysis.config import refuse_given_against
 
     try:
         given = given_fields(click.get_current_context(), ("chunk_size", "reduce"))
     except RuntimeError:  # no command running: the config's own rule holds
         return
-    for name in given & set(NAMED.get(protocol, {})):
-        if str(options[name]) != str(NAMED[protocol][name]):
-            raise contradiction(name, options[name], protocol, NAMED[protocol][name])
+    refuse_given_against(protocol, {name: options[name] for name in given})
 
 
 def feed_kwargs(batch_axis=(), constant=(), input_range=(), pad=0.0) -> dict:
