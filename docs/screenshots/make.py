@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 import onnxaff
-from onnxaff.results.comparison import compare, correlate
 from onnxaff.reports.html import comparison_page, correlation_page, demo_page, single_page
+from onnxaff.results.comparison import compare, correlate
 from onnxaff_models import shipped_models
 
 HERE = Path(__file__).resolve().parent
