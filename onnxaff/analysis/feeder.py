@@ -101,19 +101,17 @@ class Feeder:
         if n == 0 or (plan.fixed_batch is not None and n != plan.batch_size):
             # every file of this batch was unreadable (they are counted by the source), or a fixed-batch model
             # cannot take the short last batch
-            state.dropped += n
+            state.dropped_batch(n)
             self._advance()
             return 0
         self._rows(batch, n, scorer)
-        state.used += n
+        state.took(n)
         self._advance()
         return n
 
     def _advance(self) -> None:
         """Past a batch that is whole in the state: the cursor, and the files the source skipped so far."""
-        state = self.state
-        state.cursor = min(state.cursor + self.plan.batch_size, state.stop)
-        state.skipped = self.earlier_skipped + list(self.plan.source.skipped)
+        self.state.advance(self.plan.batch_size, self.earlier_skipped + list(self.plan.source.skipped))
 
     def _rows(self, batch: dict, n: int, scorer: MetricScorer) -> None:
         plan, state = self.plan, self.state
@@ -135,7 +133,7 @@ class Feeder:
                 rows = sample_rows(plan.config.seed, state.cursor, n, x.shape[0], k_sampled, gone)
                 x, y, gone = x[rows], y[rows], None if gone is None else gone[rows]
             if st.expected_rows is not None and x.shape[0] != n * self.rows_per_example[k]:
-                st.expected_rows = None  # not the rows the shapes promised: the site's halves wait for the end
+                st.forget_expected_rows()  # not the rows the shapes promised: the site's halves wait for the end
             sized(st, plan.config.chunk_size, x, y)
             st.add(x, y, plan.metrics, scorer, block=block, missing=gone)
             st.add_jvp(n, jvp)
@@ -158,26 +156,22 @@ class Feeder:
         check_ranges(saved, {m.spec: tuple(m.range) for m in self.plan.metrics + self.plan.track_metrics}, label)
         if self.network is not None and state.network is not None:
             self.network.restore(state.network)
-        live = self.state  # what the plan itself says, never the file's (a hand-edited site table would be used)
-        state.key, state.header = live.key, live.header
-        state.site_records, state.stage_records = live.site_records, live.stage_records
+        state.adopt(self.state)  # what the plan itself says, never the file's
         self.state, self.earlier_skipped = state, list(state.skipped)
 
     def key_content(self) -> None:
         """The key with the data's content, once a state of an unkeyed run is to be saved after all (run.save)."""
         if not self.keyed:
             self.keyed = True
-            self.state.key = self._key()
+            self.state.rekey(self._key())
 
     def synced(self) -> RunState:
         """The state with what lives outside the collectors: the network NLC's sums."""
-        state = self.state
-        state.network = None if self.network is None else self.network.to_state()
-        return state
+        self.state.sync_network(None if self.network is None else self.network.to_state())
+        return self.state
 
 
 def sized(st: SiteState, chunk_size, *features: np.ndarray) -> None:
     """Under chunk_size "Kd" a site whose D is symbolic (opened with 1-row chunks) takes its chunk size from its
     first batch's features."""
-    if st.schedule.buffer.size == 1:
-        st.schedule.buffer.size = site_chunk_rows(chunk_size, tuple(f.shape[1] for f in features))
+    st.size_chunks(site_chunk_rows(chunk_size, tuple(f.shape[1] for f in features)))

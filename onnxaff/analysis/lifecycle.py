@@ -185,7 +185,7 @@ class Run:
     def _tick(self) -> None:
         """Add the time since the last tick to the run's seconds (which a resumed run carries on)."""
         now = time.perf_counter()
-        self.state.seconds += now - self._clock
+        self.state.ran(now - self._clock)
         self._clock = now
 
     # --- saved state and the result ---

@@ -105,14 +105,44 @@ class RunState:
         state = from_state(cls, d)
         state.tail_ragged = any(s["buffer"]["x"] is not None for s in d["sites"])
         intervals = (d.get("header") or {}).get("options", {}).get("intervals", "auto")
-        for st in state.sites + state.stages:
-            st.intervals = intervals
-        if live is not None:
-            for mine, theirs in zip(state.sites + state.stages, live.sites + live.stages, strict=True):
-                mine.label, mine.jvp_names, mine.intervals = theirs.label, theirs.jvp_names, theirs.intervals
-                mine.expected_rows = theirs.expected_rows
-                mine.observed.note_rounding(theirs.observed.rounding)
+        given = [None] * len(state.sites + state.stages) if live is None else live.sites + live.stages
+        for mine, theirs in zip(state.sites + state.stages, given, strict=True):
+            mine.take_run(intervals, theirs)
         return state
+
+    # --- the run's own bookkeeping, as the batch loop reports it ---
+
+    def took(self, n: int) -> None:
+        """A batch of `n` examples went into the collectors."""
+        self.used += n
+
+    def dropped_batch(self, n: int) -> None:
+        """A batch of `n` examples was left out (a fixed-batch model's short last batch; an empty one adds 0)."""
+        self.dropped += n
+
+    def advance(self, batch_size: int, skipped: list[tuple[str, str]]) -> None:
+        """Past a batch that is whole in the state: the cursor (at most the window's stop), and the unreadable files
+        skipped so far."""
+        self.cursor = min(self.cursor + batch_size, self.stop)
+        self.skipped = skipped
+
+    def ran(self, seconds: float) -> None:
+        """Time spent on the run (a resumed run carries it on)."""
+        self.seconds += seconds
+
+    def adopt(self, live: RunState) -> None:
+        """What the prepared plan says, never a saved file's (a hand-edited site table would be used): the key, the
+        header and the site and stage records of `live`, the state of the same run."""
+        self.key, self.header = live.key, live.header
+        self.site_records, self.stage_records = live.site_records, live.stage_records
+
+    def rekey(self, key: dict) -> None:
+        """The key again, now holding the data's content (an unkeyed run's state to be saved after all)."""
+        self.key = key
+
+    def sync_network(self, sums: dict | None) -> None:
+        """The network NLC's sums, which live outside the collectors, as they are now."""
+        self.network = sums
 
     def collect(self) -> None:
         """Every collector's finished chunk scores recorded (gives up on a stop)."""

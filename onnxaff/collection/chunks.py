@@ -96,6 +96,17 @@ class ChunkSchedule:
     partial: bool = False  # the one partial chunk was scored (no full chunk)
     pending: list[Pending] = transient(factory=list)  # chunk scores still being computed, in chunk order
 
+    @classmethod
+    def sized(cls, rows: int) -> ChunkSchedule:
+        """A schedule cutting chunks of `rows` rows (1 while a symbolic D waits for the first batch: size_chunks)."""
+        return cls(buffer=ChunkBuffer(rows))
+
+    def size_chunks(self, rows: int) -> None:
+        """A schedule opened with 1-row chunks (a symbolic D) takes `rows`, the chunk size its first batch's
+        features give; any other keeps its own. Such a buffer holds no row yet (a 1-row buffer cuts every row)."""
+        if self.buffer.size == 1:
+            self.buffer = ChunkBuffer(rows)
+
     def cut(self, x: np.ndarray, y: np.ndarray, rounding: float) -> list[Chunk]:
         """The full chunks these rows complete, read-only float64."""
         return [self.chunk(cx, cy, rounding) for cx, cy in self.buffer.add(x, y)]

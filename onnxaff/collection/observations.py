@@ -44,6 +44,10 @@ class Observations:
         if rounding is not None:
             self.rounding = rounding if self.rounding is None else max(self.rounding, rounding)
 
+    def note_masked(self, rows: int) -> None:
+        """Rows a mask left out of a batch, dropped before any other count."""
+        self.masked_rows += rows
+
     def note_rows(self, x: np.ndarray, y: np.ndarray) -> bool:
         """Count a batch's rows; False once any row of the site held NaN/Inf (a flagged site gets no number)."""
         if self.dims is None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from onnxaff import defaults
 from onnxaff.collection.chunks import ChunkSchedule
-from onnxaff.collection.collect import ChunkBuffer, JvpAccumulator
+from onnxaff.collection.collect import JvpAccumulator
 from onnxaff.collection.half_samples import HalfSamples, now, wanted
 from onnxaff.collection.observations import Observations
 from onnxaff.collection.pooled import Pooled
@@ -62,13 +62,10 @@ class SiteState:
              intervals: str = defaults.INTERVALS, expected_rows: int | None = None) -> SiteState:
         """A live collector; `jvp` = (form, output names) when the run feeds the site's NLC statistics;
         `expected_rows` lets a site that will have one chunk score its half-samples as soon as it has it."""
-        st = cls(index=index, tracks=tracks, label=label, jvp_names=None if jvp is None else tuple(jvp[1]),
-                 intervals=intervals, expected_rows=expected_rows)
-        st.schedule.buffer = ChunkBuffer(chunk_size)
-        st.observed.rounding = rounding
-        if jvp is not None:
-            st.pooled.jvp = JvpAccumulator(jvp[0])
-        return st
+        return cls(index=index, tracks=tracks, schedule=ChunkSchedule.sized(chunk_size),
+                   pooled=Pooled(jvp=None if jvp is None else JvpAccumulator(jvp[0])),
+                   observed=Observations(rounding=rounding), label=label,
+                   jvp_names=None if jvp is None else tuple(jvp[1]), intervals=intervals, expected_rows=expected_rows)
 
     # what the dispatch table's `no_data` reasons and the assembly read
     chunks = property(lambda self: self.schedule.chunks)
@@ -85,6 +82,24 @@ class SiteState:
         """A saved state; `given`: what the run gives (label, jvp_names)."""
         return from_state(cls, d, **given)
 
+    def take_run(self, intervals: str, live: SiteState | None = None) -> None:
+        """What the run gives a collector read from a saved state, never the file: the interval method, and with
+        `live` (the same site's collector of the prepared run, on a resume) its label, JVP output names, interval
+        method, expected rows and rounding."""
+        self.intervals = intervals
+        if live is not None:
+            self.label, self.jvp_names, self.intervals = live.label, live.jvp_names, live.intervals
+            self.expected_rows = live.expected_rows
+            self.observed.note_rounding(live.observed.rounding)
+
+    def size_chunks(self, rows: int) -> None:
+        """A site opened with 1-row chunks (a symbolic D) takes its chunk rows from its first batch's features."""
+        self.schedule.size_chunks(rows)
+
+    def forget_expected_rows(self) -> None:
+        """A batch gave other rows than the shapes promised: the site's half-samples wait for the end."""
+        self.expected_rows = None
+
     # --- the batch loop ---
 
     def add(self, x: np.ndarray, y: np.ndarray, metrics: list[Metric], scorer: MetricScorer, block: int = 0,
@@ -94,7 +109,7 @@ class SiteState:
         if x.shape[0] != y.shape[0]:
             raise OnnxaffError(f"{self.label}: X gives {x.shape[0]} rows and Y {y.shape[0]}")
         if missing is not None and missing.any():
-            self.observed.masked_rows += int(missing.sum())
+            self.observed.note_masked(int(missing.sum()))
             x, y = x[~missing], y[~missing]
         if not self.observed.note_rows(x, y) or not x.shape[0]:
             return  # a flagged site gets no number at all
