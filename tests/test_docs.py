@@ -86,3 +86,17 @@ def test_the_paper_is_cited_under_its_title():
     text = " ".join((ROOT / "docs" / "metrics.md").read_text(encoding="utf-8").split())
     assert ("From Alexnet to Transformers: Measuring the Non-linearity of Deep Neural Networks with Affine Optimal "
             "Transport" in text and "2310.11439" in text and "Tracing" not in text)
+
+
+def test_the_tests_readme_maps_every_module():
+    """tests/README.md's table "What covers what" has a row for every module of onnxaff/ (a graph sub-package's
+    modules may share their folder's row), each naming the tests that exercise it."""
+    from tests.test_layers import named_modules, names
+
+    text = (ROOT / "tests" / "README.md").read_text(encoding="utf-8")
+    table = text[text.index("| module or package | tests |"):].split("\n\n")[0]
+    first = "\n".join(line.split(" | ")[0] for line in table.splitlines()[2:])
+    unmapped = [rel for rel, candidates in named_modules() if not any(names(first, n) for n in candidates)]
+    assert not unmapped, unmapped
+    empty = [line for line in table.splitlines()[2:] if "`test_" not in line.split(" | ", 1)[1]]
+    assert not empty, empty

@@ -205,3 +205,93 @@ def test_no_import_circles():
 
     rings = sorted(sorted(c) for c in nx.strongly_connected_components(_import_graph()) if len(c) > 1)
     assert not rings, "\n".join(" ↔ ".join(r) for r in rings)
+
+
+def _graph_subpackages() -> set[str]:
+    return {p.name for p in (ROOT / "onnxaff" / "graph").iterdir() if (p / "__init__.py").exists()}
+
+
+def graph_node(module: str) -> str | None:
+    """The row of docs/architecture.md's graph table a module of onnxaff.graph stands in: `__init__` for the
+    package itself, `name/` for a sub-package (all its modules), else the module's own name."""
+    parts = module.split(".")
+    if parts[:2] != ["onnxaff", "graph"]:
+        return None
+    if len(parts) == 2:
+        return "__init__"
+    return parts[2] + "/" if parts[2] in _graph_subpackages() else parts[2]
+
+
+def graph_table() -> dict[str, tuple[int, set[str]]]:
+    """Row → (floor, the graph modules it imports), from docs/architecture.md's table of the graph layer's modules."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = page.index("| floor | module | imports (graph modules) | holds |")
+    rows = {}
+    for line in page[start:].splitlines()[2:]:
+        if not line.startswith("| "):
+            break
+        floor, module, imports, _ = (c.strip() for c in line.strip("|").split(" | "))
+        assert module.strip("`") not in rows, f"{module} has two rows"
+        rows[module.strip("`")] = (int(floor), set(re.findall(r"`([^`]+)`", imports)))
+    return rows
+
+
+def test_the_graph_table_is_the_code():
+    """docs/architecture.md's table of the graph layer is its import graph: one row per module (a sub-package one
+    row), each with exactly the graph modules it imports anywhere in its files, on the floor one above the highest
+    of them (0: none). An import added or dropped, a module added, moved or removed, and this fails."""
+    code: dict[str, set[str]] = {}
+    for path in (ROOT / "onnxaff" / "graph").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        code.setdefault(graph_node(".".join(parts[:-1] if parts[-1] == "__init__" else parts)), set())
+    for a, b in _import_graph().edges:
+        here, there = graph_node(a), graph_node(b)
+        if here and there and here != there:
+            code[here].add(there)
+    table = graph_table()
+    assert set(table) == set(code), (f"rows for no module: {sorted(set(table) - set(code))}; "
+                                     f"modules without a row: {sorted(set(code) - set(table))}")
+    wrong = [f"{m}: the table says {sorted(table[m][1])}, the code imports {sorted(code[m])}"
+             for m in sorted(code) if table[m][1] != code[m]]
+    assert not wrong, "\n".join(wrong)
+    misplaced = [f"{m} on floor {floor}, not {1 + max((table[i][0] for i in imports), default=-1)}"
+                 for m, (floor, imports) in sorted(table.items())
+                 if floor != 1 + max((table[i][0] for i in imports), default=-1)]
+    assert not misplaced, misplaced
+    assert list(table) == sorted(table, key=lambda m: (-table[m][0], m)), "rows from the top floor down, by name"
+
+
+def named_modules() -> list[tuple[str, list[str]]]:
+    """(module, the names a page may give it) for every module of onnxaff/: its path below onnxaff/
+    (`analysis/budget.py`; the package's own is `onnxaff/__init__.py`), or, in a sub-package of a layer's package,
+    that sub-package's folder (`graph/expand/`, its modules described together). A package's `__init__.py` defining
+    nothing (no function, no class) is named by its folder, as its package is."""
+    out = []
+    for path in sorted((ROOT / "onnxaff").rglob("*.py")):
+        rel = path.relative_to(ROOT / "onnxaff").as_posix()
+        if path.name == "__init__.py" and rel != "__init__.py":
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if not any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in tree.body):
+                continue
+        folder = rel.rsplit("/", 1)[0] + "/" if rel.count("/") > 1 else None
+        out.append((rel, ["onnxaff/__init__.py" if rel == "__init__.py" else rel, *([folder] if folder else [])]))
+    return out
+
+
+def names(text: str, name: str) -> bool:
+    """Whether `text` names `name` as a path: `analysis/budget.py` or `onnxaff/analysis/budget.py`, not as the tail
+    of another path (`graph/expand/recurrent.py` is not `graph/recurrent.py`)."""
+    return re.search(rf"(?:^|[^\w/.]|onnxaff/){re.escape(name)}(?!\w)", text, re.M) is not None
+
+
+def test_the_architecture_page_names_every_module():
+    """Every module of onnxaff/ is named on docs/architecture.md: by its path, or (the graph layer's) by its row of
+    the graph table."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = graph_table()
+    def row(rel: str) -> str | None:
+        return graph_node("onnxaff." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__"))
+
+    unnamed = [rel for rel, candidates in named_modules()
+               if not any(names(page, n) for n in candidates) and row(rel) not in rows]
+    assert not unnamed, unnamed
