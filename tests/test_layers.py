@@ -135,11 +135,14 @@ def class_sizes(text: str) -> dict[str, int]:
 LARGER = {
     ("onnxaff/graph/view.py", "GraphView"): (160, "the one index of a graph: each derived index (forward order, "
                                              "constants, data flow, Q → DQ pairs) is computed once and kept on it"),
-    ("onnxaff/collection/site_state.py", "SiteState"): (190, "one site's collection from its first row to merged "
+    ("onnxaff/collection/site_state.py", "SiteState"): (201, "one site's collection from its first row to merged "
                                                          "shards: its parts hold the state (the first chunk's "
                                                          "half-samples included), this class the order in which "
-                                                         "they are fed, scored, finished and merged, and which "
-                                                         "metrics apply"),
+                                                         "they are fed, scored, finished and merged, which "
+                                                         "metrics apply, and what a run or a resume gives it"),
+    ("onnxaff/analysis/runstate.py", "RunState"): (171, "a run's collectors and its books (cursor, examples used "
+                                                  "and dropped, files skipped, time, key): the batch loop reports "
+                                                  "to it (passed, ran, adopt) instead of writing its fields"),
 }
 
 

@@ -210,7 +210,7 @@ def test_no_module_writes_into_the_parts_of_another_object():
 
 @pytest.mark.parametrize("module", ["onnxaff/analysis/feeder.py", "onnxaff/analysis/lifecycle.py"])
 def test_the_batch_loop_writes_no_field_of_the_run_state(module):
-    """The Feeder and the Run report to RunState (took, dropped_batch, advance, ...) and SiteState; they assign
+    """The Feeder and the Run report to RunState (passed, ran, adopt, ...) and SiteState; they assign
     only their own attributes."""
     tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))
     foreign = [ast.unparse(t) for t in _assigned(tree) if isinstance(t, ast.Attribute)
@@ -266,11 +266,9 @@ def test_the_run_state_keeps_its_own_books():
     from onnxaff.analysis.runstate import RunState
 
     state = RunState(key={"k": 1}, cursor=0, start=0, stop=10)
-    state.took(4)
-    state.advance(4, [("a.png", "unreadable")])
-    state.dropped_batch(2)
-    state.advance(4, [("a.png", "unreadable")])
-    state.advance(4, [])
+    state.passed(4, True, 4, [("a.png", "unreadable")])
+    state.passed(2, False, 4, [("a.png", "unreadable")])
+    state.passed(0, False, 4, [])  # an empty batch: the cursor stops at the window's end
     state.ran(1.5)
     state.ran(0.5)
     assert (state.used, state.dropped, state.cursor, state.skipped, state.seconds) == (4, 2, 10, [], 2.0)

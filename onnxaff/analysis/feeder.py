@@ -97,21 +97,19 @@ class Feeder:
     def feed(self, batch: dict, scorer: MetricScorer) -> int:
         """One batch through the runtime and into the collectors; returns the examples used."""
         n = examples_in(batch, self.plan.inputs)
-        plan, state = self.plan, self.state
+        plan = self.plan
         if n == 0 or (plan.fixed_batch is not None and n != plan.batch_size):
             # every file of this batch was unreadable (they are counted by the source), or a fixed-batch model
             # cannot take the short last batch
-            state.dropped_batch(n)
-            self._advance()
+            self._passed(n, used=False)
             return 0
         self._rows(batch, n, scorer)
-        state.took(n)
-        self._advance()
+        self._passed(n, used=True)
         return n
 
-    def _advance(self) -> None:
-        """Past a batch that is whole in the state: the cursor, and the files the source skipped so far."""
-        self.state.advance(self.plan.batch_size, self.earlier_skipped + list(self.plan.source.skipped))
+    def _passed(self, n: int, used: bool) -> None:
+        """Past a batch whole in the state: its examples, the cursor, the files the source skipped so far."""
+        self.state.passed(n, used, self.plan.batch_size, self.earlier_skipped + list(self.plan.source.skipped))
 
     def _rows(self, batch: dict, n: int, scorer: MetricScorer) -> None:
         plan, state = self.plan, self.state

@@ -110,29 +110,20 @@ class RunState:
             mine.take_run(intervals, theirs)
         return state
 
-    # --- the run's own bookkeeping, as the batch loop reports it ---
+    # --- the run's books: the batch loop reports what happened, the state writes its own fields ---
 
-    def took(self, n: int) -> None:
-        """A batch of `n` examples went into the collectors."""
-        self.used += n
-
-    def dropped_batch(self, n: int) -> None:
-        """A batch of `n` examples was left out (a fixed-batch model's short last batch; an empty one adds 0)."""
-        self.dropped += n
-
-    def advance(self, batch_size: int, skipped: list[tuple[str, str]]) -> None:
-        """Past a batch that is whole in the state: the cursor (at most the window's stop), and the unreadable files
-        skipped so far."""
-        self.cursor = min(self.cursor + batch_size, self.stop)
-        self.skipped = skipped
+    def passed(self, n: int, used: bool, batch_size: int, skipped: list[tuple[str, str]]) -> None:
+        """A batch whole in the state: its `n` examples used, or dropped (a fixed-batch model's short last batch),
+        the cursor past it (at most the window's stop), and the unreadable files skipped so far."""
+        self.used, self.dropped = (self.used + n, self.dropped) if used else (self.used, self.dropped + n)
+        self.cursor, self.skipped = min(self.cursor + batch_size, self.stop), skipped
 
     def ran(self, seconds: float) -> None:
         """Time spent on the run (a resumed run carries it on)."""
         self.seconds += seconds
 
     def adopt(self, live: RunState) -> None:
-        """What the prepared plan says, never a saved file's (a hand-edited site table would be used): the key, the
-        header and the site and stage records of `live`, the state of the same run."""
+        """The key, header and site and stage records of `live`: the prepared plan's, never a saved file's."""
         self.key, self.header = live.key, live.header
         self.site_records, self.stage_records = live.site_records, live.stage_records
 
@@ -141,7 +132,7 @@ class RunState:
         self.key = key
 
     def sync_network(self, sums: dict | None) -> None:
-        """The network NLC's sums, which live outside the collectors, as they are now."""
+        """The network NLC's sums as they are now (they live outside the collectors)."""
         self.network = sums
 
     def collect(self) -> None:

@@ -83,13 +83,11 @@ class SiteState:
         return from_state(cls, d, **given)
 
     def take_run(self, intervals: str, live: SiteState | None = None) -> None:
-        """What the run gives a collector read from a saved state, never the file: the interval method, and with
-        `live` (the same site's collector of the prepared run, on a resume) its label, JVP output names, interval
-        method, expected rows and rounding."""
-        self.intervals = intervals
+        """What the run gives a state read from a file: the interval method; on a resume, `live`'s (the prepared
+        run's collector of the site) label, JVP output names, interval method, row promise and rounding."""
+        self.intervals = intervals if live is None else live.intervals
         if live is not None:
-            self.label, self.jvp_names, self.intervals = live.label, live.jvp_names, live.intervals
-            self.expected_rows = live.expected_rows
+            self.label, self.jvp_names, self.expected_rows = live.label, live.jvp_names, live.expected_rows
             self.observed.note_rounding(live.observed.rounding)
 
     def size_chunks(self, rows: int) -> None:
