@@ -14,6 +14,7 @@ from onnxaff.analysis.records import SiteRecord, StageRecord
 from onnxaff.collection.scoring import MetricScorer
 from onnxaff.collection.site_state import SiteState
 from onnxaff.errors import OnnxaffError
+from onnxaff.format.siteentry import ScoreEntry, SiteEntry, StageEntry
 from onnxaff.graph.site import Site
 from onnxaff.metrics import Metric, resolve
 
@@ -50,10 +51,10 @@ def test_a_site_with_nonfinite_rows_is_flagged_and_warned_about(rng, metrics):
     bad[[3, 40]] = np.nan
     states = {0: _collected(x, np.tanh(x), metrics), 1: _collected(bad, np.tanh(bad), metrics)}
     sites, warnings = site_entries([_base(0), _base(1)], states, metrics)
-    assert sites[0]["status"] == "ok" and sites[0]["metrics"]["affinity"]["status"] == "ok"
-    assert (sites[0]["dim"], sites[0]["rows"], sites[0]["chunks"]) == (3, 64, 2)
-    assert sites[1]["status"] == "flagged" and sites[1]["metrics"]["affinity"]["status"] == "nonfinite"
-    assert sites[1]["reason"] == "NaN/Inf in the features of 2 of 64 rows"
+    assert sites[0].status == "ok" and sites[0].metrics["affinity"].status == "ok"
+    assert (sites[0].dim, sites[0].rows, sites[0].chunks) == (3, 64, 2)
+    assert sites[1].status == "flagged" and sites[1].metrics["affinity"].status == "nonfinite"
+    assert sites[1].reason == "NaN/Inf in the features of 2 of 64 rows"
     assert "site 1 (act1): NaN/Inf in the features of 2 of 64 rows" in warnings
 
 
@@ -62,7 +63,7 @@ def test_skipped_sites_are_one_warning_with_each_reason_once(rng, metrics):
     bases = [_base(0), _base(1, "skipped", "scalar tensor"), _base(2, "skipped", "input and output ranks differ"),
              _base(3, "skipped", "scalar tensor")]
     sites, warnings = site_entries(bases, {0: _collected(x, np.tanh(x), metrics)}, metrics)
-    assert [s["metrics"] == {} for s in sites] == [False, True, True, True]
+    assert [s.metrics == {} for s in sites] == [False, True, True, True]
     assert warnings == ["3 site(s) skipped: input and output ranks differ; scalar tensor"]
 
 
@@ -76,10 +77,26 @@ def test_a_failing_metric_is_a_warning_and_an_error_entry(rng):
     x = rng.standard_normal((64, 3))
     metrics = [Broken()]
     sites, warnings = site_entries([_base(0)], {0: _collected(x, np.tanh(x), metrics)}, metrics)
-    entry = sites[0]["metrics"]["broken"]
-    assert entry["status"] == "error" and "no luck" in entry["error"]
+    entry = sites[0].metrics["broken"]
+    assert entry.status == "error" and "no luck" in entry.error
     assert len(warnings) == 1 and warnings[0].startswith("site 0 (act0): metric broken failed: ")
     assert "no luck" in warnings[0]
+
+
+def test_assembly_builds_the_typed_entries_once(rng, metrics):
+    """Assembly hands on typed entries, each field in the file's order (a scored site every declared field, an
+    unscored one its record's and `metrics`), and the Signature holds those same objects."""
+    x = rng.standard_normal((64, 3))
+    records = [_base(0), _base(1, "skipped", "scalar tensor")]
+    states = {0: _collected(x, np.tanh(x), metrics)}
+    (scored, unscored), _ = site_entries(records, states, metrics)
+    assert isinstance(scored, SiteEntry) and isinstance(scored.metrics["affinity"], ScoreEntry)
+    assert list(scored.to_json()) == [f.name for f in SiteEntry.json_fields()]
+    assert list(unscored.to_json()) == [*records[1].to_dict(), "metrics"]
+    sig = assemble(_header(64), records, states, metrics, network={})
+    assert sig.sites[0].to_json() == scored.to_json()
+    stored = SiteEntry.from_json(scored.to_json())
+    assert list(sig.sites[0].metrics["affinity"]) == list(stored.metrics["affinity"])  # the collection's key order
 
 
 def test_the_signature_says_what_the_data_lost(rng, metrics):
@@ -116,9 +133,11 @@ def test_stage_results_consume_states_only_for_ok_stages(rng):
     stages = [StageRecord(0, "stage:a..b", ["a", "b"], ["t0", "t1", "t2"], "ok", ""),
               StageRecord(1, "stage:c..c", ["c"], [], "skipped", "t: unknown rank")]
     ok, skipped = stage_results(stages, [st], tracks)
-    assert (ok["length"], ok["dim"], ok["rows"], ok["chunks"]) == (2, 4, 64, 2)
-    assert ok["metrics"]["lss"]["status"] == "ok"
-    assert skipped["metrics"] == {} and skipped["length"] == 1 and skipped["reason"] == "t: unknown rank"
+    assert (ok.length, ok.dim, ok.rows, ok.chunks) == (2, 4, 64, 2)
+    assert ok.metrics["lss"].status == "ok"
+    assert skipped.metrics == {} and skipped.length == 1 and skipped.reason == "t: unknown rank"
+    assert list(ok.to_json()) == [f.name for f in StageEntry.json_fields()]  # the file's order, every field
+    assert list(skipped.to_json()) == [*stages[1].to_dict(), "length", "metrics"]
 
 
 def test_records_round_trip_through_the_saved_state():

@@ -138,7 +138,7 @@ def test_without_an_interval_the_flag_stays(tmp_path):
 
 def test_flag_texts_are_the_metrics_own(tmp_path):
     """A descriptive metric is not told it counts dead features as linear; a linearity score is told why."""
-    from onnxaff.collection.stats import flag_warnings
+    from onnxaff.analysis.flagwarnings import flag_warnings
     from onnxaff.metrics import resolve
 
     model, data, _ = dead_relu(tmp_path, 32)
@@ -147,10 +147,9 @@ def test_flag_texts_are_the_metrics_own(tmp_path):
     assert "cka" in flagged
     for names in (["cka"], ["sparsity_change"]):
         metrics = resolve(names)
-        sites = [s.to_json() | {"metrics": {k: v.to_json() for k, v in s.metrics.items() if k in names}}
-                 for s in sig.sites]  # flag_warnings reads the dicts assembly joins
-        for e in sites[0]["metrics"].values():
-            e["flags"] = ["constant_output"]
+        sites = [s.updated(metrics={k: v for k, v in s.metrics.items() if k in names}) for s in sig.sites]
+        sites[0] = sites[0].updated(metrics={k: v.updated(flags=["constant_output"])  # the typed entries assembly
+                                             for k, v in sites[0].metrics.items()})  # hands flag_warnings
         (line,) = flag_warnings(sites, metrics)
         assert "dead: up to 32 of 64" in line
         descriptive = metrics[0].higher_is_more_linear is None

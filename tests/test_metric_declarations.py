@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from onnxaff.analysis.flagwarnings import flag_warnings
 from onnxaff.collection.entries import metric_entry
 from onnxaff.collection.scoring import MetricScorer
 from onnxaff.collection.site_state import SiteState
-from onnxaff.collection.stats import flag_warnings, metric_flags
+from onnxaff.collection.stats import metric_flags
+from onnxaff.format.siteentry import SiteEntry
 from onnxaff.metrics import Metric, Needs, resolve
 from onnxaff.metrics.loader import registry
 from onnxaff_plugins.linalg import EPS
@@ -100,26 +102,31 @@ def test_a_rank_sensitive_declaration_runs_the_rank_test():
         assert ("rank_deficient" in metric_entry(st, m)["flags"]) == sensitive
 
 
+def _site(metrics: dict, dim: int | None = None) -> SiteEntry:
+    """A site's typed entry holding these score dicts, as assembly hands it to flag_warnings."""
+    return SiteEntry.of({"index": 0, "id": "s", "kind": "relu", "status": "ok", "dim": dim, "metrics": metrics})
+
+
 def test_the_warnings_read_the_declarations():
     entry = {"status": "ok", "flags": ["few_rows", "eps_dominated", "constant_output"], "dead": [1, 4]}
-    lines = flag_warnings([{"metrics": {"declaring": entry}, "dim": 4}],
+    lines = flag_warnings([_site({"declaring": entry}, dim=4)],
                           [Declaring(rows_per_dim=100, regularised=True, eps=0.25, descriptive=True)])
     few, eps, dead = lines
     assert "up to 400 rows for d = 4" in few
     assert "absolute ε (0.25) moves" in eps
     assert "a descriptive metric" in dead and "affine map" not in dead
-    (dead,) = flag_warnings([{"metrics": {"declaring": {"status": "ok", "flags": ["constant_output"]}}}],
+    (dead,) = flag_warnings([_site({"declaring": {"status": "ok", "flags": ["constant_output"]}})],
                             [Declaring()])
     assert "affine map" in dead and "descriptive" not in dead
 
 
 def test_the_warning_says_when_the_eps_is_the_metrics_default():
     entry = {"status": "ok", "flags": ["eps_dominated"]}
-    (line,) = flag_warnings([{"metrics": {"affinity": entry}}], resolve(["affinity"]))
+    (line,) = flag_warnings([_site({"affinity": entry})], resolve(["affinity"]))
     assert f"absolute ε ({EPS:g}, its default) moves" in line, line
-    (line,) = flag_warnings([{"metrics": {"affinity:eps=0.01": entry}}], resolve(["affinity:eps=0.01"]))
+    (line,) = flag_warnings([_site({"affinity:eps=0.01": entry})], resolve(["affinity:eps=0.01"]))
     assert "absolute ε (0.01) moves" in line, line
-    (line,) = flag_warnings([{"metrics": {"gone": entry}}], [])  # the metric is not in this run: no ε to name
+    (line,) = flag_warnings([_site({"gone": entry})], [])  # the metric is not in this run: no ε to name
     assert "absolute ε moves" in line, line
 
 

@@ -168,7 +168,7 @@ def test_a_small_run_prints_one_warning_line_per_flag_kind(capfd, tmp_path):
     sites fill their chunks)."""
     import json
 
-    from onnxaff.collection.stats import _FLAG_TEXT
+    from onnxaff.analysis.flagwarnings import _FLAG_TEXT
     from onnxaff_models import shipped_models
     from tests.conftest import run_cli
 
@@ -273,7 +273,7 @@ def test_a_26_photo_folder_prints_one_warning_line_per_flag_kind(capfd, tmp_path
 
     from PIL import Image
 
-    from onnxaff.collection.stats import _FLAG_TEXT
+    from onnxaff.analysis.flagwarnings import _FLAG_TEXT
     from tests.conftest import run_cli
     from tests.test_images import sample_photos
 
@@ -412,14 +412,18 @@ def test_site_nlc_of_a_smooth_activation_with_an_offset_at_small_scale(op, tmp_p
 
 def test_eps_dominated_warning_names_the_eps_the_user_set(rng):
     """The warning said "the paper's 1e-6" for `affinity:eps=0.01` too."""
-    from onnxaff.collection.stats import flag_warnings
+    from onnxaff.analysis.flagwarnings import flag_warnings
+    from onnxaff.format.siteentry import SiteEntry
+
+    def site(e: dict) -> SiteEntry:
+        return SiteEntry.of({"index": 0, "id": "s", "kind": "relu", "status": "ok", "dim": 6, "metrics": e})
 
     x = gaussian(rng, 512, 6)
     names = ["affinity", "affinity:eps=0.01"]
     e = entries(x, np.maximum(x, 0), 256, metrics=names)
-    (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(names)) if "absolute ε" in w]
+    (line,) = [w for w in flag_warnings([site(e)], resolve(names)) if "absolute ε" in w]
     assert "ε (0.01)" in line and "paper" not in line, line
     small = 1e-2 * gaussian(rng, 512, 6)
     e = entries(small, np.maximum(small, 0), 256, metrics=["affinity"])
-    (line,) = [w for w in flag_warnings([{"metrics": e, "dim": 6}], resolve(["affinity"])) if "absolute ε" in w]
+    (line,) = [w for w in flag_warnings([site(e)], resolve(["affinity"])) if "absolute ε" in w]
     assert "(1e-06, its default)" in line, line

@@ -1,4 +1,8 @@
-"""The signature from a run's header, the sites' and stages' records and their finished collectors."""
+"""The signature from a run's header, the sites' and stages' records and their finished collectors.
+
+The typed entries (onnxaff.format.siteentry) are built here, once: each record's fields and what its collector
+measured (onnxaff.analysis.records), and they are what the warnings read and the Signature holds.
+"""
 
 from __future__ import annotations
 
@@ -6,41 +10,42 @@ import datetime
 from dataclasses import replace
 
 from onnxaff import __version__
-from onnxaff.analysis.records import SiteRecord, SiteResult, StageRecord, StageResult, entry
+from onnxaff.analysis.flagwarnings import flag_warnings
+from onnxaff.analysis.records import SiteRecord, StageRecord, scores
 from onnxaff.collection.entries import site_metrics
 from onnxaff.collection.site_state import SiteState
-from onnxaff.collection.stats import flag_warnings
 from onnxaff.errors import Message, OnnxaffError, option
 from onnxaff.format.signature import Signature
+from onnxaff.format.siteentry import SiteEntry, StageEntry
 from onnxaff.metrics import Metric
 
 
-def stage_results(records: list[StageRecord], states: list[SiteState], metrics: list[Metric]) -> list[dict]:
+def stage_results(records: list[StageRecord], states: list[SiteState], metrics: list[Metric]) -> list[StageEntry]:
     """The signature's `stages`: each residual stage's trajectory metrics (see onnxaff_plugins.trajectory);
     `states` are the collectors of the stages that are ok, in order."""
     out, ok = [], iter(states)
     for record in records:
-        result = None
-        if record.ok:
-            st = next(ok)
-            observed = st.observed
-            result = StageResult(length=len(record.blocks), rows=observed.rows, chunks=st.chunks,
-                                 partial_chunk=st.schedule.partial,
-                                 dim=observed.dims[0] // st.tracks if observed.dims else None,
-                                 metrics=site_metrics(st, metrics))
-        out.append(entry(record, result, length=len(record.blocks), metrics={}))
+        if not record.ok:
+            out.append(record.entry(length=len(record.blocks), metrics={}))
+            continue
+        st = next(ok)
+        observed = st.observed
+        out.append(record.entry(length=len(record.blocks), rows=observed.rows, chunks=st.chunks,
+                                partial_chunk=st.schedule.partial,
+                                dim=observed.dims[0] // st.tracks if observed.dims else None,
+                                metrics=scores(site_metrics(st, metrics))))
     return out
 
 
 def site_entries(records: list[SiteRecord], states: dict[int, SiteState],
-                 metrics: list[Metric]) -> tuple[list[dict], list[str]]:
-    """The signature's per-site dicts and the warnings they raise, from the sites' records and collectors."""
+                 metrics: list[Metric]) -> tuple[list[SiteEntry], list[str]]:
+    """The signature's per-site entries and the warnings they raise, from the sites' records and collectors."""
     out, warnings = [], []
     for record in records:
         site = record.site
         st = states.get(site.index)
         if st is None:
-            out.append(entry(record, None, metrics={}))
+            out.append(record.entry(metrics={}))
             continue
         label = f"site {site.index} ({site.id})"
         observed = st.observed
@@ -56,9 +61,9 @@ def site_entries(records: list[SiteRecord], states: dict[int, SiteState],
                            reason=f"NaN/Inf in the features of {observed.nonfinite_rows} of {observed.rows} rows")
             warnings.append(f"{label}: {site.reason}")
         dims = observed.dims or (None, None)
-        result = SiteResult(dim=dims[0], dim_y=dims[1], rows=observed.rows, chunks=st.chunks,
-                            partial_chunk=st.schedule.partial, metrics=site_metrics(st, metrics))
-        out.append(entry(replace(record, site=site), result))
+        out.append(replace(record, site=site).entry(dim=dims[0], dim_y=dims[1], rows=observed.rows, chunks=st.chunks,
+                                                    partial_chunk=st.schedule.partial,
+                                                    metrics=scores(site_metrics(st, metrics))))
         for name, err in st.scores.errors.items():
             warnings.append(f"{label}: metric {name} failed: {err}")
     warnings += flag_warnings(out, metrics)  # one line per flag kind (partial chunks included), not one per site

@@ -1,17 +1,21 @@
 """The typed records a site and a stage travel as, from discovery through a run's saved state to the signature.
 
 A site is discovery's `Site` the whole way: the plan places it in the graph (`SiteRecord`, its neighbourhood for
-the report's drawing), the run state saves and restores that record, and the signature's entry is the record's
-fields and what the run measured (`SiteResult`), joined once, at assembly. A stage likewise: `StageRecord` (the
-discovery fields, declared here only), `Stage` (with its probe sites, while a plan runs) and `StageResult`.
-docs/signature.md describes exactly these fields (tests/test_docs.py).
+the report's drawing), the run state saves and restores that record, and at assembly the record's `entry` joins its
+fields and what the run measured into the signature's SiteEntry (onnxaff.format.siteentry), once. A stage likewise:
+`StageRecord` (the discovery fields), `Stage` (with its probe sites, while a plan runs) and its StageEntry. The
+entries declare every field the signature holds, the measured ones and each metric's ScoreEntry included; nothing
+here declares them again (tests/test_site_result.py holds the records' fields to the entries', tests/test_docs.py
+the entries' to docs/signature.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from copy import deepcopy
+from dataclasses import dataclass, field, fields
 
 from onnxaff.collection.entries import MetricEntry
+from onnxaff.format.siteentry import ScoreEntry, SiteEntry, StageEntry
 from onnxaff.graph.site import Site
 
 
@@ -36,17 +40,10 @@ class SiteRecord:
     def from_dict(cls, d: dict) -> SiteRecord:
         return cls(site_from_dict(d), d.get("neighbourhood"))
 
-
-@dataclass(frozen=True)
-class SiteResult:
-    """What a run measured of one site: D of X's and Y's features, its rows and chunks, an entry per metric."""
-
-    dim: int | None
-    dim_y: int | None
-    rows: int
-    chunks: int
-    partial_chunk: bool
-    metrics: dict[str, MetricEntry]
+    def entry(self, **measured) -> SiteEntry:
+        """The signature's entry of this site: the record's fields, then `measured`, what the run measured of it
+        (SiteEntry's fields after the record's; `metrics` alone for a site it did not score)."""
+        return SiteEntry.of(self.to_dict() | measured)
 
 
 @dataclass(frozen=True)
@@ -71,6 +68,11 @@ class StageRecord:
     def from_dict(cls, d: dict) -> StageRecord:
         return cls(**{f.name: d[f.name] for f in fields(StageRecord)})
 
+    def entry(self, **measured) -> StageEntry:
+        """The signature's entry of this stage: the record's fields, then `measured` (StageEntry's fields after the
+        record's; `length` and `metrics` alone for a stage the run did not score)."""
+        return StageEntry.of(self.to_dict() | measured)
+
 
 @dataclass(frozen=True)
 class Stage(StageRecord):
@@ -82,20 +84,8 @@ class Stage(StageRecord):
         return StageRecord.from_dict(self.to_dict())
 
 
-@dataclass(frozen=True)
-class StageResult:
-    """What a run measured of one stage: its length (blocks), rows and chunks, D of a track, an entry per
-    trajectory metric."""
-
-    length: int
-    rows: int
-    chunks: int
-    partial_chunk: bool
-    dim: int | None
-    metrics: dict[str, MetricEntry]
-
-
-def entry(record: SiteRecord | StageRecord, result: SiteResult | StageResult | None, **unmeasured) -> dict:
-    """The signature's dict of one site or stage: the record's fields, then the result's (`unmeasured` in their
-    place for one the run did not score)."""
-    return record.to_dict() | (asdict(result) if result is not None else unmeasured)
+def scores(entries: dict[str, MetricEntry]) -> dict[str, ScoreEntry]:
+    """The collection's entries of one site or stage (onnxaff.collection.entries) as the signature's ScoreEntry
+    records, built here once from copies (the finished state keeps its own lists); a key ScoreEntry does not
+    declare is an error."""
+    return {name: ScoreEntry.of(deepcopy(e)) for name, e in entries.items()}

@@ -71,7 +71,7 @@ class Signature:
     `scores(metric)` is the signature (one value per ok activation site), `summary()` its statistics,
     `to_pandas()` the per-site table (a notebook shows it without pandas), `write(path)` the JSON file
     (docs/signature.md; `read_signature` reads it back). `sites` and `stages` are typed entries
-    (onnxaff.format.siteentry), built here once from the dicts assembly joins or a file holds.
+    (onnxaff.format.siteentry): as assembly built them, or built here once from a file's or a caller's dicts.
     """
 
     model: dict
@@ -92,8 +92,9 @@ class Signature:
         self.warnings = [Message(w) for w in self.warnings]
 
     def __setattr__(self, name: str, value) -> None:
-        # Sites and stages are typed entries however they are given (assembly's dicts, a file's, a reader's
-        # entries): built here, once, when the signature is made or they are replaced.
+        # Sites and stages are typed entries however they are given: assembly's and a reader's entries as they
+        # are, a file's (or a caller's) dicts built into entries here, once, when the signature is made or they
+        # are replaced.
         if name in ("sites", "stages"):
             value = [(SiteEntry if name == "sites" else StageEntry).from_json(s) for s in value]
         super().__setattr__(name, value)

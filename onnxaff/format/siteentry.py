@@ -1,11 +1,13 @@
 """A signature's per-site and per-stage entries as typed records: the fields a file holds, declared once.
 
-A `Signature` holds them from the moment it is assembled (from the dicts onnxaff.analysis.records joins) or read
-(from the file's dicts); readers use their attributes. `to_json()` gives back the dict exactly: the keys the entry
-came with, in their order (a file written before a field was added stays as it was), fields this version does not
-know carried along untouched. onnxaff.format.schema checks a file against the same declarations: a field's JSON kind is
-its metadata, and a field without a default must be there. A record is also a read-only mapping of that dict, for
-code written against it (``sig.sites[0]["kind"]``, the form the Python API showed first).
+Assembly builds them once (onnxaff.analysis.records, `of`: a discovery record's fields and what the run measured,
+each metric's ScoreEntry from the collection's dict) and hands them on: to the warnings, to the `Signature`, to every
+reader, which use their attributes; a file's dicts become them when it is read (`from_json`). `to_json()` gives back
+the dict exactly: the keys the entry came with, in their order (a file written before a field was added stays as it
+was), fields this version does not know carried along untouched. onnxaff.format.schema checks a file against the
+same declarations: a field's JSON kind is its metadata, and a field without a default must be there. A record is
+also a read-only mapping of that dict, for code written against it (``sig.sites[0]["kind"]``, the form the Python
+API showed first).
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ class JsonRecord(Mapping):
     def decode(cls, name: str, value):
         """A field's value as the record holds it (nested records are built here)."""
         return value
+
+    @classmethod
+    def of(cls, d: Mapping):
+        """The entry of exactly these fields, in this order, as assembly builds it: unlike `from_json` (a file's
+        entry), a field not declared here is an error (TypeError), not carried along."""
+        return cls(**{k: cls.decode(k, v) for k, v in d.items()}, present=tuple(d))
 
     @classmethod
     def from_json(cls, d: Mapping):
@@ -94,7 +102,9 @@ _ENTRY = {"frozen": True, "kw_only": True, "eq": False}  # eq: the mapping's, so
 
 @dataclass(**_ENTRY)
 class ScoreEntry(JsonRecord):
-    """One metric at one site or stage (docs/signature.md, `metrics.<name>`; built by onnxaff.collection.entries)."""
+    """One metric at one site or stage (docs/signature.md, `metrics.<name>`). Its fields are declared here alone:
+    the collection, which cannot import this layer, writes a dict of these keys (onnxaff.collection.entries), and
+    assembly builds the entry from it with `of`, so a key not declared here fails the first run that writes it."""
 
     mean: float | None = declared("number?", default=None)
     std: float | None = declared("spread?", default=None)
