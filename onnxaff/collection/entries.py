@@ -2,13 +2,18 @@
 
 One call per finished SiteState (`site_metrics`, what assembly calls): it reads the state's finished parts once
 (`Finished`) and builds every metric's entry from them alone; nothing here changes the state or reads it again.
+
+An entry is a plain dict (`MetricEntry`) of the signature's score fields, which are declared once, with their JSON
+kinds and defaults, in onnxaff.format.siteentry.ScoreEntry. This layer sits above the signature format and may not
+import it, so it writes those keys and declares none: assembly builds each ScoreEntry from the dict with
+`ScoreEntry.of`, which refuses a key the format does not declare (the first run that writes one fails there).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -17,24 +22,8 @@ from onnxaff.collection.stats import RANK_FLAGS, RANK_TEST_MAX_D, entry_ci, metr
 from onnxaff.metrics import Metric, plugin_output
 from onnxaff.metrics.dispatch import serving
 
-
-class MetricEntry(TypedDict, total=False):
-    """One metric at one site or stage in the signature (docs/signature.md; tests/test_docs.py holds them equal)."""
-
-    mean: float | None
-    std: float | None
-    chunks: int
-    status: str  # ok, error, not_applicable, no_data, nonfinite
-    values: list[float]
-    reason: str
-    error: str
-    partial: bool
-    pooled_rows: int
-    caveat: str
-    flags: list[str]
-    ci95: list[float] | None
-    masked_rows: int
-    dead: list[int]
+# One metric's entry: keys are onnxaff.format.siteentry.ScoreEntry's fields (the module docstring says why a dict).
+MetricEntry = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -106,7 +95,7 @@ def from_finished(f: Finished, metrics: list[Metric]) -> dict[str, MetricEntry]:
 def _entry(f: Finished, m: Metric) -> MetricEntry:
     """What the signature says of `m` at this site (docs/signature.md)."""
     values = f.values.get(m.spec, [])
-    out = MetricEntry(mean=None, std=None, chunks=len(values), status="ok")
+    out: MetricEntry = {"mean": None, "std": None, "chunks": len(values), "status": "ok"}
     if f.masked_rows:
         out["masked_rows"] = f.masked_rows
     if f.nonfinite_rows:
