@@ -4,11 +4,14 @@ Discovery keeps no trace of what it turned down, so a near-GELU (a wrong constan
 would pass unnoticed. `explain_misses` runs discovery's passes once more (`sites.run_passes`: the registered
 passes, in their order, each after what the earlier ones took) with a record every pass adds its refusals to,
 and keeps, for each non-affine node no site holds and for each unnamed (`elementwise`) site, the refusals
-of the regions that contain it. It costs one more discovery pass, so it runs only when asked.
+of the regions that contain it. The If/Loop/Scan bodies the passes hand back are explained as discovery finds
+their sites (`find_sites` on the body's own view), each miss labelled with the body it lives in. It costs one more
+discovery pass, so it runs only when asked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +21,8 @@ from onnxaff.graph import qdq
 from onnxaff.graph.patterns.islands import PASS_THROUGH, Islands
 from onnxaff.graph.patterns.region import Candidate
 from onnxaff.graph.patterns.rule import Miss
-from onnxaff.graph.sites import Site, run_passes
+from onnxaff.graph.sites import Site, find_sites, run_passes
+from onnxaff.graph.subsites import Body
 from onnxaff.graph.view import GraphView
 
 # Refusals named by the step, not by a function: each distinct reason is kept, not one per rule.
@@ -44,24 +48,39 @@ class Tried:
 
 @dataclass
 class Explained:
-    """A non-linearity discovery did not name: an unclaimed node (site None) or an unnamed site's nodes."""
+    """A non-linearity discovery did not name: an unclaimed node (site None) or an unnamed site's nodes.
+
+    Inside an If/Loop/Scan body, `body` says which (`<node>/<then|else|body>`, nested ones joined by '/'), and the
+    node labels and the site id carry it in front, as discovery's site ids do; the regions tried name the body's
+    own tensors."""
 
     nodes: list[str]
     ops: list[str]
     site: str | None
     tried: list[Tried] = field(default_factory=list)
     affine: bool = False  # an island of several ops called a + b·x: no site, and `tried` says how that was decided
+    body: str | None = None
 
     def to_dict(self) -> dict:
-        return {"nodes": self.nodes, "ops": self.ops, "site": self.site, "affine": self.affine,
-                "tried": [t.to_dict() for t in self.tried]}
+        d = {"nodes": self.nodes, "ops": self.ops, "site": self.site}
+        if self.body is not None:
+            d["body"] = self.body
+        return {**d, "affine": self.affine, "tried": [t.to_dict() for t in self.tried]}
+
+    def inside(self, body: Body) -> Explained:
+        """This miss of `body`'s own graph, as the enclosing graph names it."""
+        where = body.where
+        return dataclasses.replace(self, nodes=[f"{where}/{n}" for n in self.nodes],
+                                   site=None if self.site is None else f"{where}/{self.site}",
+                                   body=where if self.body is None else f"{where}/{self.body}")
 
 
 def explain_misses(view: GraphView, sites: list[Site], layout: str = defaults.LAYOUT) -> list[Explained]:
     """For each unclaimed non-affine node and each unnamed site, in forward order, the refusals around it
-    (`sites`: what `find_sites` found on this view, with this layout)."""
+    (`sites`: what `find_sites` found on this view, with this layout), each body's after its control node's; then
+    the islands called affine, the bodies' after the graph's own."""
     records: list[tuple[str, Candidate, Miss]] = []
-    run_passes(view, layout, records)
+    entries = run_passes(view, layout, records)
     claimed = {i for s in sites for i in s.node_indices}
     groups = [(view.order[max(s.node_indices, key=view.order.__getitem__)], s.id, s.node_indices)
               for s in sites if s.kind == "elementwise" and s.node_indices]
@@ -72,13 +91,20 @@ def explain_misses(view: GraphView, sites: list[Site], layout: str = defaults.LA
         regions.setdefault(max(around, key=len) if around else (i,), []).append(i)
     groups += [(view.order[nodes[-1]], None, nodes) for nodes in regions.values()]
     out = []
-    for _, site_id, nodes in sorted(groups, key=lambda g: g[0]):
+    for position, site_id, nodes in groups:
         inside = set(nodes)
         tried = _keep_largest(view, [(st, c, m) for st, c, m in records
                                      if st != "affine" and inside.intersection(c.nodes)])
-        out.append(Explained([view.node_label(i) for i in nodes], [view.nodes[i].op_type for i in nodes],
-                             site_id, tried))
-    return out + _affine_islands(view, records, claimed)
+        out.append(((position, 0, 0), Explained([view.node_label(i) for i in nodes],
+                                                 [view.nodes[i].op_type for i in nodes], site_id, tried)))
+    lines = _affine_islands(view, records, claimed)
+    for k, (position, body) in enumerate((p, b) for p, b in entries if isinstance(b, Body)):
+        for e in explain_misses(body.view, find_sites(body.view, layout, follow_batch=False), layout):
+            if e.affine:
+                lines.append(e.inside(body))
+            else:
+                out.append(((position, 1, k), e.inside(body)))
+    return [e for _, e in sorted(out, key=lambda g: g[0])] + lines
 
 
 def _affine_islands(view: GraphView, records, claimed: set[int]) -> list[Explained]:
