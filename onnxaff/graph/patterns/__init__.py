@@ -1,8 +1,7 @@
-"""Decomposed activations, one rule module each; `match` claims them in forward order."""
+"""Decomposed activations, one rule module each; the passes that claim them (graph/passes/: decomposed softmaxes,
+the anchored rules here, the anonymous islands) run in the one order of graph.passes.passes."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from onnxaff.graph.patterns import gelu, hardswish, mish, relu6, softplus, softsign, swish
 from onnxaff.graph.patterns.islands import match_islands
@@ -11,30 +10,10 @@ from onnxaff.graph.patterns.rule import Miss, Rule
 from onnxaff.graph.patterns.softmax import match_softmax
 from onnxaff.graph.view import GraphView
 
+__all__ = ["RULES", "match_anchored", "match_islands", "match_softmax"]
+
 RULES: list[Rule] = [*gelu.RULES, *swish.RULES, *hardswish.RULES, *mish.RULES, *relu6.RULES, *softsign.RULES,
                      *softplus.RULES]
-
-
-@dataclass
-class PatternMatch:
-    kind: str
-    candidate: Candidate
-    params: dict = field(default_factory=dict)
-
-
-def match(view: GraphView, misses: list[tuple[str, Candidate, Miss]] | None = None,
-          taken: set[int] | frozenset = frozenset()) -> list[PatternMatch]:
-    """Every decomposed activation in the graph; each node belongs to at most one match.
-
-    Decomposed softmaxes first, then the anchored rules (exporters' forms), then anonymous islands. With
-    `misses`, each pass records (pass, region, Miss) for every refusal; what is found stays the same. Nodes in
-    `taken` belong to sites found before (stacked steps) and join no match.
-    """
-    claimed: set[int] = set(taken)
-    found = []
-    for step in (match_softmax, match_anchored, match_islands):
-        found += [PatternMatch(kind, cand, params) for kind, cand, params in step(view, claimed, misses)]
-    return found
 
 
 def match_anchored(view: GraphView, claimed: set[int],
