@@ -332,6 +332,15 @@ def check_signature_text(capfd, text: bytes) -> None:
             one_line_or_success(capfd, args, out)
 
 
+@pytest.mark.parametrize("value", [[["x"]], {"a": [1]}, None, 3.5])
+def test_a_reduction_of_any_json_kind_is_named_not_an_internal_error(capfd, value):
+    """options.reduce is read for the protocol's words: a list there (the fuzz below found it) was looked up in a
+    dict, an internal TypeError in report and compare."""
+    d = signature_base()
+    d["options"]["reduce"] = value
+    check_signature_text(capfd, json.dumps(d).encode())
+
+
 @FUZZ_FILES
 @given(data=st.data(), changes=st.integers(1, 4))
 def test_signature_structure(capfd, data, changes):

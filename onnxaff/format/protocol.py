@@ -28,8 +28,11 @@ INTERVALS = {"auto": "intervals over chunks (a site's only chunk: from its half-
 
 
 def rows_per_example(reduce) -> str:
-    """The reduction in words: how many rows an example gives."""
-    if isinstance(reduce, str) and reduce.startswith(SAMPLE):
+    """The reduction in words: how many rows an example gives (a damaged file's value, whatever its JSON kind, is
+    shown as it is)."""
+    if not isinstance(reduce, str):
+        return f"reduce={json.dumps(reduce)}"
+    if reduce.startswith(SAMPLE):
         return f"{reduce[len(SAMPLE):]} positions per example (seeded samples of the activation's own rows)"
     return ROWS_PER_EXAMPLE.get(reduce, f"reduce={reduce}")
 
