@@ -17,7 +17,15 @@ from onnxaff.collection.scoring import MetricScorer
 from onnxaff.collection.site_state import SiteState
 from onnxaff.data import examples_in
 from onnxaff.graph.masks import numpy_masked
-from onnxaff.graph.reduction import feature_rounding, graph_mode, host_batch_first, numpy_features, sample_rows, sampled
+from onnxaff.graph.reduction import (
+    feature_rounding,
+    graph_mode,
+    host_batch_first,
+    numpy_features,
+    sample_index,
+    sample_rows,
+    sampled,
+)
 from onnxaff.metrics import metric_info
 from onnxaff.runtime.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.runtime.network import NetworkNLC
@@ -39,6 +47,9 @@ class Feeder:
                                    directions=config.nlc_directions, graph_optimization=config.graph_optimization)
                         if plan.needs_jvp else None)
         self.names = list(plan.names) + (self.network.output_names if self.network is not None else [])
+        # sample:K drawn in the graph: each index input the augmented model takes, with its layout (one per layout)
+        self.sample_inputs = dict(plan.outputs[s.index].sample for s in plan.ok_sites
+                                  if plan.outputs[s.index].sample is not None)
         self.rows_per_example = [rows_per_example(s, plan.config.reduce, plan.outputs[s.index].mask)
                                  for s in plan.ok_sites]
         self.state = self.fresh_state()
@@ -111,10 +122,19 @@ class Feeder:
         """Past a batch whole in the state: its examples, the cursor, the files the source skipped so far."""
         self.state.passed(n, used, self.plan.batch_size, self.earlier_skipped + list(self.plan.source.skipped))
 
+    def run(self, batch: dict, n: int, first: int) -> list[np.ndarray]:
+        """The augmented model's arrays for a batch of `n` examples, the first at index `first` of the data (what
+        the positions drawn in the graph are seeded by)."""
+        if self.sample_inputs:
+            k = sampled(self.plan.config.reduce)
+            batch = {**batch, **{name: sample_index(self.plan.config.seed, first, n, k, layout)
+                                 for name, layout in self.sample_inputs.items()}}
+        return self.runner.run(self.names, batch)
+
     def _rows(self, batch: dict, n: int, scorer: MetricScorer) -> None:
         plan, state = self.plan, self.state
         block, host = state.cursor // plan.unit, plan.host_reduce
-        arrays = self.runner.run(self.names, batch)
+        arrays = self.run(batch, n, state.cursor)
         for k, (st, site, part) in enumerate(zip(state.sites, plan.ok_sites, plan.slices, strict=True)):
             out = plan.outputs[site.index]
             x, y, jvp, shapes, missing = out.unpack(arrays[part])
@@ -127,7 +147,8 @@ class Feeder:
             elif host is not None and not out.reduced:
                 x, y = numpy_features(x, site, host), numpy_features(y, site.side("y"), host)
             gone = np.logical_or.reduce([np.asarray(m) > 0 for m in missing]) if missing else None
-            if (k_sampled := sampled(plan.config.reduce)) is not None:  # K positions per example, by its index
+            # K positions per example, by its index (a site drawn in the graph has them already: the same rows)
+            if out.sample is None and (k_sampled := sampled(plan.config.reduce)) is not None:
                 rows = sample_rows(plan.config.seed, state.cursor, n, x.shape[0], k_sampled, gone)
                 x, y, gone = x[rows], y[rows], None if gone is None else gone[rows]
             if st.expected_rows is not None and x.shape[0] != n * self.rows_per_example[k]:

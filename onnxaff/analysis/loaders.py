@@ -30,7 +30,7 @@ from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks
 from onnxaff.graph.pairs import tensor_probe
-from onnxaff.graph.reduction import graph_mode
+from onnxaff.graph.reduction import graph_mode, sampled
 from onnxaff.graph.sites import Site
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
@@ -269,9 +269,13 @@ class Augment(Loader):
     def build(self) -> Feeds:
         loaded, ok, stages, config = given(self.loaded), given(self.settled).ok, given(self.stages), self.config
         masks = site_masks(loaded.view, ok, mask_input(config.mask, loaded.view), loaded.base_dir)
-        augmented, outputs = augment_model(loaded.model, ok + [t for p in stage_probes(stages) for t in p],
-                                           graph_mode(config.reduce), raw=config.reduce_in == "numpy",
-                                           jvp=needs_jvp(given(self.metrics).sites), view=loaded.view, masks=masks)
+        probes = [t for p in stage_probes(stages) for t in p]
+        # sample:K: the sites' positions drawn in the graph where it can (the stages' tracks keep the host's draw)
+        drawn = {s.index for s in ok} - {t.index for t in probes}
+        augmented, outputs = augment_model(loaded.model, ok + probes, graph_mode(config.reduce),
+                                           raw=config.reduce_in == "numpy", jvp=needs_jvp(given(self.metrics).sites),
+                                           view=loaded.view, masks=masks, sample=sampled(config.reduce),
+                                           sample_sites=drawn)
         names, slices, stage_slices = [], [], []
         for s in ok:
             own = outputs[s.index].names

@@ -108,6 +108,28 @@ class GraphBuilder:
         self.cache[key] = out
         return out
 
+    def sampled_features(self, tensor: str, layout: tuple[int, int, int], index: str, prefix: str) -> str:
+        """[n·K, D] rows of `tensor` at the positions `index` names ([n, K] int64, sample_index), gathered from the
+        flattened tensor: the rows sample_rows takes from the `positions` features, without the whole map leaving
+        the runtime (nor being transposed)."""
+        key = ("sample", tensor, index)
+        if key in self.cache:
+            return self.cache[key]
+        d, _, post = layout
+        # [n, K, D]: each drawn position's D features (made per tensor, not shared between sites: a node another
+        # site's reductions read would have to come before them in the graph)
+        if self.opset >= 13:
+            rows = self.node("Unsqueeze", [index, self.ints([2], prefix)], prefix)
+        else:
+            rows = self.node("Unsqueeze", [index], prefix, axes=[2])
+        where = self.node("Add", [rows, self.ints(list(range(0, d * post, post)), prefix)], prefix)
+        flat = self.node("Reshape", [tensor, self.ints([-1], prefix)], prefix)
+        x = self.node("Gather", [flat, where], prefix, axis=0)
+        if self.view.elem_type(tensor) not in FLOAT_TYPES | {TensorProto.UNDEFINED}:
+            x = self.node("Cast", [x], prefix, to=TensorProto.FLOAT)  # fp16/bf16: as `features` (exact either way)
+        self.cache[key] = out = self.node("Reshape", [x, self.ints([-1, d], prefix)], prefix)
+        return out
+
     def raw(self, tensor: str, prefix: str) -> str:
         if tensor in self.cache:
             return self.cache[tensor]
@@ -271,3 +293,33 @@ def sample_rows(seed: int, first: int, n: int, rows: int, k: int, gone: np.ndarr
     chosen = sample_positions(seed, np.arange(first, first + n), per, k,
                               None if gone is None else np.asarray(gone).reshape(n, per))
     return (np.arange(n)[:, None] * per + chosen).ravel()
+
+
+# --- sample:K inside the graph: the drawn positions gathered from the map, never the whole map exported ---
+
+def sample_layout(site: Site) -> tuple[int, int, int] | None:
+    """(D, P, post) of one side of a site whose `positions` rows a graph Gather can draw from: examples on axis 0,
+    rank ≥ 3, every dim after the batch static. D: the feature axis's size; P: the positions an example has (the
+    other axes after the batch); post: the product of the axes after the feature axis. None for anything else
+    (those sites keep the host's draw from the whole map: sample_rows)."""
+    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
+    if shape is None or rank is None or rank < 3 or axis is None or not 0 < axis < rank or batch_axis(site):
+        return None
+    dims = list(shape[1:])
+    if len(dims) != rank - 1 or not all(isinstance(d, int) and d > 0 for d in dims):
+        return None
+    d = dims[axis - 1]
+    per = int(np.prod(dims)) // d
+    post = int(np.prod(dims[axis:]))
+    return d, per, post
+
+
+def sample_index(seed: int, first: int, n: int, k: int, layout: tuple[int, int, int]) -> np.ndarray:
+    """[n, min(k, P)] int64: for each example of a batch (the first at index `first` of the data) and each of its
+    drawn positions (sample_positions, the host's draw), the flat index of the position's feature 0 in the
+    batch's tensor; feature j lies `post`·j further. Gathered in that order, the rows are sample_rows' rows of the
+    `positions` features, value for value."""
+    d, per, post = layout
+    chosen = sample_positions(seed, np.arange(first, first + n), per, k)
+    return (np.arange(n, dtype=np.int64)[:, None] * (d * per) + (chosen // post) * (d * post)
+            + chosen % post).astype(np.int64)

@@ -7,6 +7,7 @@ naive baseline of the benchmarks.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import onnx
@@ -23,6 +24,7 @@ from onnxaff.graph.reduction import (
     feature_dim,
     feature_rounding,
     graph_mode,
+    sample_layout,
 )
 from onnxaff.graph.sites import Site, sanitize
 from onnxaff.graph.view import GraphView
@@ -42,6 +44,9 @@ class SiteOutputs:
     reduced: bool = False  # reduced in the graph whatever reduce_in says (a subgraph's tensors cannot leave raw)
     mask: object = None  # the site's SiteMask (graph.masks): what is masked, for a reduction on the host too
     missing: tuple[str, ...] = ()  # float64 [rows] outputs, 1 for a row left out by a mask (one per masked side)
+    # reduce="sample:K" drawn in the graph: (the int64 [n, K] input naming the positions, its layout (D, P, post));
+    # the batch's feed gives it (graph.reduction.sample_index), and x, y are the drawn rows already
+    sample: tuple[str, tuple[int, int, int]] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -58,13 +63,17 @@ class SiteOutputs:
 
 def augment_model(
     model: onnx.ModelProto, sites: list[Site], reduce: str = graph_mode(defaults.REDUCE), raw: bool = False,
-    jvp: bool = False, view: GraphView | None = None, masks: dict | None = None,
+    jvp: bool = False, view: GraphView | None = None, masks: dict | None = None, sample: int | None = None,
+    sample_sites: Collection[int] = (),
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
     """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.
 
     jvp=True also adds the finite-difference statistics of the non-linearity coefficient (graph.jvp).
     view: `model`'s index when the caller has one (`LoadedModel.view`), so the copy is not indexed again.
     masks: site index -> SiteMask (graph.masks.site_masks), the sites whose features leave masked positions out.
+    sample: K of reduce="sample:K" (`reduce` is then "positions"): the sites of `sample_sites` that can
+    (`_samples_in_graph`) gather their K positions an example in the graph, from an index input the feed gives;
+    the others export every position, drawn from on the host (graph.reduction.sample_rows), to the same rows.
     """
     from onnxaff.graph.jvp import add_jvp
 
@@ -88,6 +97,8 @@ def augment_model(
             continue
         names, doubles, missing = [], [], []
         mask = (masks or {}).get(site.index)
+        drawn = (_sample_input(builder, site, sample, prefix) if sample is not None and not raw and mask is None
+                 and site.index in sample_sites and reduce == "positions" else None)
         for side, tensor in (("x", site.input), ("y", site.output)):
             # a masked mean is taken in float64, in the graph and on the host alike
             doubles.append(builder.view.elem_type(tensor) == TensorProto.DOUBLE or (
@@ -101,6 +112,8 @@ def augment_model(
                 inner, gone = graph_features(builder, t, seen, reduce, mask, side, source, f"{prefix}.{side}")
                 missing.append(_exported(gone, TensorProto.DOUBLE, [None], exported, new_outputs))
                 elem = TensorProto.DOUBLE if reduce in ("mean", "reference") else elem
+            elif drawn is not None:
+                inner = builder.sampled_features(tensor, drawn[1], drawn[0], f"{prefix}.{side}")
             else:
                 inner = builder.features(tensor, site.side(side), reduce, f"{prefix}.{side}")
             if inner not in exported:
@@ -117,11 +130,32 @@ def augment_model(
             shapes = tuple(_shape_output(builder, t, f"{prefix}.{side}", exported, new_outputs)
                            for side, t in (("x", site.input), ("y", site.output)))
         outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs, rounding, shapes, tuple(doubles),
-                                          mask=mask, missing=tuple(missing))
+                                          mask=mask, missing=tuple(missing), sample=drawn)
         groups += [position] * (len(builder.new_nodes) - len(groups))
     augmented.graph.output.extend(new_outputs)
     _schedule(augmented, builder, groups)
     return augmented, outputs
+
+
+SAMPLE_INPUT = "onnxaff/sample/"
+
+
+def _sample_input(builder: GraphBuilder, site: Site, k: int, prefix: str) -> tuple[str, tuple[int, int, int]] | None:
+    """(index input, layout) of a site whose K positions an example the graph can gather: X and Y of one static
+    layout (graph.reduction.sample_layout), both float or cast to float; None keeps the host's draw. One input
+    serves every site of the same layout and K."""
+    layout = sample_layout(site.side("x"))
+    if (layout is None or layout != sample_layout(site.side("y")) or builder.opset < 5 or k < 1
+            or site.scope is not None):
+        return None
+    key = ("sample_input", layout, k)
+    if key not in builder.cache:
+        d, per, post = layout
+        name = builder.namer.fresh(f"{SAMPLE_INPUT}{d}x{per}x{post}")
+        builder.model.graph.input.append(
+            helper.make_tensor_value_info(name, TensorProto.INT64, [f"{name}.n", min(k, per)]))
+        builder.cache[key] = name
+    return builder.cache[key], layout
 
 
 def _front(builder: GraphBuilder, tensor: str, site: Site, source: str, prefix: str) -> tuple[str, Site, str]:
