@@ -11,8 +11,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxaff
+from onnxaff.analysis.config import AnalysisConfig
+from onnxaff.analysis.feeder import Feeder
+from onnxaff.analysis.plan import Plan
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.reduction import sample_index, sample_layout, sample_rows
+from onnxaff.scoring import MetricScorer
 from tests.builders import save
 from tests.conftest import run
 from tests.test_rows_protocol import CIN, SEED, N, S, conv_model
@@ -115,3 +119,37 @@ def test_an_analysis_scores_the_same_numbers_either_way(rng, tmp_path):
     for a, b in zip(runs[0].sites, runs[1].sites, strict=True):
         assert a["status"] == "ok" and a["rows"] == N * K
         assert a["metrics"] == b["metrics"]
+
+
+def feeders(model, tmp_path, x):
+    """A feeder per path over the same data: positions drawn in the graph, and on the host (reduce_in="numpy")."""
+    path = save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "data.npz", x=x)
+    return [Feeder(Plan.build(path, str(tmp_path / "data.npz"),
+                              AnalysisConfig(metrics=["affinity"], seed=SEED, batch_size=len(x), reduce_in=where)))
+            for where in ("graph", "numpy")]
+
+
+def scores(feeder: Feeder) -> list:
+    for st in feeder.state.sites:
+        st.collect()
+    return [st.scores.values for st in feeder.state.sites]
+
+
+def test_symbolic_maps_are_drawn_at_the_probe_shapes_and_a_batch_of_others_goes_the_host_way(rng, tmp_path):
+    """Shape inference leaves H and W symbolic; the first batch's shapes let the graph draw (one index input a
+    layout), every batch is checked against them, and a batch of other shapes goes through the model that exports
+    whole maps (drawn on the host): the scores are those of the host path all along."""
+    model = mixed_model(rng, dims=("h", "w"))
+    n = 8
+    graph, host = feeders(model, tmp_path, rng.standard_normal((n, 3, 6, 5)).astype(np.float32))
+    assert all(graph.plan.outputs[s.index].sample for s in graph.plan.ok_sites) and not host.sample_inputs
+    assert set(graph.sample_inputs.values()) == {(4, 30, 30), (4, 30, 1)}  # channels first; last, and rank 3
+    with MetricScorer(workers=0) as scorer:
+        for dims in ((6, 5), (8, 5), (6, 5), (7, 4)):  # more positions than the probe's, then fewer
+            batch = {"x": rng.standard_normal((n, 3, *dims)).astype(np.float32)}
+            for f in (graph, host):
+                assert f.feed(dict(batch), scorer) == n
+            assert (graph.host_runner is None) == (dims == (6, 5) and graph.state.used == n)  # the first odd batch
+        assert [st.observed.rows for st in graph.state.sites] == [st.observed.rows for st in host.state.sites]
+        assert scores(graph) == scores(host) and all(v for v in scores(graph))

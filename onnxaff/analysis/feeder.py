@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from onnxaff.analysis.budget import rows_per_example
@@ -16,6 +18,7 @@ from onnxaff.collection.chunks import site_chunk_rows
 from onnxaff.collection.scoring import MetricScorer
 from onnxaff.collection.site_state import SiteState
 from onnxaff.data import examples_in
+from onnxaff.errors import OnnxaffError
 from onnxaff.graph.masks import numpy_masked
 from onnxaff.graph.reduction import (
     feature_rounding,
@@ -23,6 +26,7 @@ from onnxaff.graph.reduction import (
     host_batch_first,
     numpy_features,
     sample_index,
+    sample_layout,
     sample_rows,
     sampled,
 )
@@ -50,6 +54,7 @@ class Feeder:
         # sample:K drawn in the graph: each index input the augmented model takes, with its layout (one per layout)
         self.sample_inputs = dict(plan.outputs[s.index].sample for s in plan.ok_sites
                                   if plan.outputs[s.index].sample is not None)
+        self.host_runner: Runner | None = None  # for a batch whose shapes are not the probe's (_drawn_hold)
         self.rows_per_example = [rows_per_example(s, plan.config.reduce, plan.outputs[s.index].mask)
                                  for s in plan.ok_sites]
         self.state = self.fresh_state()
@@ -131,12 +136,43 @@ class Feeder:
                                  for name, layout in self.sample_inputs.items()}}
         return self.runner.run(self.names, batch)
 
+    def _drawn_hold(self, arrays: list[np.ndarray]) -> bool:
+        """Whether every site drawn in the graph at the shapes of a probe batch (its static ones symbolic) has them
+        in this batch too (its Shape outputs), so its gathered rows are the positions it was meant to draw."""
+        plan = self.plan
+        for site, part in zip(plan.ok_sites, plan.slices, strict=True):
+            out = plan.outputs[site.index]
+            if out.sample is None or not out.shapes:
+                continue
+            shapes = out.unpack(arrays[part])[3]
+            for side, shape in zip((site.side("x"), site.side("y")), shapes, strict=True):
+                if sample_layout(replace(side, input_shape=["N", *[int(d) for d in shape[1:]]])) != out.sample[1]:
+                    return False
+        return True
+
+    def _host_arrays(self, batch: dict):
+        """A batch through the model whose sites all export their positions (drawn on the host): (arrays, feeds)."""
+        plan, config = self.plan, self.plan.config
+        feeds = plan.host_feeds
+        if self.host_runner is None:
+            self.host_runner = Runner(plan.loaded, feeds.augmented, device=config.device, threads=config.threads,
+                                      graph_optimization=config.graph_optimization)
+        extra = self.network.output_names if self.network is not None else []
+        return self.host_runner.run(list(feeds.names) + extra, batch), feeds
+
     def _rows(self, batch: dict, n: int, scorer: MetricScorer) -> None:
         plan, state = self.plan, self.state
         block, host = state.cursor // plan.unit, plan.host_reduce
-        arrays = self.run(batch, n, state.cursor)
-        for k, (st, site, part) in enumerate(zip(state.sites, plan.ok_sites, plan.slices, strict=True)):
-            out = plan.outputs[site.index]
+        try:
+            arrays, feeds = self.run(batch, n, state.cursor), plan
+        except OnnxaffError:
+            if not self.sample_inputs:
+                raise
+            arrays = None  # positions beyond a smaller map than the probe's: the host way (it says a real failure)
+        if arrays is None or (self.sample_inputs and not self._drawn_hold(arrays)):  # not the probe's shapes
+            arrays, feeds = self._host_arrays(batch)
+        for k, (st, site, part) in enumerate(zip(state.sites, plan.ok_sites, feeds.slices, strict=True)):
+            out = feeds.outputs[site.index]
             x, y, jvp, shapes, missing = out.unpack(arrays[part])
             if out.rounding is None:  # a symbolic P: this batch's shapes (Shape outputs, or the raw arrays') give it
                 st.observed.note_rounding(feature_rounding(site, graph_mode(plan.config.reduce), out.doubles,
@@ -156,7 +192,7 @@ class Feeder:
             sized(st, plan.config.chunk_size, x, y)
             st.add(x, y, plan.metrics, scorer, block=block, missing=gone)
             st.add_jvp(n, jvp)
-        for st, part, probes in zip(state.stages, plan.stage_slices, plan.stage_probes, strict=True):
+        for st, part, probes in zip(state.stages, feeds.stage_slices, plan.stage_probes, strict=True):
             h = arrays[part]
             if host is not None:
                 h = [numpy_features(a, probe, host) for a, probe in zip(h, probes, strict=True)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from onnxaff.analysis.budget import check_batches, check_sites, example_shapes, slow_chunk_warnings
@@ -23,18 +24,20 @@ from onnxaff.data import examples_in, fixed_batch_of, model_inputs, no_usable, o
 from onnxaff.errors import ConfigError, OnnxaffError, option
 from onnxaff.foundations.files import absolute
 from onnxaff.graph import augment_model, load_model
-from onnxaff.graph.batch import batch_symbols
+from onnxaff.graph.batch import batch_axis, batch_symbols
 from onnxaff.graph.blocks import stage_tracks
 from onnxaff.graph.complexity import model_stats
 from onnxaff.graph.inputs import input_hints
 from onnxaff.graph.load import LoadedModel, from_proto, sha256_of, weight_files
 from onnxaff.graph.masks import mask_input, site_masks
 from onnxaff.graph.pairs import tensor_probe
-from onnxaff.graph.reduction import graph_mode, sampled
+from onnxaff.graph.reduction import graph_mode, sample_layout, sampled
+from onnxaff.graph.rewrite import shape_probe
 from onnxaff.graph.sites import Site
 from onnxaff.metrics import Metric, Registered, default_metrics, registry, resolve, stage_metrics
 from onnxaff.metrics.dispatch import serving
 from onnxaff.metrics.loader import code_fingerprints
+from onnxaff.runtime.sessions import Runner
 
 
 class Loader:
@@ -261,21 +264,25 @@ class Feeds:
 
 
 class Augment(Loader):
-    """The augmented model (graph/rewrite.py): each ok site's X and Y, and each stage's tracks, as outputs."""
+    """The augmented model (graph/rewrite.py): each ok site's X and Y, and each stage's tracks, as outputs. Under
+    reduce="sample:K" the sites that can draw their positions in the graph do (`host()`: the model in which every
+    site's are drawn on the host, what a batch whose shapes are not the probe's goes through)."""
 
-    def __init__(self, loaded, settled, stages, metrics, config: AnalysisConfig):
+    def __init__(self, loaded, settled, stages, metrics, config: AnalysisConfig, first=None, inputs=None):
         self.loaded, self.settled, self.stages, self.metrics, self.config = loaded, settled, stages, metrics, config
+        self.first, self.inputs = first, inputs
 
-    def build(self) -> Feeds:
+    def build(self, draw: bool = True) -> Feeds:
         loaded, ok, stages, config = given(self.loaded), given(self.settled).ok, given(self.stages), self.config
         masks = site_masks(loaded.view, ok, mask_input(config.mask, loaded.view), loaded.base_dir)
         probes = [t for p in stage_probes(stages) for t in p]
+        k = sampled(config.reduce) if draw and config.reduce_in != "numpy" else None
         # sample:K: the sites' positions drawn in the graph where it can (the stages' tracks keep the host's draw)
-        drawn = {s.index for s in ok} - {t.index for t in probes}
+        drawn = {s.index for s in ok if s.index not in masks} - {t.index for t in probes} if k else set()
         augmented, outputs = augment_model(loaded.model, ok + probes, graph_mode(config.reduce),
                                            raw=config.reduce_in == "numpy", jvp=needs_jvp(given(self.metrics).sites),
-                                           view=loaded.view, masks=masks, sample=sampled(config.reduce),
-                                           sample_sites=drawn)
+                                           view=loaded.view, masks=masks, sample=k, sample_sites=drawn,
+                                           sample_shapes=self._probed([s for s in ok if s.index in drawn]))
         names, slices, stage_slices = [], [], []
         for s in ok:
             own = outputs[s.index].names
@@ -287,6 +294,33 @@ class Augment(Loader):
             names += own
         return Feeds(augmented, outputs, tuple(names), tuple(slices), tuple(stage_slices),
                      tuple(stage_probes(stages)))
+
+    def host(self) -> Feeds:
+        """The model whose sites all export their positions (sample:K drawn on the host), built once when asked."""
+        if "_host" not in vars(self):
+            self._host = self.build(draw=False) if any(o.sample for o in self().outputs.values()) else self()
+        return self._host
+
+    def _probed(self, sites: list[Site]) -> dict[int, tuple[list, list]]:
+        """X's and Y's shapes on one example of the first batch, for the sites whose static shapes leave P symbolic
+        (a model whose inputs fix every dim but the batch can still hide them from shape inference: a padding
+        computed from a Shape). The feeder checks every batch's shapes against them (`Feeder._drawn_hold`)."""
+        pending = [s for s in sites if s.rank is not None and s.rank >= 3 and not batch_axis(s) and s.scope is None
+                   and (sample_layout(s.side("x")) is None or sample_layout(s.side("y")) is None)]
+        if not pending or self.first is None or (batch := given(self.first)) is None:
+            return {}
+        inputs = given(self.inputs) if self.inputs is not None else []
+        if fixed_batch_of(inputs) is None:  # one example is enough to read the shapes after the batch axis
+            axes = {i.name: i.batch_axis for i in inputs}
+            batch = {k: v if axes.get(k) is None else np.take(v, [0], axis=axes[k]) for k, v in batch.items()}
+        loaded = given(self.loaded)
+        model, names = shape_probe(loaded.model, [t for s in pending for t in (s.input, s.output)])
+        try:
+            arrays = Runner(loaded, model, device="cpu").run(names, batch)
+        except OnnxaffError:  # the host's draw for them, as before
+            return {}
+        return {s.index: ([int(d) for d in arrays[2 * k]], [int(d) for d in arrays[2 * k + 1]])
+                for k, s in enumerate(pending)}
 
 
 class ModelInfo(Loader):

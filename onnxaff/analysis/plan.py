@@ -81,6 +81,7 @@ class Plan:
     track_metrics = property(lambda self: self.loaders.metrics().stages)
     fingerprints = property(lambda self: self.loaders.metrics().fingerprints)
     source = property(lambda self: self.loaders.source())
+    host_feeds = property(lambda self: self.loaders.feeds.host())  # every site's sample:K drawn on the host
     augmented = property(lambda self: self.loaders.feeds().augmented)
     outputs = property(lambda self: self.loaders.feeds().outputs)
     names = property(lambda self: self.loaders.feeds().names)
@@ -178,7 +179,8 @@ class Loaders:
         settled, stages = SettleSites(load, sites, first, config), Stages(load, sites, config)
         return cls(data, load, inputs, sites, metrics, source, first, settled, stages,
                    Budget(source, inputs, settled, stages, metrics, config),
-                   Augment(load, settled, stages, metrics, config), ModelInfo(load, settled, inputs, source, first))
+                   Augment(load, settled, stages, metrics, config, first, inputs),
+                   ModelInfo(load, settled, inputs, source, first))
 
 
 def chunk_sizes(sites, stage_probes, config: AnalysisConfig) -> list[int]:

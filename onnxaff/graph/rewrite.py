@@ -7,7 +7,7 @@ naive baseline of the benchmarks.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 import onnx
@@ -64,7 +64,7 @@ class SiteOutputs:
 def augment_model(
     model: onnx.ModelProto, sites: list[Site], reduce: str = graph_mode(defaults.REDUCE), raw: bool = False,
     jvp: bool = False, view: GraphView | None = None, masks: dict | None = None, sample: int | None = None,
-    sample_sites: Collection[int] = (),
+    sample_sites: Collection[int] = (), sample_shapes: Mapping[int, tuple[list, list]] | None = None,
 ) -> tuple[onnx.ModelProto, dict[int, SiteOutputs]]:
     """A copy of `model` whose extra outputs are each ok site's features; original outputs kept first.
 
@@ -74,6 +74,8 @@ def augment_model(
     sample: K of reduce="sample:K" (`reduce` is then "positions"): the sites of `sample_sites` that can
     (`_samples_in_graph`) gather their K positions an example in the graph, from an index input the feed gives;
     the others export every position, drawn from on the host (graph.reduction.sample_rows), to the same rows.
+    sample_shapes: site index -> (X's shape, Y's shape) seen on a probe batch, for a site whose static shapes are
+    symbolic: it gathers at those (its Shape outputs stay, so each batch can be checked against them).
     """
     from onnxaff.graph.jvp import add_jvp
 
@@ -97,8 +99,8 @@ def augment_model(
             continue
         names, doubles, missing = [], [], []
         mask = (masks or {}).get(site.index)
-        drawn = (_sample_input(builder, site, sample, prefix) if sample is not None and not raw and mask is None
-                 and site.index in sample_sites and reduce == "positions" else None)
+        drawn = (_sample_input(builder, site, sample, (sample_shapes or {}).get(site.index)) if sample is not None
+                 and not raw and mask is None and site.index in sample_sites and reduce == "positions" else None)
         for side, tensor in (("x", site.input), ("y", site.output)):
             # a masked mean is taken in float64, in the graph and on the host alike
             doubles.append(builder.view.elem_type(tensor) == TensorProto.DOUBLE or (
@@ -126,7 +128,9 @@ def augment_model(
         jvp_outputs = add_jvp(builder, site, prefix, masked=mask.threshold if mask else None) if jvp else None
         rounding = feature_rounding(site, reduce, tuple(doubles))
         shapes = None
-        if rounding is None and not raw:  # raw arrays carry their shapes; reduced features need them told
+        # raw arrays carry their shapes; reduced features need them told (where P is symbolic, and where the graph
+        # draws at a probe's shapes: each batch is checked against them)
+        if not raw and (rounding is None or (drawn is not None and site.index in (sample_shapes or {}))):
             shapes = tuple(_shape_output(builder, t, f"{prefix}.{side}", exported, new_outputs)
                            for side, t in (("x", site.input), ("y", site.output)))
         outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs, rounding, shapes, tuple(doubles),
@@ -140,13 +144,16 @@ def augment_model(
 SAMPLE_INPUT = "onnxaff/sample/"
 
 
-def _sample_input(builder: GraphBuilder, site: Site, k: int, prefix: str) -> tuple[str, tuple[int, int, int]] | None:
+def _sample_input(builder: GraphBuilder, site: Site, k: int,
+                  shapes: tuple[list, list] | None = None) -> tuple[str, tuple[int, int, int]] | None:
     """(index input, layout) of a site whose K positions an example the graph can gather: X and Y of one static
-    layout (graph.reduction.sample_layout), both float or cast to float; None keeps the host's draw. One input
-    serves every site of the same layout and K."""
-    layout = sample_layout(site.side("x"))
-    if (layout is None or layout != sample_layout(site.side("y")) or builder.opset < 5 or k < 1
-            or site.scope is not None):
+    layout (graph.reduction.sample_layout; `shapes`: X's and Y's seen on a probe batch where the static ones are
+    symbolic); None keeps the host's draw. One input serves every site of the same layout and K."""
+    x, y = site.side("x"), site.side("y")
+    if shapes is not None:
+        x, y = (replace(side, input_shape=["N", *shape[1:]]) for side, shape in zip((x, y), shapes, strict=True))
+    layout = sample_layout(x)
+    if layout is None or layout != sample_layout(y) or builder.opset < 5 or k < 1 or site.scope is not None:
         return None
     key = ("sample_input", layout, k)
     if key not in builder.cache:
@@ -156,6 +163,17 @@ def _sample_input(builder: GraphBuilder, site: Site, k: int, prefix: str) -> tup
             helper.make_tensor_value_info(name, TensorProto.INT64, [f"{name}.n", min(k, per)]))
         builder.cache[key] = name
     return builder.cache[key], layout
+
+
+def shape_probe(model: onnx.ModelProto, tensors: list[str]) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of `model` with an int64 output giving each tensor's shape (its names, in order); no data is read."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    builder, exported = GraphBuilder(probe), {}
+    names = [_shape_output(builder, t, "onnxaff/probe", exported, builder.new_outputs) for t in tensors]
+    probe.graph.node.extend(builder.new_nodes)
+    probe.graph.output.extend(builder.new_outputs)
+    return probe, names
 
 
 def _front(builder: GraphBuilder, tensor: str, site: Site, source: str, prefix: str) -> tuple[str, Site, str]:
