@@ -14,9 +14,9 @@ import onnxaff
 from onnxaff.analysis.config import AnalysisConfig
 from onnxaff.analysis.feeder import Feeder
 from onnxaff.analysis.plan import Plan
+from onnxaff.collection.scoring import MetricScorer
 from onnxaff.graph import augment_model, discover_sites
 from onnxaff.graph.reduction import sample_index, sample_layout, sample_rows
-from onnxaff.scoring import MetricScorer
 from tests.builders import save
 from tests.conftest import run
 from tests.test_rows_protocol import CIN, SEED, N, S, conv_model
