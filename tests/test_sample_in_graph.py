@@ -143,13 +143,14 @@ def test_symbolic_maps_are_drawn_at_the_probe_shapes_and_a_batch_of_others_goes_
     model = mixed_model(rng, dims=("h", "w"))
     n = 8
     graph, host = feeders(model, tmp_path, rng.standard_normal((n, 3, 6, 5)).astype(np.float32))
-    assert all(graph.plan.outputs[s.index].sample for s in graph.plan.ok_sites) and not host.sample_inputs
-    assert set(graph.sample_inputs.values()) == {(4, 30, 30), (4, 30, 1)}  # channels first; last, and rank 3
+    assert all(graph.plan.outputs[s.index].sample for s in graph.plan.ok_sites) and not host.batches.sample_inputs
+    assert set(graph.batches.sample_inputs.values()) == {(4, 30, 30), (4, 30, 1)}  # channels first; last, and rank 3
     with MetricScorer(workers=0) as scorer:
         for dims in ((6, 5), (8, 5), (6, 5), (7, 4)):  # more positions than the probe's, then fewer
             batch = {"x": rng.standard_normal((n, 3, *dims)).astype(np.float32)}
             for f in (graph, host):
                 assert f.feed(dict(batch), scorer) == n
-            assert (graph.host_runner is None) == (dims == (6, 5) and graph.state.used == n)  # the first odd batch
+            first_odd = dims == (6, 5) and graph.state.used == n
+            assert (graph.batches.host_runner is None) == first_odd  # the host model: only from the first odd batch on
         assert [st.observed.rows for st in graph.state.sites] == [st.observed.rows for st in host.state.sites]
         assert scores(graph) == scores(host) and all(v for v in scores(graph))

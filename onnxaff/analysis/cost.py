@@ -216,7 +216,7 @@ class _Fed:
             # The first full batch also pays the arena's growth and first touches (PP-LCNet: inference +23 %): the
             # runtime alone on it again, plus what reading and collecting took the first time, is the steady batch.
             runtime = runner.seconds
-            feeder.run(self.batches[-1], self.times[-1][1], plan.start + self.examples - self.times[-1][1])
+            feeder.batches.run(self.batches[-1], self.times[-1][1], plan.start + self.examples - self.times[-1][1])
             self.times[-1] = (min(self.times[-1][0], besides + runner.seconds - runtime), self.times[-1][1])
 
     @staticmethod

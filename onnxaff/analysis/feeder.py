@@ -5,10 +5,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
+from onnxaff.analysis.batchrun import BatchRunner
 from onnxaff.analysis.budget import rows_per_example
 from onnxaff.analysis.checkpoint import run_key
 from onnxaff.analysis.plan import Plan, chunk_sizes
@@ -18,43 +17,36 @@ from onnxaff.collection.chunks import site_chunk_rows
 from onnxaff.collection.scoring import MetricScorer
 from onnxaff.collection.site_state import SiteState
 from onnxaff.data import examples_in
-from onnxaff.errors import OnnxaffError
 from onnxaff.graph.masks import numpy_masked
 from onnxaff.graph.reduction import (
     feature_rounding,
     graph_mode,
     host_batch_first,
     numpy_features,
-    sample_index,
-    sample_layout,
     sample_rows,
     sampled,
 )
 from onnxaff.metrics import metric_info
 from onnxaff.runtime.network import EXAMPLES as NLC_EXAMPLES
 from onnxaff.runtime.network import NetworkNLC
-from onnxaff.runtime.sessions import Runner, ort
+from onnxaff.runtime.sessions import ort
 
 
 class Feeder:
-    """A Plan, the runtime sessions that execute it, and the RunState its batches fill."""
+    """A Plan, the runtime sessions that execute it (`batches`), and the RunState its batches fill."""
+
+    runner = property(lambda self: self.batches.runner)  # the augmented model's session
 
     def __init__(self, plan: Plan, keyed: bool = True):
         self.plan, self.keyed = plan.check(), keyed  # keyed: the state's key holds the data's content (it may be saved)
         config = plan.config
-        self.runner = Runner(plan.loaded, plan.augmented, device=config.device, threads=config.threads,
-                             graph_optimization=config.graph_optimization)
         # One run's network NLC uses the first EXAMPLES examples: a shard takes its part of those (batch-aligned,
         # as shard boundaries are), so the merged parts use exactly one run's examples.
         self.network = (NetworkNLC(plan.loaded, plan.source.varying, config.device,
                                    examples=max(0, NLC_EXAMPLES - plan.start), threads=config.threads,
                                    directions=config.nlc_directions, graph_optimization=config.graph_optimization)
                         if plan.needs_jvp else None)
-        self.names = list(plan.names) + (self.network.output_names if self.network is not None else [])
-        # sample:K drawn in the graph: each index input the augmented model takes, with its layout (one per layout)
-        self.sample_inputs = dict(plan.outputs[s.index].sample for s in plan.ok_sites
-                                  if plan.outputs[s.index].sample is not None)
-        self.host_runner: Runner | None = None  # for a batch whose shapes are not the probe's (_drawn_hold)
+        self.batches = BatchRunner(plan, self.network.output_names if self.network is not None else [])
         self.rows_per_example = [rows_per_example(s, plan.config.reduce, plan.outputs[s.index].mask)
                                  for s in plan.ok_sites]
         self.state = self.fresh_state()
@@ -96,7 +88,7 @@ class Feeder:
                                     "start": plan.start, "stop": plan.stop}
         return {
             "model": plan.model_info, "data": description, "options": plan.options,
-            "runtime": {"providers": self.runner.providers, "onnxruntime": ort().__version__,
+            "runtime": {"providers": self.batches.runner.providers, "onnxruntime": ort().__version__,
                         "threads": config.threads, "graph_optimization": config.graph_optimization},
             "metrics": {m.spec: metric_info(m, plan.registry[type(m).name].origin)
                         for m in plan.metrics + plan.track_metrics},
@@ -127,50 +119,10 @@ class Feeder:
         """Past a batch whole in the state: its examples, the cursor, the files the source skipped so far."""
         self.state.passed(n, used, self.plan.batch_size, self.earlier_skipped + list(self.plan.source.skipped))
 
-    def run(self, batch: dict, n: int, first: int) -> list[np.ndarray]:
-        """The augmented model's arrays for a batch of `n` examples, the first at index `first` of the data (what
-        the positions drawn in the graph are seeded by)."""
-        if self.sample_inputs:
-            k = sampled(self.plan.config.reduce)
-            batch = {**batch, **{name: sample_index(self.plan.config.seed, first, n, k, layout)
-                                 for name, layout in self.sample_inputs.items()}}
-        return self.runner.run(self.names, batch)
-
-    def _drawn_hold(self, arrays: list[np.ndarray]) -> bool:
-        """Whether every site drawn in the graph at the shapes of a probe batch (its static ones symbolic) has them
-        in this batch too (its Shape outputs), so its gathered rows are the positions it was meant to draw."""
-        plan = self.plan
-        for site, part in zip(plan.ok_sites, plan.slices, strict=True):
-            out = plan.outputs[site.index]
-            if out.sample is None or not out.shapes:
-                continue
-            shapes = out.unpack(arrays[part])[3]
-            for side, shape in zip((site.side("x"), site.side("y")), shapes, strict=True):
-                if sample_layout(replace(side, input_shape=["N", *[int(d) for d in shape[1:]]])) != out.sample[1]:
-                    return False
-        return True
-
-    def _host_arrays(self, batch: dict):
-        """A batch through the model whose sites all export their positions (drawn on the host): (arrays, feeds)."""
-        plan, config = self.plan, self.plan.config
-        feeds = plan.host_feeds
-        if self.host_runner is None:
-            self.host_runner = Runner(plan.loaded, feeds.augmented, device=config.device, threads=config.threads,
-                                      graph_optimization=config.graph_optimization)
-        extra = self.network.output_names if self.network is not None else []
-        return self.host_runner.run(list(feeds.names) + extra, batch), feeds
-
     def _rows(self, batch: dict, n: int, scorer: MetricScorer) -> None:
         plan, state = self.plan, self.state
         block, host = state.cursor // plan.unit, plan.host_reduce
-        try:
-            arrays, feeds = self.run(batch, n, state.cursor), plan
-        except OnnxaffError:
-            if not self.sample_inputs:
-                raise
-            arrays = None  # positions beyond a smaller map than the probe's: the host way (it says a real failure)
-        if arrays is None or (self.sample_inputs and not self._drawn_hold(arrays)):  # not the probe's shapes
-            arrays, feeds = self._host_arrays(batch)
+        arrays, feeds = self.batches.arrays(batch, n, state.cursor)
         for k, (st, site, part) in enumerate(zip(state.sites, plan.ok_sites, feeds.slices, strict=True)):
             out = feeds.outputs[site.index]
             x, y, jvp, shapes, missing = out.unpack(arrays[part])
