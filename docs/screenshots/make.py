@@ -1,8 +1,8 @@
 """Rebuild the report screenshots shown in the README and docs/reports.md (needs Chromium, and playwright for
 the explored page: pip install -e '.[browser]'): python docs/screenshots/make.py.
 
-Six shipped networks analysed on 512 of their digits; each report kind rendered headless at 1280 px wide; then the
-comparison explored: one model hidden, a site clicked (explore.png).
+Six shipped networks analysed on 512 of their digits under the default protocol; each report kind rendered headless at
+1280 px wide; then the comparison explored: one model hidden, a site clicked (explore.png).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def main() -> None:
     zoo = {m.name: m for m in shipped_models()}
     for name in MODELS:
         m = zoo[name]
-        sig = onnxaff.analyze(str(m.path), str(m.data), metrics=["affinity", "cka"], chunk_size=256, limit=512,
-                              progress=False)
+        # the default protocol (the report names it), with CKA beside the affinity for the comparison's second view
+        sig = onnxaff.analyze(str(m.path), str(m.data), metrics=["affinity", "cka"], limit=512, progress=False)
         sig.model["name"], sig.model["test_accuracy"] = name, m.accuracy
         sigs[name] = sig
     ordered = list(sigs.values())
@@ -39,7 +39,8 @@ def main() -> None:
     corr = correlate(ordered, {n: str(s.model["test_accuracy"]) for n, s in sigs.items()})
     rows = [{"model": n, "framework": zoo[n].framework, "architecture": zoo[n].entry["architecture"],
              "sites": len(s.sites), "accuracy": zoo[n].accuracy, **{k: s.summary()["affinity"].get(k) for k in
-                                                                    ("mean", "min", "share_above_0.95")}}
+                                                                    ("mean", "min", "share_above_0.95")},
+             "flags": {m: s.flag_summary(m) for m in s.metrics}, "mostly_flagged": s.mostly_flagged("affinity")}
             for n, s in sigs.items()]
     pages = {"report": single_page(sigs["torch_vit"]), "compare": comparison_page(ordered, comps, 3),
              "correlate": correlation_page(corr), "demo": demo_page(ordered, comps, corr, rows, "affinity")}
