@@ -133,8 +133,6 @@ def class_sizes(text: str) -> dict[str, int]:
 # The classes honestly larger than 150 lines, each with its own cap and the reason: cutting one apart would move
 # state out of the class that owns it (a satellite rebuilt per read, an object writing into another's parts).
 LARGER = {
-    ("onnxaff/graph/view.py", "GraphView"): (160, "the one index of a graph: each derived index (forward order, "
-                                             "constants, data flow, Q → DQ pairs) is computed once and kept on it"),
     ("onnxaff/collection/site_state.py", "SiteState"): (201, "one site's collection from its first row to merged "
                                                          "shards: its parts hold the state (the first chunk's "
                                                          "half-samples included), this class the order in which "

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from onnxaff.graph.fold import exact_half
-
-if TYPE_CHECKING:
-    from onnxaff.graph.index import GraphIndex
+from onnxaff.graph.index import GraphIndex
 
 # Ops that only reshape or retype a value: a constant stays a constant through them.
 _VALUE_PRESERVING = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand"}

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from onnxaff.graph.index import GraphIndex
+from onnxaff.graph.index import GraphIndex
 
 
 def common_source(view: GraphIndex, tensors: list[str], steps: int = 20000) -> str | None:
@@ -67,28 +65,3 @@ def between(view: GraphIndex, src: str, dst: str, also: Iterable[str] = ()) -> s
             if p is not None and p not in inside:
                 stack.append(p)
     return inside
-
-
-def forward_order(predecessors: list[list[int]]) -> dict[int, int]:
-    """Node index -> position in the forward pass (topological, ties by position in the file).
-
-    Kahn's algorithm taking the lowest ready index first (networkx's lexicographical order, without the
-    0.07 s of importing networkx on every command)."""
-    n = len(predecessors)
-    children: list[list[int]] = [[] for _ in range(n)]
-    waiting = [len(p) for p in predecessors]
-    for i, preds in enumerate(predecessors):
-        for j in preds:
-            children[j].append(i)
-    ready = [i for i in range(n) if waiting[i] == 0]
-    ordered = []
-    while ready:
-        i = heapq.heappop(ready)
-        ordered.append(i)
-        for c in children[i]:
-            waiting[c] -= 1
-            if waiting[c] == 0:
-                heapq.heappush(ready, c)
-    if len(ordered) < n:  # a cyclic graph is invalid ONNX; keep file order
-        ordered = list(range(n))
-    return {i: k for k, i in enumerate(ordered)}
