@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxaff.graph.fold import exact_half
+from onnxaff.graph.fold import as_float64, exact_half, fold_node
 from onnxaff.graph.index import GraphIndex
 
 # Ops that only reshape or retype a value: a constant stays a constant through them.
@@ -53,13 +53,15 @@ class ConstantValues:
             inner = self.value(node.input[0])
             if inner is not None and inner.size == 1:
                 return inner.reshape(())
-        from onnxaff.graph.fold import fold_node
+        return fold_node(self, node)  # the folder reads operands through `constant` and `elem_type` below
 
-        return fold_node(self.view, node)
+    def constant(self, name: str) -> np.ndarray | None:
+        return self.value(name)
+
+    def elem_type(self, name: str) -> int:
+        return self.view.elem_type(name)
 
     def scalar(self, name: str) -> float | None:
-        from onnxaff.graph.fold import as_float64
-
         value = self.value(name)
         value = None if value is None else as_float64(value)
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.number):

@@ -54,7 +54,8 @@ def exact_half(value: np.ndarray) -> np.ndarray:
 
 
 def fold_node(view, node: onnx.NodeProto) -> np.ndarray | None:
-    """The value of the node's first output when every operand it reads is a constant, else None."""
+    """The value of the node's first output when every operand it reads is a constant, else None. `view`: anything
+    with `constant(name)` and `elem_type(name)` (graph.constants.ConstantValues, or a GraphView)."""
     try:
         return _fold(view, node)
     except (KeyError, ValueError, TypeError, IndexError, OverflowError, MemoryError):
