@@ -147,9 +147,9 @@ g (float[N, 4] x) => (float[N, 4] y) <float s = {0.5}, uint8 z = {3}> {
 
 def test_a_views_qdq_pairs_are_found_once_and_kept_on_it(monkeypatch):
     view = GraphView(QDQ.graph)
-    assert qdq.paired(view) == frozenset({0, 1})
+    assert view.qdq_pairs == frozenset({0, 1})
     monkeypatch.setattr(qdq, "pairs", lambda v: pytest.fail("the pairs were found again"))
-    assert qdq.paired(view) is view.qdq_pairs and "qdq_pairs" in vars(view)
+    assert view.qdq_pairs is view.qdq_pairs and "qdq_pairs" in vars(view)
 
 
 def test_entries_read_the_site_state_itself():

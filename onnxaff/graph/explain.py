@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from onnxaff import defaults
-from onnxaff.graph import qdq
 from onnxaff.graph.patterns.islands import PASS_THROUGH, Islands
 from onnxaff.graph.patterns.region import Candidate
 from onnxaff.graph.patterns.rule import Miss
@@ -130,7 +129,7 @@ def _unclaimed_non_affine(view: GraphView, claimed: set[int]) -> list[int]:
     isl = Islands(view, set())
     inner = {}
     for i in sorted(range(len(view.nodes)), key=view.order.__getitem__):
-        if (i in claimed or isl.variable_inputs(i) is None or i in qdq.paired(view)
+        if (i in claimed or isl.variable_inputs(i) is None or i in view.qdq_pairs
                 or view.nodes[i].op_type in ("Identity", "Cast", "CastLike")):
             continue  # a pass-through (a Q → DQ pair too) ends no non-linearity
         cands = isl.candidates(i)

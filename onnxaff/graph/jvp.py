@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
-from onnxaff.graph import qdq
 from onnxaff.graph.batch import batch_axis
 from onnxaff.graph.sites import Site
 
@@ -44,7 +43,7 @@ def _clone(builder, site: Site, entry: str, prefix: str) -> str:
     rename = {site.input: entry}
     for i in site.node_indices:
         original = builder.view.nodes[i]
-        if i in qdq.paired(builder.view):  # a Q → DQ pair inside the site: differentiated as the identity
+        if i in builder.view.qdq_pairs:  # a Q → DQ pair inside the site: differentiated as the identity
             rename[original.output[0]] = rename.get(original.input[0], original.input[0])
             continue
         node = onnx.NodeProto()

@@ -16,12 +16,6 @@ Q, DQ = "QuantizeLinear", "DequantizeLinear"
 _STANDARD = ("", "ai.onnx")
 
 
-def paired(view) -> frozenset[int]:
-    """Indices of the nodes of every Q → DQ pair of the graph, found once and kept on the view
-    (`GraphView.qdq_pairs`)."""
-    return view.qdq_pairs
-
-
 def pairs(view) -> frozenset[int]:
     """Q read by one DQ alone, both with one scale and zero point (what `GraphView.qdq_pairs` keeps)."""
     found: set[int] = set()
@@ -62,9 +56,9 @@ def opens_on_pair(view, entry: str, nodes) -> bool:
     meet only at the float tensor before them: X is that tensor, and each branch reads it rounded.
     """
     p = view.producer.get(entry)
-    if p is not None and p in paired(view) and view.nodes[p].op_type == Q:
+    if p is not None and p in view.qdq_pairs and view.nodes[p].op_type == Q:
         return True
-    return sum(i in paired(view) and view.nodes[i].op_type == Q and view.nodes[i].input[0] == entry
+    return sum(i in view.qdq_pairs and view.nodes[i].op_type == Q and view.nodes[i].input[0] == entry
                for i in nodes) == 1
 
 
@@ -72,7 +66,7 @@ def quantization(view, x: str, y: str) -> dict:
     """{"x": {scale, zero_point}} when X is a DQ's output (or pairs read it), {"y": ...} when a Q reads Y."""
     out = {}
     p = view.producer.get(x)
-    before = next((c for c in view.consumers.get(x, []) if c in paired(view) and view.nodes[c].op_type == Q), None)
+    before = next((c for c in view.consumers.get(x, []) if c in view.qdq_pairs and view.nodes[c].op_type == Q), None)
     if p is not None and view.nodes[p].op_type == DQ:
         out["x"] = params_of(view, view.nodes[p])
     elif before is not None:  # dedicated pairs: X is the float tensor each branch reads rounded

@@ -77,7 +77,7 @@ class Islands:
             return self._var[i]
         node, view = self.view.nodes[i], self.view
         result = None
-        island_op = node.op_type in elementwise.OPS or i in qdq.paired(view)
+        island_op = node.op_type in elementwise.OPS or i in view.qdq_pairs
         if island_op and node.domain in ("", "ai.onnx") and node.output and node.output[0]:
             names = node.input[:1] if node.op_type == "CastLike" else node.input
             consts = [view.constant(n) for n in names if n]
@@ -101,7 +101,7 @@ class Islands:
         while frontier:
             if len(frontier) == 1 and not qdq.opens_on_pair(view, next(iter(frontier)), region):
                 out.append(Candidate(next(iter(frontier)), exit, tuple(reversed(added))))
-            if len(region - qdq.paired(view)) >= MAX_ISLAND_NODES:
+            if len(region - view.qdq_pairs) >= MAX_ISLAND_NODES:
                 break
             t = max(frontier, key=lambda n: view.order.get(view.producer.get(n, -1), -1))
             p = view.producer.get(t)

@@ -64,10 +64,10 @@ def region_nodes(view: GraphView, entry: str, exit: str) -> tuple[int, ...] | No
         node = view.nodes[i]
         if node.op_type == "Constant":
             continue
-        if (node.op_type not in EVALUABLE and i not in qdq.paired(view)) or node.domain not in ("", "ai.onnx"):
+        if (node.op_type not in EVALUABLE and i not in view.qdq_pairs) or node.domain not in ("", "ai.onnx"):
             return None
         found.add(i)
-        if len(found - qdq.paired(view)) > MAX_REGION_NODES:
+        if len(found - view.qdq_pairs) > MAX_REGION_NODES:
             return None
         for name in node.input:
             if not name or name == entry:
@@ -124,7 +124,7 @@ def _entry_candidates(view: GraphView, start: str) -> list[str]:
     while frontier and visited_nodes < _MAX_ENTRY_SEARCH:
         t = frontier.pop(0)
         i = view.producer.get(t)
-        if i is None or (view.nodes[i].op_type not in EVALUABLE and i not in qdq.paired(view)):
+        if i is None or (view.nodes[i].op_type not in EVALUABLE and i not in view.qdq_pairs):
             continue
         visited_nodes += 1
         for name in view.nodes[i].input:
@@ -143,7 +143,7 @@ def _upstream(view: GraphView, name: str, steps: int) -> list[str]:
         if i is None:
             break
         node = view.nodes[i]
-        paired = i in qdq.paired(view)
+        paired = i in view.qdq_pairs
         if node.op_type not in _SCALING and not paired:
             break
         others = [n for n in node.input if n and view.scalar(n) is None]
@@ -183,9 +183,9 @@ def candidates(view: GraphView, anchor: int, region: Region = AT_ANCHOR) -> list
         if nxt is None:
             break
         n = view.nodes[nxt]
-        if (n.op_type not in EVALUABLE and nxt not in qdq.paired(view)) or len(n.output) != 1:
+        if (n.op_type not in EVALUABLE and nxt not in view.qdq_pairs) or len(n.output) != 1:
             break
-        steps += nxt not in qdq.paired(view)
+        steps += nxt not in view.qdq_pairs
         others = [name for name in n.input if name and name != cur and view.scalar(name) is None]
         if others:
             # The gate: x·g(x), or x/g(x) as in softsign's x/(1+|x|).
@@ -196,7 +196,7 @@ def candidates(view: GraphView, anchor: int, region: Region = AT_ANCHOR) -> list
             if gate_entry is None:
                 break
         cur = n.output[0]
-        if n.op_type not in ("Identity", "Cast") and nxt not in qdq.paired(view):
+        if n.op_type not in ("Identity", "Cast") and nxt not in view.qdq_pairs:
             pairs.append(([gate_entry] if gate_entry else above, cur))
     out = []
     for starts, exit in reversed(pairs):
