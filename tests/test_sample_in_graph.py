@@ -154,3 +154,47 @@ def test_symbolic_maps_are_drawn_at_the_probe_shapes_and_a_batch_of_others_goes_
             assert (graph.batches.host_runner is None) == first_odd  # the host model: only from the first odd batch on
         assert [st.observed.rows for st in graph.state.sites] == [st.observed.rows for st in host.state.sites]
         assert scores(graph) == scores(host) and all(v for v in scores(graph))
+
+
+def batch_mixed_model(rng, kind: str) -> onnx.ModelProto:
+    """Conv, then a tensor whose axis 0 is not the batch's n although shape inference keeps its other dims static:
+    the examples twice (Concat of the map and its negation, or Tile ×2) or one example fewer (Slice); then the
+    sites (Relu, Tanh) on it."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    if kind == "concat":
+        nodes += [helper.make_node("Neg", ["c"], ["m"]), helper.make_node("Concat", ["c", "m"], ["cc"], axis=0)]
+    elif kind == "tile":
+        nodes += [helper.make_node("Tile", ["c", "reps"], ["cc"])]
+    else:
+        nodes += [helper.make_node("Slice", ["c", "start", "end", "axis"], ["cc"])]
+    nodes += [helper.make_node("Relu", ["cc"], ["r"]), helper.make_node("Tanh", ["r"], ["y"])]
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) / 3, "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([2, 1, 1, 1], np.int64), "reps"),
+             *(numpy_helper.from_array(np.array([v], np.int64), k)
+               for k, v in (("start", 0), ("end", -1), ("axis", 0)))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 6, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.mark.parametrize("kind", ["concat", "tile", "slice"])
+def test_a_map_whose_first_axis_is_not_the_batch_goes_the_host_way(rng, tmp_path, kind):
+    """Only the dims after axis 0 make a site's layout, so a map holding the examples twice (or one fewer) looked
+    drawable: its gather read the first n slices only (other rows, other scores: Relu 0.6191 against the host's
+    0.6674), or indices past a smaller map (an error on the CPU, zeros on a GPU). Every drawn site's shape is
+    checked against the batch, and a batch that fails goes through the whole-map model, as do the batches after
+    it; the dry run's re-run of a batch takes the same way."""
+    from onnxaff.analysis.cost import estimate
+
+    path = save(batch_mixed_model(rng, kind), tmp_path / "m.onnx")
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((48, 3, 6, 5)).astype(np.float32))
+    runs = [onnxaff.analyze(path, str(tmp_path / "d.npz"), progress=False, seed=3, batch_size=16,
+                            metrics=["affinity"], chunk_size=64, reduce_in=where) for where in ("graph", "numpy")]
+    assert [s["status"] for s in runs[0].sites] == ["ok", "ok"]
+    for a, b in zip(runs[0].sites, runs[1].sites, strict=True):
+        assert a["rows"] == b["rows"] and a["metrics"] == b["metrics"]
+    assert estimate(path, str(tmp_path / "d.npz"), AnalysisConfig(batch_size=16, metrics=["affinity"],
+                                                                  chunk_size=64, seed=3)).sites

@@ -27,6 +27,12 @@ class BatchRunner:
         self.sample_inputs = dict(plan.outputs[s.index].sample for s in plan.ok_sites
                                   if plan.outputs[s.index].sample is not None)
         self.host_runner: Runner | None = None  # for a batch whose shapes are not the probe's (_drawn_hold)
+        self.host_only = False  # a batch did not fit the gathers: this and every later batch the host's way
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent in onnxruntime so far, both models (the dry run's calibration)."""
+        return self.runner.seconds + (self.host_runner.seconds if self.host_runner is not None else 0.0)
 
     def run(self, batch: dict, n: int, first: int) -> list[np.ndarray]:
         """The augmented model's arrays for a batch of `n` examples, the first at index `first` of the data (what
@@ -39,29 +45,33 @@ class BatchRunner:
         return self.runner.run(self.names, batch)
 
     def arrays(self, batch: dict, n: int, first: int):
-        """(arrays, feeds): the augmented model's, or, for a batch its gathers do not fit, the host model's with
-        its own Feeds (slices and outputs)."""
-        try:
-            arrays = self.run(batch, n, first)
-        except OnnxaffError:
-            if not self.sample_inputs:
-                raise
-            arrays = None  # positions beyond a smaller map than the probe's: the host way (it says a real failure)
-        if arrays is not None and (not self.sample_inputs or self._drawn_hold(arrays)):
-            return arrays, self.plan
+        """(arrays, feeds): the augmented model's, or, for a batch its gathers do not fit (and every batch after
+        it: a model whose maps vary would otherwise run twice a batch), the host model's with its own Feeds."""
+        if not self.host_only:
+            try:
+                arrays = self.run(batch, n, first)
+            except OnnxaffError:
+                if not self.sample_inputs:
+                    raise
+                arrays = None  # positions beyond a smaller map: the host way (which says a real failure)
+            if arrays is not None and (not self.sample_inputs or self._drawn_hold(arrays, n)):
+                return arrays, self.plan
+            self.host_only = True
         return self._host_arrays(batch)
 
-    def _drawn_hold(self, arrays: list[np.ndarray]) -> bool:
-        """Whether every site drawn in the graph at the shapes of a probe batch (its static ones symbolic) has them
-        in this batch too (its Shape outputs), so its gathered rows are the positions it was meant to draw."""
+    def _drawn_hold(self, arrays: list[np.ndarray], n: int) -> bool:
+        """Whether every site drawn in the graph has, in this batch (its Shape outputs), the layout its gathers
+        were laid out for and the batch's n examples on axis 0, so its gathered rows are the positions it was meant
+        to draw (a map holding the examples twice, or one fewer, keeps static dims after axis 0 all the same)."""
         plan = self.plan
         for site, part in zip(plan.ok_sites, plan.slices, strict=True):
             out = plan.outputs[site.index]
-            if out.sample is None or not out.shapes:
+            if out.sample is None:
                 continue
             shapes = out.unpack(arrays[part])[3]
             for side, shape in zip((site.side("x"), site.side("y")), shapes, strict=True):
-                if sample_layout(replace(side, input_shape=["N", *[int(d) for d in shape[1:]]])) != out.sample[1]:
+                if int(shape[0]) != n or sample_layout(replace(side, input_shape=["N", *map(int, shape[1:])])) \
+                        != out.sample[1]:
                     return False
         return True
 

@@ -190,7 +190,7 @@ class _Fed:
         warm = plan.batch_size if plan.fixed_batch is not None else min(plan.batch_size, WARM_EXAMPLES)
         windows = [(warm, plan.start, min(plan.stop, plan.start + warm)),
                    (plan.batch_size, plan.start + warm, plan.stop)]
-        runner = feeder.runner
+        runner = feeder.batches  # its seconds: both models' where a batch went the host's way
         for size, start, stop in windows:
             batches = plan.source.batches(size, start=start, stop=stop)
             try:
@@ -216,7 +216,7 @@ class _Fed:
             # The first full batch also pays the arena's growth and first touches (PP-LCNet: inference +23 %): the
             # runtime alone on it again, plus what reading and collecting took the first time, is the steady batch.
             runtime = runner.seconds
-            feeder.batches.run(self.batches[-1], self.times[-1][1], plan.start + self.examples - self.times[-1][1])
+            feeder.batches.arrays(self.batches[-1], self.times[-1][1], plan.start + self.examples - self.times[-1][1])
             self.times[-1] = (min(self.times[-1][0], besides + runner.seconds - runtime), self.times[-1][1])
 
     @staticmethod

@@ -128,9 +128,10 @@ def augment_model(
         jvp_outputs = add_jvp(builder, site, prefix, masked=mask.threshold if mask else None) if jvp else None
         rounding = feature_rounding(site, reduce, tuple(doubles))
         shapes = None
-        # raw arrays carry their shapes; reduced features need them told (where P is symbolic, and where the graph
-        # draws at a probe's shapes: each batch is checked against them)
-        if not raw and (rounding is None or (drawn is not None and site.index in (sample_shapes or {}))):
+        # raw arrays carry their shapes; reduced features need them told (where P is symbolic, and wherever the
+        # graph draws: each batch is checked against the layout drawn at, axis 0 included, which no static shape
+        # promises to be the batch's n)
+        if not raw and (rounding is None or drawn is not None):
             shapes = tuple(_shape_output(builder, t, f"{prefix}.{side}", exported, new_outputs)
                            for side, t in (("x", site.input), ("y", site.output)))
         outputs[site.index] = SiteOutputs(names[0], names[1], dim, jvp_outputs, rounding, shapes, tuple(doubles),
