@@ -58,3 +58,32 @@ def test_a_second_study_in_the_same_folder_is_refused_naming_the_first(tmp_path,
         proc.send_signal(signal.SIGINT)
         err = stderr_once_ended(proc, "SIGINT", timeout=60)
     assert proc.returncode == 130 and is_checkpoint(out / "signatures" / "a.ckpt.npz"), err
+
+
+def test_the_cli_keeps_ignoring_a_late_sigterm_copy_until_an_interrupted_process_is_gone(monkeypatch):
+    """A stopped run exits 130 through the interpreter's shutdown: had main() restored the default SIGTERM action
+    first, the second of two SIGTERMs sent at once could land there and kill the saved run with -15 (seen one run
+    in a few under load). Any other ending restores the caller's handler."""
+    import sys
+
+    import pytest
+
+    import onnxaff.cli.main  # noqa: F401  (the module: `onnxaff.cli.main` the attribute is its function)
+
+    entry = sys.modules["onnxaff.cli.main"]
+
+    def ends(code):
+        def _main(argv):
+            raise SystemExit(code)
+        return _main
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        for code, kept in ((130, entry._late_copy_or_default), (2, before), (0, before)):
+            signal.signal(signal.SIGTERM, before)
+            monkeypatch.setattr(entry, "_main", ends(code))
+            with pytest.raises(SystemExit):
+                entry.main([])
+            assert signal.getsignal(signal.SIGTERM) == kept, code
+    finally:
+        signal.signal(signal.SIGTERM, before)

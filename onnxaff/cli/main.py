@@ -47,10 +47,16 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit status 2, never a traceback."""
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _late_copy_or_default) if main_thread else None
+    restore = main_thread
     try:
         _main(argv)
+    except SystemExit as exc:
+        # ending after a stop signal: its late copy stays ignored until the process is gone (restored here, a copy
+        # arriving during the interpreter's shutdown killed it with -15 after the state was saved)
+        restore = restore and exc.code != 130
+        raise
     finally:
-        if main_thread:
+        if restore:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
