@@ -304,7 +304,7 @@ class Augment(Loader):
     def _probed(self, sites: list[Site]) -> dict[int, tuple[list, list]]:
         """X's and Y's shapes on one example of the first batch, for the sites whose static shapes leave P symbolic
         (a model whose inputs fix every dim but the batch can still hide them from shape inference: a padding
-        computed from a Shape). The feeder checks every batch's shapes against them (`Feeder._drawn_hold`)."""
+        computed from a Shape). Every batch's shapes are checked against them (`BatchRunner._drawn_hold`)."""
         pending = [s for s in sites if s.rank is not None and s.rank >= 3 and not batch_axis(s) and s.scope is None
                    and (sample_layout(s.side("x")) is None or sample_layout(s.side("y")) is None)]
         if not pending or self.first is None or (batch := given(self.first)) is None:

@@ -7,6 +7,7 @@ observation (`subrewrite.py`), which all append their nodes through one builder.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -297,12 +298,14 @@ def sample_rows(seed: int, first: int, n: int, rows: int, k: int, gone: np.ndarr
 
 # --- sample:K inside the graph: the drawn positions gathered from the map, never the whole map exported ---
 
-def sample_layout(site: Site) -> tuple[int, int, int] | None:
+def sample_layout(site: Site, shape: Sequence | None = None) -> tuple[int, int, int] | None:
     """(D, P, post) of one side of a site whose `positions` rows a graph Gather can draw from: examples on axis 0,
     rank ≥ 3, every dim after the batch static. D: the feature axis's size; P: the positions an example has (the
     other axes after the batch); post: the product of the axes after the feature axis. None for anything else
-    (those sites keep the host's draw from the whole map: sample_rows)."""
-    shape, rank, axis = site.input_shape, site.rank, site.feature_axis
+    (those sites keep the host's draw from the whole map: sample_rows). `shape`: a tensor's shape seen on a batch,
+    read instead of the static one (its dims after axis 0)."""
+    shape = site.input_shape if shape is None else ["N", *(int(d) for d in shape[1:])]
+    rank, axis = site.rank, site.feature_axis
     if shape is None or rank is None or rank < 3 or axis is None or not 0 < axis < rank or batch_axis(site):
         return None
     dims = list(shape[1:])

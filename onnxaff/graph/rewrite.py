@@ -150,11 +150,10 @@ def _sample_input(builder: GraphBuilder, site: Site, k: int,
     """(index input, layout) of a site whose K positions an example the graph can gather: X and Y of one static
     layout (graph.reduction.sample_layout; `shapes`: X's and Y's seen on a probe batch where the static ones are
     symbolic); None keeps the host's draw. One input serves every site of the same layout and K."""
-    x, y = site.side("x"), site.side("y")
-    if shapes is not None:
-        x, y = (replace(side, input_shape=["N", *shape[1:]]) for side, shape in zip((x, y), shapes, strict=True))
-    layout = sample_layout(x)
-    if layout is None or layout != sample_layout(y) or builder.opset < 5 or k < 1 or site.scope is not None:
+    x_shape, y_shape = shapes if shapes is not None else (None, None)
+    layout = sample_layout(site.side("x"), x_shape)
+    if (layout is None or layout != sample_layout(site.side("y"), y_shape) or builder.opset < 5 or k < 1
+            or site.scope is not None):
         return None
     key = ("sample_input", layout, k)
     if key not in builder.cache:
