@@ -13,9 +13,10 @@ import resource
 from onnxaff.errors import OnnxaffError
 
 
-def _meminfo(key: str) -> int | None:
+def _proc_field(path: str, key: str) -> int | None:
+    """A `Key:  N kB` line of a /proc file in bytes, None where the file does not say."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
@@ -24,17 +25,14 @@ def _meminfo(key: str) -> int | None:
     return None
 
 
+def _meminfo(key: str) -> int | None:
+    return _proc_field("/proc/meminfo", key)
+
+
 def status_bytes(key: str) -> int:
     """A field of /proc/self/status in bytes (VmSize: the address space this process maps; VmRSS, RssFile), 0
     where /proc does not say."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return _proc_field("/proc/self/status", key) or 0
 
 
 def available_bytes() -> int | None:
